@@ -1,0 +1,58 @@
+"""iris.device: remote loads, stores and atomics over a symmetric heap, for ``@triton.jit`` code.
+
+Two forms of every primitive:
+
+- free functions that name both ends and the heap:
+  ``iris.device.load(pointer, to_rank, from_rank, heap_bases)``;
+- the bound :class:`DeviceContext`, which knows the current rank and the heap:
+  ``ctx = DeviceContext.initialize(context_tensor, rank, world_size); ctx.load(pointer, from_rank)``.
+
+This package depends on Triton only: importing it pulls in neither torch, mpi4py nor the runtime.
+"""
+
+from ._atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_sub,
+                       atomic_xchg, atomic_xor)
+from ._context import DeviceContext, DeviceContextMethods
+from ._debug import DEBUG, debug_enabled
+from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
+from ._interpreter import INTERPRETER, aggregate, interpreter_enabled
+from ._memory import copy, get, load, put, store
+from ._tracing import EVENT_IDS, EVENT_NAMES, DeviceTracing, TraceEvent, device_clock_ns, device_sm_id
+from ._translate import translate
+from ._version import __version__
+
+__all__ = [
+    "DEBUG",
+    "DeviceContext",
+    "DeviceContextMethods",
+    "DeviceTracing",
+    "EVENT_IDS",
+    "EVENT_NAMES",
+    "INTERPRETER",
+    "IrisBackendError",
+    "IrisError",
+    "IrisUnsupportedError",
+    "IrisUsageError",
+    "TraceEvent",
+    "__version__",
+    "aggregate",
+    "atomic_add",
+    "atomic_and",
+    "atomic_cas",
+    "atomic_max",
+    "atomic_min",
+    "atomic_or",
+    "atomic_sub",
+    "atomic_xchg",
+    "atomic_xor",
+    "copy",
+    "debug_enabled",
+    "device_clock_ns",
+    "device_sm_id",
+    "get",
+    "interpreter_enabled",
+    "load",
+    "put",
+    "store",
+    "translate",
+]

@@ -1,0 +1,184 @@
+"""Remote atomics: ``atomic_add``, ``atomic_sub``, ``atomic_cas``, ``atomic_xchg``, ``atomic_xor``,
+``atomic_and``, ``atomic_or``, ``atomic_min``, ``atomic_max``.
+
+Every function translates ``pointer`` from ``from_rank`` (the current rank) to ``to_rank`` and
+performs one read-modify-write there, returning the old values. Docstrings share one template.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._errors import IrisUnsupportedError
+from ._interpreter import INTERPRETER
+from ._options import checked_scope, checked_sem
+from ._translate import translate_masked
+
+_ATOMIC_DOC = """Atomically {what} at ``to_rank``'s memory and return the old values.
+
+``pointer`` is in the current rank's (``from_rank``) address space and is translated to
+``to_rank``'s; same rank: a local atomic.
+
+Granularity: per element of the pointer block, one read-modify-write each{mask_note}.
+Memory semantics: ``sem`` is ``"acquire"``, ``"release"``, ``"acq_rel"`` or ``"relaxed"``
+(``None`` = ``"acq_rel"``). Scope: ``scope`` is ``"cta"``, ``"gpu"`` or ``"sys"`` (``None`` =
+``"gpu"``); use ``"sys"`` for anything another process or GPU observes.
+Types: {types}.
+
+Example::
+
+    {example}
+"""
+
+_ALL_TYPES = "int32, int64, uint32, uint64, fp32, fp64"
+_WIDE = ("int32", "int64", "uint32", "uint64", "fp32", "fp64")
+_INTEGER = ("int32", "int64", "uint32", "uint64")
+
+
+def _doc(what, types, example, mask_note=" (masked-out lanes are skipped)"):
+    def attach(fn):
+        fn.__doc__ = _ATOMIC_DOC.format(what=what, types=types, example=example, mask_note=mask_note)
+        return fn
+
+    return attach
+
+
+@triton.constexpr_function
+def checked_atomic_type(call, op, pointer_ty, interpreter):
+    """The pointee type of an atomic, or an error saying where that combination fails."""
+    elem = pointer_ty.element_ty
+    name = elem.name
+    if op in ("and", "or", "xor"):
+        ok = name in _INTEGER
+    elif name in _WIDE:
+        ok = True
+    elif name in ("fp16", "bf16") and op in ("add", "sub"):
+        ok = True
+    elif name in ("fp16", "bf16", "int16", "uint16") and op == "cas":
+        ok = True
+    else:
+        ok = False
+    if not ok:
+        raise IrisUnsupportedError(
+            f"{call} on {name} pointers: atomic_{op} does not exist for {name} on NVIDIA GPUs; "
+            f"use a 32- or 64-bit type (int32, int64, uint32, uint64"
+            f"{'' if op in ('and', 'or', 'xor') else ', fp32, fp64'})"
+        )
+    if interpreter and name in ("fp16", "bf16"):
+        if name == "bf16" or op != "cas":
+            raise IrisUnsupportedError(
+                f"{call} on {name} pointers under the CPU backend (Triton's interpreter): "
+                f"{name} atomic_{op} is not atomic across processes there (updates would be lost); "
+                f"accumulate in fp32 on the heap instead, or run on the cuda backend"
+            )
+    return elem
+
+
+@triton.jit
+def _rmw(op: tl.constexpr, pointer, val, from_rank, to_rank, heap_bases, mask, sem: tl.constexpr,
+         scope: tl.constexpr, hint: tl.constexpr):
+    call: tl.constexpr = "iris.device.atomic_" + op
+    checked_atomic_type(call, op, pointer.dtype, INTERPRETER)
+    sem_v: tl.constexpr = checked_sem(call, sem)
+    scope_v: tl.constexpr = checked_scope(call, scope)
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint)
+    if op == "add":
+        return tl.atomic_add(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    elif op == "sub":
+        return tl.atomic_add(remote, -val, mask=mask, sem=sem_v, scope=scope_v)
+    elif op == "xchg":
+        return tl.atomic_xchg(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    elif op == "and":
+        return tl.atomic_and(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    elif op == "or":
+        return tl.atomic_or(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    elif op == "xor":
+        return tl.atomic_xor(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    elif op == "min":
+        return tl.atomic_min(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    else:
+        tl.static_assert(op == "max", "iris.device internal: unknown atomic op")
+        return tl.atomic_max(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+
+
+@triton.jit
+@_doc("add ``val``", _ALL_TYPES + "; fp16 and bf16 on the cuda backend only",
+      "old = iris.device.atomic_add(counter, 1, cur_rank, peer, heap_bases, sem='relaxed')")
+def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("add", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("subtract ``val``", _ALL_TYPES + "; fp16 and bf16 on the cuda backend only",
+      "old = iris.device.atomic_sub(counter, 1, cur_rank, peer, heap_bases)")
+def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("sub", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("swap in ``val`` where the value equals ``cmp``", _ALL_TYPES + "; 16-bit types too (bf16 on cuda only)",
+      "old = iris.device.atomic_cas(flag, 0, 1, cur_rank, peer, heap_bases, sem='release', scope='sys')",
+      mask_note=" (no mask: every lane takes part)")
+def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    call: tl.constexpr = "iris.device.atomic_cas"
+    elem: tl.constexpr = checked_atomic_type(call, "cas", pointer.dtype, INTERPRETER)
+    sem_v: tl.constexpr = checked_sem(call, sem)
+    scope_v: tl.constexpr = checked_scope(call, scope)
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint)
+    # cmp and val in the pointee's type: a 16-bit CAS given 32-bit operands would compare and
+    # write 4 bytes under the interpreter.
+    cmp_v = tl.cast(cmp, elem)
+    val_v = tl.cast(val, elem)
+    return tl.atomic_cas(remote, cmp_v, val_v, sem=sem_v, scope=scope_v)
+
+
+@triton.jit
+@_doc("replace the value with ``val``", _ALL_TYPES,
+      "old = iris.device.atomic_xchg(slot, v, cur_rank, peer, heap_bases, sem='acq_rel', scope='sys')")
+def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+                scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("xchg", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("XOR ``val`` into the value", "int32, int64, uint32, uint64",
+      "old = iris.device.atomic_xor(bits, mask_bits, cur_rank, peer, heap_bases)")
+def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("xor", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("AND ``val`` into the value", "int32, int64, uint32, uint64",
+      "old = iris.device.atomic_and(bits, ~clear_bits, cur_rank, peer, heap_bases)")
+def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("and", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("OR ``val`` into the value", "int32, int64, uint32, uint64",
+      "old = iris.device.atomic_or(bits, 1 << cur_rank, cur_rank, peer, heap_bases, scope='sys')")
+def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+              scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("or", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("keep the minimum of the value and ``val``", _ALL_TYPES,
+      "old = iris.device.atomic_min(best, candidate, cur_rank, 0, heap_bases)")
+def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("min", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)
+
+
+@triton.jit
+@_doc("keep the maximum of the value and ``val``", _ALL_TYPES,
+      "old = iris.device.atomic_max(best, candidate, cur_rank, 0, heap_bases)")
+def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem: tl.constexpr = None,
+               scope: tl.constexpr = None, hint: tl.constexpr = None):
+    return _rmw("max", pointer, val, from_rank, to_rank, heap_bases, mask, sem, scope, hint)

@@ -1,0 +1,85 @@
+"""The layout of the context tensor: one table, used by the runtime that writes it and the
+device code that reads it.
+
+``Iris.get_device_context()`` returns an int64 tensor::
+
+    [cur_rank, num_ranks,                      # the spec's header
+     heap_base_0, ..., heap_base_{N-1},        # the spec's heap bases
+     trace_enabled, trace_max_events,          # the spec's trace info ...
+     trace_counter_ptr, trace_buffer_ptr,
+     heap_size]                                # ... then what Iris adds
+
+``heap_bases`` (what the free functions take) is the same tensor from index 2 on, so the
+header sits just before it and the trailer just after the N bases.
+"""
+
+from __future__ import annotations
+
+import triton.language as tl
+
+#: Index of the current rank in the context tensor.
+CUR_RANK = 0
+#: Index of the world size in the context tensor.
+NUM_RANKS = 1
+#: Index of heap_base_0 in the context tensor; ``heap_bases = context + HEAP_BASES``.
+HEAP_BASES = 2
+
+# Offsets counted from the end of the heap bases, i.e. ``heap_bases + num_ranks + X``.
+#: 1 when the host enabled tracing, else 0.
+TRACE_ENABLED = 0
+#: Capacity of the event buffer, in events.
+TRACE_MAX_EVENTS = 1
+#: Address of the int64 counter that hands out event slots.
+TRACE_COUNTER_PTR = 2
+#: Address of the int64 event buffer, ``TRACE_EVENT_FIELDS`` words per event.
+TRACE_BUFFER_PTR = 3
+#: Heap size in bytes (every rank's heap has the same size).
+HEAP_SIZE = 4
+#: Number of words after the heap bases.
+TRAILER_WORDS = 5
+
+
+def context_length(num_ranks: int) -> int:
+    """Number of int64 words in the context tensor of a world of ``num_ranks``."""
+    return HEAP_BASES + num_ranks + TRAILER_WORDS
+
+
+#: Alignment, in bytes, that the runtime guarantees for every heap base. The device layer relies
+#: on it to tell the compiler that translated pointers keep the alignment of local ones.
+HEAP_BASE_ALIGNMENT = 256
+
+# The same numbers as compile-time constants for @triton.jit code.
+HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)
+TRACE_ENABLED_C: tl.constexpr = tl.constexpr(TRACE_ENABLED)
+TRACE_MAX_EVENTS_C: tl.constexpr = tl.constexpr(TRACE_MAX_EVENTS)
+TRACE_COUNTER_PTR_C: tl.constexpr = tl.constexpr(TRACE_COUNTER_PTR)
+TRACE_BUFFER_PTR_C: tl.constexpr = tl.constexpr(TRACE_BUFFER_PTR)
+HEAP_SIZE_C: tl.constexpr = tl.constexpr(HEAP_SIZE)
+
+# One trace event is TRACE_EVENT_FIELDS int64 words, in this order.
+EVENT_ID = 0        #: TraceEvent id
+EVENT_RANK = 1      #: rank that recorded the event
+EVENT_TARGET = 2    #: target (peer) rank, -1 when none
+EVENT_ADDRESS = 3   #: lowest active address of the access, 0 when none
+EVENT_BYTES = 4     #: bytes moved by the access (active lanes x element size)
+EVENT_PID = 5       #: program id (flattened)
+EVENT_PID_M = 6     #: caller's tile row
+EVENT_PID_N = 7     #: caller's tile column
+EVENT_SM = 8        #: SM id on the GPU, program id under the interpreter
+EVENT_START = 9     #: start time, ns
+EVENT_END = 10      #: end time, ns; 0 until record_event_end
+TRACE_EVENT_FIELDS = 12  # two words of padding keep events 32-byte aligned
+
+# The event layout as compile-time constants for @triton.jit code.
+EVENT_ID_C: tl.constexpr = tl.constexpr(EVENT_ID)
+EVENT_RANK_C: tl.constexpr = tl.constexpr(EVENT_RANK)
+EVENT_TARGET_C: tl.constexpr = tl.constexpr(EVENT_TARGET)
+EVENT_ADDRESS_C: tl.constexpr = tl.constexpr(EVENT_ADDRESS)
+EVENT_BYTES_C: tl.constexpr = tl.constexpr(EVENT_BYTES)
+EVENT_PID_C: tl.constexpr = tl.constexpr(EVENT_PID)
+EVENT_PID_M_C: tl.constexpr = tl.constexpr(EVENT_PID_M)
+EVENT_PID_N_C: tl.constexpr = tl.constexpr(EVENT_PID_N)
+EVENT_SM_C: tl.constexpr = tl.constexpr(EVENT_SM)
+EVENT_START_C: tl.constexpr = tl.constexpr(EVENT_START)
+EVENT_END_C: tl.constexpr = tl.constexpr(EVENT_END)
+TRACE_EVENT_FIELDS_C: tl.constexpr = tl.constexpr(TRACE_EVENT_FIELDS)

@@ -1,0 +1,127 @@
+"""Remote loads and stores: ``load``, ``store``, ``get``, ``put``, ``copy``.
+
+Free-function form: each names both ends and the heap; the current rank is one of them. All are
+per element of the pointer block, weak (non-atomic) accesses with no ordering of their own: order
+them against flags with an atomic ``sem="release"``/``"acquire"`` at ``scope="sys"``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._options import ld_modifier, st_modifier
+from ._translate import translate_masked
+
+
+@triton.jit
+def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier: tl.constexpr = None,
+         volatile: tl.constexpr = False, hint: tl.constexpr = None):
+    """Read ``from_rank``'s memory into registers of the current rank (``to_rank``).
+
+    ``pointer`` is in ``to_rank``'s address space and is translated to ``from_rank``'s. Same rank:
+    a plain local load.
+
+    Granularity: per element of the pointer block. Memory semantics: a weak load, no ordering;
+    ``volatile=True`` keeps the compiler from merging or dropping it (use it, or ``".cv"``, when
+    polling). Scope: not applicable. ``cache_modifier``: ``None``/``".ca"``/``".cg"``/``".cv"``
+    (mapping in :mod:`iris.device._options`). ``hint`` adds alignment facts on the translated
+    pointer.
+
+    Returns the loaded block; masked-out lanes hold ``other`` (undefined without it).
+
+    Example::
+
+        x = iris.device.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n, other=0.0)
+    """
+    modifier: tl.constexpr = ld_modifier("iris.device.load", cache_modifier, volatile)
+    remote = translate_masked(pointer, to_rank, from_rank, heap_bases, mask, hint)
+    return tl.load(remote, mask=mask, other=other, cache_modifier=modifier, volatile=volatile)
+
+
+@triton.jit
+def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modifier: tl.constexpr = None,
+          hint: tl.constexpr = None):
+    """Write ``value`` from the current rank (``from_rank``) into ``to_rank``'s memory.
+
+    ``pointer`` is in ``from_rank``'s address space and is translated to ``to_rank``'s. Same rank:
+    a plain local store.
+
+    Granularity: per element of the pointer block. Memory semantics: a weak store, no ordering;
+    publish it with a later ``atomic_*(..., sem="release", scope="sys")``. ``cache_modifier``:
+    ``None``/``".wb"``/``".cg"``/``".cs"``/``".wt"``.
+
+    Example::
+
+        iris.device.store(buf + offs, x, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    modifier: tl.constexpr = st_modifier("iris.device.store", cache_modifier)
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint)
+    tl.store(remote, value, mask=mask, cache_modifier=modifier)
+
+
+@triton.jit
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
+        load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
+        hint: tl.constexpr = None):
+    """Copy ``from_rank``'s data at ``from_ptr`` into the current rank's (``to_rank``) ``to_ptr``.
+
+    ``from_ptr`` is in the current rank's address space and is translated to ``from_rank``'s;
+    ``to_ptr`` is local. Granularity: per element of the block. Memory semantics: weak load then
+    weak store, no ordering. ``mask`` applies to both; ``other`` fills masked-out loads.
+
+    Example::
+
+        iris.device.get(buf + offs, local + offs, peer, cur_rank, heap_bases, mask=m)
+    """
+    load_modifier: tl.constexpr = ld_modifier("iris.device.get", load_cache_modifier)
+    store_modifier: tl.constexpr = st_modifier("iris.device.get", store_cache_modifier)
+    remote = translate_masked(from_ptr, to_rank, from_rank, heap_bases, mask, hint)
+    data = tl.load(remote, mask=mask, other=other, cache_modifier=load_modifier)
+    tl.store(to_ptr, data, mask=mask, cache_modifier=store_modifier)
+
+
+@triton.jit
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
+        load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
+        hint: tl.constexpr = None):
+    """Copy the current rank's (``from_rank``) data at ``from_ptr`` into ``to_rank``'s ``to_ptr``.
+
+    ``from_ptr`` is local; ``to_ptr`` is in the current rank's address space and is translated to
+    ``to_rank``'s. Granularity: per element of the block. Memory semantics: weak load then weak
+    store, no ordering; follow with a release atomic to publish.
+
+    Example::
+
+        iris.device.put(local + offs, buf + offs, cur_rank, peer, heap_bases, mask=m)
+    """
+    load_modifier: tl.constexpr = ld_modifier("iris.device.put", load_cache_modifier)
+    store_modifier: tl.constexpr = st_modifier("iris.device.put", store_cache_modifier)
+    data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_modifier)
+    remote = translate_masked(to_ptr, from_rank, to_rank, heap_bases, mask, hint)
+    tl.store(remote, data, mask=mask, cache_modifier=store_modifier)
+
+
+@triton.jit
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, other=None,
+         load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
+         hint: tl.constexpr = None):
+    """Copy ``from_rank``'s data at ``src_ptr`` to ``to_rank``'s memory at ``dst_ptr``.
+
+    Both pointers are in ``cur_rank``'s address space; ``src_ptr`` is translated to ``from_rank``
+    and ``dst_ptr`` to ``to_rank``. ``cur_rank`` should be one of the two ends (the spec leaves
+    anything else undefined). Granularity: per element of the block. Memory semantics: weak load
+    then weak store, no ordering.
+
+    Example::
+
+        # pull a peer's block into my buffer, or push mine to a peer: same call
+        iris.device.copy(src + offs, dst + offs, peer, cur_rank, cur_rank, heap_bases, mask=m)
+    """
+    load_modifier: tl.constexpr = ld_modifier("iris.device.copy", load_cache_modifier)
+    store_modifier: tl.constexpr = st_modifier("iris.device.copy", store_cache_modifier)
+    src = translate_masked(src_ptr, cur_rank, from_rank, heap_bases, mask, hint)
+    dst = translate_masked(dst_ptr, cur_rank, to_rank, heap_bases, mask, hint)
+    data = tl.load(src, mask=mask, other=other, cache_modifier=load_modifier)
+    tl.store(dst, data, mask=mask, cache_modifier=store_modifier)
+

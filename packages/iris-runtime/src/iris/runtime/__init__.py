@@ -1,0 +1,49 @@
+"""iris.runtime: MPI bootstrap and a symmetric heap shared by every rank, with torch tensors on it.
+
+    import iris.runtime
+    ctx = iris.runtime.iris(heap_size=1 << 30)   # collective
+    x = ctx.zeros(1024, dtype=torch.float32)     # same heap offset on every rank
+    kernel[grid](ctx.get_device_context(), x, rank=ctx.rank, world_size=ctx.world_size)
+
+Importing this package picks the backend (``IRIS_BACKEND``: auto, cuda or cpu) and, for the cpu
+backend, switches Triton's interpreter on before any kernel is defined.
+"""
+
+from ._backend import prepare_interpreter_at_import
+
+# Before anything imports iris.device or the user defines kernels (see _backend).
+DEFAULT_BACKEND = prepare_interpreter_at_import()
+
+from ._allocator import SymmetricAllocator, format_bytes  # noqa: E402
+from ._errors import (HeapExhaustedError, IrisBackendError, IrisError, IrisUnsupportedError,  # noqa: E402
+                      IrisUsageError, NotOnHeapError, RankError, SymmetryError, UnsupportedDtypeError)
+from ._factories import SUPPORTED_DTYPES  # noqa: E402
+from ._heap import SymmetricHeap  # noqa: E402
+from ._iris import DEFAULT_HEAP_SIZE, Iris, iris  # noqa: E402
+from ._logging import logger, set_log_level  # noqa: E402
+from ._tracing import Tracing  # noqa: E402
+from ._version import __version__  # noqa: E402
+
+__all__ = [
+    "DEFAULT_BACKEND",
+    "DEFAULT_HEAP_SIZE",
+    "HeapExhaustedError",
+    "Iris",
+    "IrisBackendError",
+    "IrisError",
+    "IrisUnsupportedError",
+    "IrisUsageError",
+    "NotOnHeapError",
+    "RankError",
+    "SUPPORTED_DTYPES",
+    "SymmetricAllocator",
+    "SymmetricHeap",
+    "SymmetryError",
+    "Tracing",
+    "UnsupportedDtypeError",
+    "__version__",
+    "format_bytes",
+    "iris",
+    "logger",
+    "set_log_level",
+]

@@ -1,0 +1,38 @@
+"""Runtime errors: subclasses of the one :class:`iris.device.IrisError` hierarchy."""
+
+from __future__ import annotations
+
+from iris.device import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
+
+
+class HeapExhaustedError(IrisError, MemoryError):
+    """An allocation does not fit in the free space of the symmetric heap."""
+
+
+class UnsupportedDtypeError(IrisUnsupportedError):
+    """A tensor dtype that Triton kernels cannot read or write (complex, quantized, ...)."""
+
+
+class NotOnHeapError(IrisUsageError):
+    """A tensor that must live on the symmetric heap does not."""
+
+
+class SymmetryError(IrisError, RuntimeError):
+    """Ranks made different allocation calls, so offsets are no longer the same everywhere."""
+
+
+class RankError(IrisUsageError):
+    """A rank number outside ``[0, world_size)``."""
+
+
+__all__ = [
+    "HeapExhaustedError",
+    "IrisBackendError",
+    "IrisError",
+    "IrisUnsupportedError",
+    "IrisUsageError",
+    "NotOnHeapError",
+    "RankError",
+    "SymmetryError",
+    "UnsupportedDtypeError",
+]

@@ -1,0 +1,178 @@
+"""Tensor factories on the symmetric heap, with torch's signatures.
+
+Every factory allocates from the heap (same offset on every rank when called in the same order)
+and fills the tensor in place. Values follow torch exactly: the fill is done by torch itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ._errors import IrisUsageError, UnsupportedDtypeError
+
+#: dtypes Triton kernels can read and write.
+SUPPORTED_DTYPES = (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+    torch.bool, torch.float8_e4m3fn, torch.float8_e5m2,
+)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def check_dtype(dtype: torch.dtype, call: str) -> torch.dtype:
+    """``dtype`` if Triton supports it, else :class:`UnsupportedDtypeError` naming the call."""
+    if dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(dtype_name(d) for d in SUPPORTED_DTYPES)
+        raise UnsupportedDtypeError(
+            f"{call}: dtype {dtype_name(dtype)} cannot live on the symmetric heap (Triton kernels cannot use it); "
+            f"use one of {names}"
+        )
+    return dtype
+
+
+def parse_shape(size: tuple, call: str) -> tuple[int, ...]:
+    """torch's ``*size`` convention: ints, or one sequence of ints."""
+    if len(size) == 1 and isinstance(size[0], (Sequence, torch.Size)) and not isinstance(size[0], (str, bytes)):
+        size = tuple(size[0])
+    shape = []
+    for dim in size:
+        if isinstance(dim, torch.Tensor) and dim.numel() == 1:
+            dim = int(dim.item())
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+            raise IrisUsageError(f"{call}: size {size!r} must be non-negative ints; e.g. zeros(4, 8) or zeros((4, 8))")
+        shape.append(dim)
+    return tuple(shape)
+
+
+class TensorFactories:
+    """Mixin for :class:`iris.runtime.Iris`; needs ``self.device`` and ``self._heap_tensor``."""
+
+    device: torch.device
+
+    def _heap_tensor(self, shape: tuple[int, ...], dtype: torch.dtype, call: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _check_device(self, device, call: str) -> None:
+        if device is not None and torch.device(device).type != self.device.type:
+            raise IrisUsageError(
+                f"{call}: device={device!r} but this heap lives on {self.device}; leave device= out"
+            )
+
+    def _new(self, size, dtype, device, name: str, default=None) -> torch.Tensor:
+        dtype = dtype if dtype is not None else (default or torch.get_default_dtype())
+        shape = parse_shape(size, name)
+        call = f"{name}({', '.join(map(str, shape))}, dtype={dtype_name(dtype)})"
+        self._check_device(device, call)
+        check_dtype(dtype, call)
+        return self._heap_tensor(shape, dtype, call)
+
+    def empty(self, *size, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Uninitialised tensor on the heap (``torch.empty``)."""
+        return self._new(size, dtype, device, "empty").requires_grad_(requires_grad)
+
+    def zeros(self, *size, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Tensor of zeros on the heap (``torch.zeros``)."""
+        return self._new(size, dtype, device, "zeros").zero_().requires_grad_(requires_grad)
+
+    def ones(self, *size, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Tensor of ones on the heap (``torch.ones``)."""
+        return self._new(size, dtype, device, "ones").fill_(1).requires_grad_(requires_grad)
+
+    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Tensor filled with ``fill_value`` (``torch.full``; dtype inferred from the value)."""
+        if dtype is None:
+            dtype = torch.full((), fill_value).dtype
+        return self._new((size,), dtype, device, "full").fill_(fill_value).requires_grad_(requires_grad)
+
+    def _from_torch(self, values: torch.Tensor, name: str, requires_grad: bool) -> torch.Tensor:
+        out = self._new((values.shape,), values.dtype, None, name)
+        return out.copy_(values).requires_grad_(requires_grad)
+
+    def arange(self, start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Evenly spaced values (``torch.arange``)."""
+        self._check_device(device, "arange")
+        values = torch.arange(start, end, step, dtype=dtype) if end is not None else torch.arange(start, dtype=dtype)
+        return self._from_torch(values, "arange", requires_grad)
+
+    def linspace(self, start, end, steps, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``steps`` values from ``start`` to ``end`` (``torch.linspace``)."""
+        self._check_device(device, "linspace")
+        return self._from_torch(torch.linspace(start, end, steps, dtype=dtype), "linspace", requires_grad)
+
+    def rand(self, *size, generator=None, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Uniform ``[0, 1)`` samples (``torch.rand``)."""
+        return self._new(size, dtype, device, "rand").uniform_(0, 1, generator=generator).requires_grad_(requires_grad)
+
+    def randn(self, *size, generator=None, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """Standard normal samples (``torch.randn``)."""
+        return self._new(size, dtype, device, "randn").normal_(generator=generator).requires_grad_(requires_grad)
+
+    def randint(self, low, high=None, size=None, *, generator=None, dtype=None, device=None,
+                requires_grad=False) -> torch.Tensor:
+        """Integers in ``[low, high)`` (``torch.randint``; ``randint(high, size)`` works too)."""
+        if size is None:
+            if high is None:
+                raise IrisUsageError("randint: pass size=, e.g. randint(0, 10, (4, 4))")
+            low, high, size = 0, low, high
+        if high is None:
+            raise IrisUsageError(f"randint(low={low}, size={size}): pass high= (exclusive upper bound)")
+        out = self._new((size,), dtype, device, "randint", default=torch.int64)
+        return out.random_(low, high, generator=generator).requires_grad_(requires_grad)
+
+    def uniform(self, low=0.0, high=1.0, size=None, *, generator=None, dtype=None, device=None) -> torch.Tensor:
+        """Uniform samples in ``[low, high)``."""
+        if size is None:
+            raise IrisUsageError(f"uniform(low={low}, high={high}): pass size=, e.g. uniform(-1, 1, (4, 4))")
+        return self._new((size,), dtype, device, "uniform").uniform_(low, high, generator=generator)
+
+    def _like(self, t: torch.Tensor, dtype) -> tuple[tuple[int, ...], torch.dtype]:
+        return tuple(t.shape), dtype if dtype is not None else t.dtype
+
+    def empty_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``empty`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        return self.empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def zeros_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``zeros`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        return self.zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def ones_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``ones`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        return self.ones(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def full_like(self, t, fill_value, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``full`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        return self.full(shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def rand_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``rand`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        return self.rand(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def randn_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+        """``randn`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        return self.randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def randint_like(self, t, low, high=None, *, dtype=None, device=None) -> torch.Tensor:
+        """``randint`` with ``t``'s shape and dtype."""
+        shape, dtype = self._like(t, dtype)
+        if high is None:
+            low, high = 0, low
+        return self.randint(low, high, shape, dtype=dtype, device=device)
+
+
+def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes needed by a contiguous tensor."""
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()

@@ -1,0 +1,47 @@
+"""The interface every heap backend implements.
+
+A heap is one block of ``size`` bytes per rank, mapped into every rank's address space, with the
+address of each rank's block (as seen by this process) in ``bases``. The allocator, the factories
+and the context tensor only use this interface, so a scale-out backend (NVSHMEM, fabric
+handles) can be added beside the two that exist.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+
+from iris.device._layout import HEAP_BASE_ALIGNMENT
+
+from ._errors import IrisBackendError
+
+
+class SymmetricHeap(abc.ABC):
+    """One block per rank, every block reachable from every rank of the node."""
+
+    #: Backend name, ``"cuda"`` or ``"cpu"``.
+    backend: str
+    #: Bytes per rank.
+    size: int
+    #: Address of each rank's block in this process, indexed by rank.
+    bases: list[int]
+    #: Device the local block (and kernels) live on.
+    device: torch.device
+
+    @abc.abstractmethod
+    def local_buffer(self) -> torch.Tensor:
+        """This rank's block as a 1-D uint8 tensor of ``size`` bytes on ``device``."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Unmap peers' blocks and release this rank's block. Collective: every rank calls it."""
+
+    def check_alignment(self) -> None:
+        """The device layer relies on aligned bases to vectorize translated accesses."""
+        for rank, base in enumerate(self.bases):
+            if base % HEAP_BASE_ALIGNMENT:
+                raise IrisBackendError(
+                    f"{self.backend} heap: rank {rank}'s heap base {base:#x} is not a multiple of "
+                    f"{HEAP_BASE_ALIGNMENT} bytes; this is a bug in the {self.backend} backend, please report it"
+                )

@@ -1,0 +1,122 @@
+"""The cuda backend's heap: one ``cudaMalloc`` per rank, shared with the ranks of the node through
+legacy CUDA IPC handles.
+
+Each rank exports a handle for its allocation together with the heap's offset inside the
+allocation the handle names (non-zero when the heap is carved out of a larger block), all-gathers
+them over MPI and opens every peer's handle. Any number of ranks may share one GPU (device =
+local rank modulo device count); under MPS their kernels run concurrently, without it they are
+time-sliced.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._bootstrap import Bootstrap
+from ._errors import IrisBackendError
+from ._heap import SymmetricHeap
+from ._logging import logger
+
+
+def _cuda():
+    try:
+        from cuda.bindings import driver, runtime
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise IrisBackendError(
+            "cuda backend: the cuda-bindings package is missing (needed for CUDA IPC); "
+            "pip install 'iris-runtime[cuda]' or 'cuda-bindings>=12'"
+        ) from exc
+    return driver, runtime
+
+
+def _check(result, call: str):
+    """Unpack a cuda-bindings result tuple, raising on a non-success status."""
+    status, *values = result
+    if int(status) != 0:
+        raise IrisBackendError(f"cuda backend: {call} failed with {status!r}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class _DeviceBlock:
+    """Owns one cudaMalloc block; freed when the last tensor viewing it is gone."""
+
+    def __init__(self, ptr: int, size: int, device: torch.device):
+        self.ptr, self.size = ptr, size
+        self.__cuda_array_interface__ = {
+            "shape": (size,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
+        }
+        self._runtime = _cuda()[1]
+
+    def __del__(self):
+        try:
+            self._runtime.cudaFree(self.ptr)
+        except Exception:  # interpreter shutdown: the driver may be gone already
+            pass
+
+
+class CudaIpcHeap(SymmetricHeap):
+    """GPU heap shared over legacy CUDA IPC among the ranks of one node."""
+
+    backend = "cuda"
+
+    def __init__(self, size: int, boot: Bootstrap):
+        driver, runtime = _cuda()
+        if boot.num_nodes > 1:
+            raise IrisBackendError(
+                f"cuda backend: the job spans {boot.num_nodes} nodes; CUDA IPC reaches the GPUs of one node, and "
+                f"a scale-out heap (NVSHMEM) is not available yet; run all ranks on one node"
+            )
+        count = torch.cuda.device_count()
+        index = boot.local_rank % count
+        self.device = torch.device("cuda", index)
+        self.size = size
+        torch.cuda.set_device(self.device)
+        _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")
+        sharing = boot.local_size > count
+        if sharing:
+            logger.info(
+                "%d ranks share %d GPU(s): start the MPS daemon (nvidia-cuda-mps-control -d) so their kernels run "
+                "concurrently; without it they are time-sliced", boot.local_size, count)
+
+        ptr = int(_check(runtime.cudaMalloc(size), f"cudaMalloc({size})"))
+        self._block = _DeviceBlock(ptr, size, self.device)
+        _check(runtime.cudaMemset(ptr, 0, size), "cudaMemset(heap, 0)")
+        handle = _check(runtime.cudaIpcGetMemHandle(ptr), "cudaIpcGetMemHandle(heap)")
+        alloc_base, _ = _check(driver.cuMemGetAddressRange(ptr), "cuMemGetAddressRange(heap)")
+        offset = ptr - int(alloc_base)
+        _check(runtime.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+        shared = boot.node_comm.allgather((bytes(handle.reserved), offset, boot.rank))
+        self.bases = [0] * boot.world_size
+        self._opened: list[int] = []
+        for handle_bytes, peer_offset, peer_rank in shared:
+            if peer_rank == boot.rank:
+                self.bases[peer_rank] = ptr
+                continue
+            peer_handle = runtime.cudaIpcMemHandle_t()
+            peer_handle.reserved = handle_bytes
+            mapped = int(_check(
+                runtime.cudaIpcOpenMemHandle(peer_handle, runtime.cudaIpcMemLazyEnablePeerAccess),
+                f"cudaIpcOpenMemHandle(rank {peer_rank}'s heap)"))
+            self._opened.append(mapped)
+            self.bases[peer_rank] = mapped + peer_offset
+        self._local = torch.as_tensor(self._block, device=self.device)
+        self.check_alignment()
+        logger.debug("cuda heap: %d B on %s, bases %s", size, self.device, [hex(b) for b in self.bases])
+
+    def local_buffer(self) -> torch.Tensor:
+        return self._local
+
+    def close(self) -> None:
+        _, runtime = _cuda()
+        torch.cuda.synchronize(self.device)
+        for mapped in self._opened:
+            _check(runtime.cudaIpcCloseMemHandle(mapped), "cudaIpcCloseMemHandle")
+        self._opened = []
+        # The block itself is freed when the last tensor on it (ours or the caller's) is gone.
+        self._local = None
+        self._block = None

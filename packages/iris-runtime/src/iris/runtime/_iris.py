@@ -1,0 +1,216 @@
+"""``Iris``: the host object of a run (rank info, the symmetric heap, tensors on it, the context
+tensor kernels start from)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import _backend
+from ._allocator import SymmetricAllocator, format_bytes
+from ._bootstrap import bootstrap
+from ._context import build_context
+from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
+from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
+from ._logging import configure_logging, logger
+from ._tracing import Tracing
+
+DEFAULT_HEAP_SIZE = 1 << 30
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0")
+
+
+class Iris(TensorFactories):
+    """Host object for one rank. Build it with :func:`iris.runtime.iris`.
+
+    Attributes: ``rank``, ``world_size``, ``local_rank``, ``num_nodes``, ``device``, ``backend``,
+    ``heap_size``, ``tracing`` (:class:`Tracing`). Use it as a context manager, or call
+    :meth:`close`, to release the heap.
+    """
+
+    def __init__(self, heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, *, comm=None,
+                 verify: bool | None = None, log_level: int | str | None = None):
+        if not isinstance(heap_size, int) or heap_size <= 0:
+            raise IrisUsageError(
+                f"iris.runtime.iris(heap_size={heap_size!r}): pass a positive number of bytes, e.g. 1 << 30")
+        self.backend = _backend.resolve_backend(backend)
+        _backend.check_interpreter_matches(self.backend)
+        boot = bootstrap(comm)
+        self._boot = boot
+        self.comm = boot.comm
+        self.rank, self.world_size = boot.rank, boot.world_size
+        self.local_rank, self.num_nodes = boot.local_rank, boot.num_nodes
+        configure_logging(self.rank, self.world_size, log_level)
+        self.verify = _env_flag("IRIS_VERIFY") if verify is None else bool(verify)
+        # Round up so that the heap ends on an allocation boundary.
+        self.heap_size = -(-heap_size // 4096) * 4096
+        if self.backend == "cuda":
+            from ._heap_cuda import CudaIpcHeap
+
+            self._heap = CudaIpcHeap(self.heap_size, boot)
+        else:
+            from ._heap_cpu import SharedMemoryHeap
+
+            self._heap = SharedMemoryHeap(self.heap_size, boot)
+        self.device = self._heap.device
+        self._buffer = self._heap.local_buffer()
+        self._base = self._heap.bases[self.rank]
+        self._allocator = SymmetricAllocator(self.heap_size)
+        self._context = build_context(self.rank, self.world_size, self._heap.bases, self.heap_size, self.device)
+        self.tracing = Tracing(self)
+        self._closed = False
+        logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
+
+    # --- ranks -----------------------------------------------------------------------------------
+    def get_rank(self) -> int:
+        """This process's rank in ``[0, world_size)``."""
+        return self.rank
+
+    def get_num_ranks(self) -> int:
+        """Number of ranks in the job."""
+        return self.world_size
+
+    def check_rank(self, rank, call: str) -> int:
+        """``rank`` if it is an int in ``[0, world_size)``, else :class:`RankError` naming ``call``."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise RankError(f"{call}: rank {rank!r} is outside [0, {self.world_size}); pass 0 .. {self.world_size - 1}")
+        return rank
+
+    # --- heap and context ------------------------------------------------------------------------
+    def get_heap_bases(self) -> torch.Tensor:
+        """int64 tensor of every rank's heap base (in this process's address space).
+
+        It is a view into the context tensor, which the device layer's debug checks rely on.
+        """
+        start = 2
+        return self._context[start:start + self.world_size]
+
+    def get_device_context(self) -> torch.Tensor:
+        """The context tensor for ``DeviceContext.initialize`` (layout in ``iris.device._layout``)."""
+        return self._context
+
+    def _heap_tensor(self, shape, dtype, call):
+        self._check_open(call)
+        nbytes = nbytes_of(shape, dtype)
+        offset = self._allocator.allocate(nbytes, call)
+        raw = self._buffer[offset:offset + nbytes]
+        return raw.view(dtype).view(shape)
+
+    def is_symmetric(self, tensor: torch.Tensor) -> bool:
+        """True when all of ``tensor``'s memory lies on this rank's heap."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device != self.device:
+            return False
+        start = tensor.data_ptr()
+        if tensor.numel() == 0:
+            return self._base <= start <= self._base + self.heap_size
+        span = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) + 1
+        return self._base <= start and start + span * tensor.element_size() <= self._base + self.heap_size
+
+    def require_symmetric(self, tensor: torch.Tensor, call: str) -> torch.Tensor:
+        """``tensor`` if it is on the heap, else :class:`NotOnHeapError` naming ``call``."""
+        if not self.is_symmetric(tensor):
+            where = f"{tensor.device}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise NotOnHeapError(
+                f"{call}: the tensor (on {where}) is not on this rank's symmetric heap, so peers cannot reach it; "
+                f"allocate it with iris.zeros()/empty()/... or copy it with iris.as_symmetric(t)")
+        return tensor
+
+    def offset_of(self, tensor: torch.Tensor) -> int:
+        """Byte offset of ``tensor``'s first element in the heap (the same on every rank)."""
+        self.require_symmetric(tensor, "offset_of")
+        return tensor.data_ptr() - self._base
+
+    def as_symmetric(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A contiguous copy of ``tensor`` on the heap (collective in the sense of allocation order)."""
+        call = f"as_symmetric({tuple(tensor.shape)}, dtype={dtype_name(tensor.dtype)})"
+        check_dtype(tensor.dtype, call)
+        out = self._heap_tensor(tuple(tensor.shape), tensor.dtype, call)
+        return out.copy_(tensor)
+
+    def free(self, tensor: torch.Tensor) -> None:
+        """Give ``tensor``'s space back to the heap. Call it in the same order on every rank, and
+        only when no kernel (here or on a peer) still uses the tensor."""
+        offset = self.offset_of(tensor)
+        self._allocator.release(offset, f"free(tensor at heap offset {offset})")
+
+    @property
+    def heap_free_bytes(self) -> int:
+        """Bytes of the heap not allocated."""
+        return self._allocator.free_bytes
+
+    # --- synchronisation -------------------------------------------------------------------------
+    def barrier(self) -> None:
+        """Wait for this rank's device work, then for every rank (MPI barrier).
+
+        With ``verify=True`` (or ``IRIS_VERIFY=1``) it also checks that every rank made the same
+        allocation calls since the last barrier, and raises :class:`SymmetryError` otherwise.
+        """
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if self.verify:
+            self._verify_symmetric_calls()
+        self.comm.Barrier()
+
+    def _verify_symmetric_calls(self) -> None:
+        logs = self.comm.allgather(self._allocator.take_log())
+        reference = logs[0]
+        for rank, log in enumerate(logs[1:], start=1):
+            if log == reference:
+                continue
+            i = next((k for k, (a, b) in enumerate(zip(reference, log)) if a != b), min(len(reference), len(log)))
+            mine = reference[i] if i < len(reference) else "no call"
+            theirs = log[i] if i < len(log) else "no call"
+            raise SymmetryError(
+                f"barrier(verify=True): allocation call #{i} since the last barrier differs: rank 0 made "
+                f"{mine!r}, rank {rank} made {theirs!r}; make the same allocations in the same order on every rank")
+
+    def broadcast(self, obj, src: int = 0):
+        """``obj`` from rank ``src`` on every rank. Tensors come back on this rank's device;
+        anything else must be picklable."""
+        self.check_rank(src, f"broadcast(src={src!r})")
+        payload = None
+        if self.rank == src:
+            payload = ("tensor", obj.detach().cpu()) if isinstance(obj, torch.Tensor) else ("object", obj)
+        kind, value = self.comm.bcast(payload, root=src)
+        return value.to(self.device) if kind == "tensor" else value
+
+    # --- lifetime --------------------------------------------------------------------------------
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise IrisUsageError(f"{call}: this Iris was closed; create a new one with iris.runtime.iris()")
+
+    def close(self) -> None:
+        """Release the heap on every rank (collective). Peers' mappings are closed, shared-memory
+        files are already gone, and MPI stays usable."""
+        if self._closed:
+            return
+        self.barrier()
+        self.tracing.close()
+        self._buffer = None
+        self._heap.close()
+        self._closed = True
+        self.comm.Barrier()
+
+    def __enter__(self) -> "Iris":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+
+    def __repr__(self) -> str:
+        return (f"Iris(rank={self.rank}, world_size={self.world_size}, backend={self.backend!r}, "
+                f"device={self.device}, heap_size={self.heap_size})")
+
+
+def iris(heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, **options) -> Iris:
+    """Start Iris on this rank: bootstrap MPI, map every rank's heap, return the :class:`Iris`.
+
+    ``backend``: ``"auto"`` (default, or ``IRIS_BACKEND``), ``"cuda"`` or ``"cpu"``. Options:
+    ``comm`` (an mpi4py communicator), ``verify`` (check allocation order at each barrier),
+    ``log_level``. Collective: every rank calls it.
+    """
+    return Iris(heap_size, backend, **options)

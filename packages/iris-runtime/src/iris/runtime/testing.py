@@ -1,0 +1,104 @@
+"""Multi-rank test support: launch N ranks from pytest, run many scenarios per launch.
+
+Pattern (never hangs, output kept): the pytest process runs
+``mpiexec -n N python -m mpi4py worker.py scenario ...`` under a timeout and asserts exit 0,
+showing every rank's output when it fails. ``python -m mpi4py`` turns an uncaught exception on
+any rank into ``MPI_Abort``, so one failing rank ends the job at once.
+
+Worker side::
+
+    def scenario_store_to_every_peer(ctx): ...
+
+    if __name__ == "__main__":
+        iris.runtime.testing.run_scenarios(globals())
+
+Environment: ``IRIS_MPIEXEC`` overrides the launcher (e.g. ``"mpirun --oversubscribe"``);
+``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+SCENARIO_PREFIX = "scenario_"
+
+
+def world_sizes(default: str = "1,2,3,4") -> list[int]:
+    """World sizes to test, from ``IRIS_TEST_WORLD_SIZES`` (comma-separated)."""
+    return [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", default).split(",") if n.strip()]
+
+
+def launcher() -> list[str]:
+    """The mpiexec command line prefix for this machine."""
+    override = os.environ.get("IRIS_MPIEXEC")
+    if override:
+        return shlex.split(override)
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = here if os.path.exists(here) else shutil.which("mpiexec") or shutil.which("mpirun")
+    if exe is None:
+        raise RuntimeError("no mpiexec found: pip install mpich (or set IRIS_MPIEXEC)")
+    cmd = [exe]
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version:
+        cmd += ["--oversubscribe"]
+        if os.geteuid() == 0:
+            cmd += ["--allow-run-as-root"]
+    return cmd
+
+
+def run_ranks(nranks: int, script: str, *args: str, timeout: float = 600, env: dict | None = None,
+              expect_failure: bool = False) -> subprocess.CompletedProcess:
+    """Run ``script`` on ``nranks`` ranks; raise ``AssertionError`` with the ranks' output unless it
+    exits 0 (or, with ``expect_failure``, unless it exits non-zero)."""
+    cmd = launcher() + ["-n", str(nranks), sys.executable, "-m", "mpi4py", script, *args]
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise AssertionError(f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}")
+    elapsed = time.monotonic() - start
+    failed = proc.returncode != 0
+    if failed != expect_failure:
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {proc.returncode} after {elapsed:.1f} s"
+            f"{' (expected a failure)' if expect_failure else ''}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    return proc
+
+
+def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options) -> None:
+    """Worker entry point: run the ``scenario_*`` functions of ``namespace`` named in ``argv``
+    (all of them when none is named) on one :class:`~iris.runtime.Iris`, each followed by a
+    barrier. Rank 0 prints ``PASS name (seconds)`` for each."""
+    import iris.runtime
+
+    argv = sys.argv[1:] if argv is None else argv
+    scenarios: dict[str, Callable] = {
+        name[len(SCENARIO_PREFIX):]: fn for name, fn in namespace.items()
+        if name.startswith(SCENARIO_PREFIX) and callable(fn)
+    }
+    names = argv or list(scenarios)
+    unknown = [n for n in names if n not in scenarios]
+    if unknown:
+        raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
+    iris_options.setdefault("heap_size", 1 << 26)
+    ctx = iris.runtime.iris(**iris_options)
+    for name in names:
+        start = time.monotonic()
+        try:
+            scenarios[name](ctx)
+        except BaseException as exc:
+            raise RuntimeError(f"scenario {name!r} failed on rank {ctx.rank}/{ctx.world_size}: {exc}") from exc
+        ctx.barrier()
+        if ctx.rank == 0:
+            print(f"PASS {name} ({time.monotonic() - start:.2f} s, {ctx.world_size} ranks, {ctx.backend})",
+                  flush=True)
+    ctx.close()
