@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU test command for a machine without network where torch, triton, mpi4py, cuda-bindings and
+# pytest are preinstalled (see FACTS.md): runs every package's multi-rank tests on the cuda
+# backend, several ranks on one GPU under MPS. Usage: bash tools/gpu-tests.sh [pytest args]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
+export IRIS_BACKEND=cuda
+export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-1,2,4}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+unset TRITON_INTERPRET
+
+started_mps=0
+if command -v nvidia-cuda-mps-control >/dev/null && [ -z "${IRIS_NO_MPS:-}" ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps_pipe} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mps_log}
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d 2>/dev/null; then started_mps=1; echo "MPS started"; fi
+fi
+stop_mps() { if [ "$started_mps" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi; }
+trap stop_mps EXIT
+
+python3 -m pytest packages/iris-runtime/tests packages/iris-device/tests packages/iris-collectives/tests tests "$@"
