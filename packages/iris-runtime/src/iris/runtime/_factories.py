@@ -7,6 +7,7 @@ and fills the tensor in place. Values follow torch exactly: the fill is done by 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -45,9 +46,14 @@ def parse_shape(size: tuple, call: str) -> tuple[int, ...]:
     for dim in size:
         if isinstance(dim, torch.Tensor) and dim.numel() == 1:
             dim = int(dim.item())
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+        try:
+            # operator.index accepts what torch accepts as a size (int, numpy ints), not floats or strings
+            value = operator.index(dim) if not isinstance(dim, bool) else -1
+        except TypeError:
+            value = -1
+        if value < 0:
             raise IrisUsageError(f"{call}: size {size!r} must be non-negative ints; e.g. zeros(4, 8) or zeros((4, 8))")
-        shape.append(dim)
+        shape.append(value)
     return tuple(shape)
 
 
@@ -98,12 +104,17 @@ class TensorFactories:
     def arange(self, start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
         """Evenly spaced values (``torch.arange``)."""
         self._check_device(device, "arange")
-        values = torch.arange(start, end, step, dtype=dtype) if end is not None else torch.arange(start, dtype=dtype)
-        return self._from_torch(values, "arange", requires_grad)
+        if dtype is not None:
+            check_dtype(dtype, f"arange(dtype={dtype_name(dtype)})")
+        # arange(end) and arange(end, step=s) count from 0, as torch does
+        start, end = (0, start) if end is None else (start, end)
+        return self._from_torch(torch.arange(start, end, step, dtype=dtype), "arange", requires_grad)
 
     def linspace(self, start, end, steps, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
         """``steps`` values from ``start`` to ``end`` (``torch.linspace``)."""
         self._check_device(device, "linspace")
+        if dtype is not None:
+            check_dtype(dtype, f"linspace(dtype={dtype_name(dtype)})")
         return self._from_torch(torch.linspace(start, end, steps, dtype=dtype), "linspace", requires_grad)
 
     def rand(self, *size, generator=None, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
@@ -120,9 +131,9 @@ class TensorFactories:
         if size is None:
             if high is None:
                 raise IrisUsageError("randint: pass size=, e.g. randint(0, 10, (4, 4))")
-            low, high, size = 0, low, high
-        if high is None:
-            raise IrisUsageError(f"randint(low={low}, size={size}): pass high= (exclusive upper bound)")
+            low, high, size = 0, low, high      # randint(high, size)
+        elif high is None:
+            low, high = 0, low                  # randint(high, size=...)
         out = self._new((size,), dtype, device, "randint", default=torch.int64)
         return out.random_(low, high, generator=generator).requires_grad_(requires_grad)
 

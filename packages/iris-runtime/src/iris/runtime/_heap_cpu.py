@@ -9,6 +9,7 @@ that peers still need.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -47,39 +48,24 @@ class SharedMemoryHeap(SymmetricHeap):
         self.size = size
         self.device = torch.device("cpu")
         self._comm = boot.comm
-        job = boot.comm.bcast(uuid.uuid4().hex[:16] if boot.rank == 0 else None, root=0)
+        # allgather, not bcast: it returns only once every rank is here, so no file exists before
+        # all ranks reached the heap's set-up (a rank failing earlier leaves nothing behind).
+        job = boot.comm.allgather(uuid.uuid4().hex[:16] if boot.rank == 0 else None)[0]
         self._paths = [os.path.join(SHM_DIR, f"{FILE_PREFIX}{job}-{r}") for r in range(boot.world_size)]
-        own_path = self._paths[boot.rank]
         self._maps: list[mmap.mmap | None] = [None] * boot.world_size
-        created = False
+        finished = False
         try:
-            fd = os.open(own_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            created = True
-            try:
-                os.ftruncate(fd, size)
-                self._maps[boot.rank] = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            finally:
-                os.close(fd)
-            error = None
-        except OSError as exc:
-            error = f"rank {boot.rank}: {exc}"
-        errors = [e for e in boot.comm.allgather(error) if e]
-        if not errors:
-            try:
-                for r, path in enumerate(self._paths):
-                    if r != boot.rank:
-                        fd = os.open(path, os.O_RDWR)
-                        try:
-                            self._maps[r] = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-                        finally:
-                            os.close(fd)
-            except OSError as exc:
-                error = f"rank {boot.rank}: {exc}"
-            errors = [e for e in boot.comm.allgather(error) if e]
-        # Everyone has mapped everything (or failed): the names are no longer needed.
-        if created:
-            os.unlink(own_path)
+            errors = self._create_and_map(boot)
+            finished = True
+        finally:
+            if not finished:
+                # Leaving abnormally (KeyboardInterrupt, ...): the job is about to be aborted, and the
+                # peers' processes will be killed before they unlink their files; remove them all.
+                for path in self._paths:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
         if errors:
+            self.close()
             raise IrisBackendError(
                 f"cpu backend: could not create the {size} B shared-memory heap in {SHM_DIR} "
                 f"({'; '.join(errors)}); free space in {SHM_DIR} or pass a smaller heap_size= to iris.runtime.iris()"
@@ -87,6 +73,50 @@ class SharedMemoryHeap(SymmetricHeap):
         self.bases = [_address(m) for m in self._maps]
         self._local = torch.frombuffer(self._maps[boot.rank], dtype=torch.uint8)
         self.check_alignment()
+
+    def _create_and_map(self, boot: Bootstrap) -> list[str]:
+        """Create this rank's file, map every rank's file, unlink our own. Returns the failures of
+        all ranks (empty when every rank succeeded); every rank returns the same list.
+
+        Any exception is reported to the peers through the allgathers instead of escaping, so
+        every rank reaches the unlink and no file outlives a failed start-up.
+        """
+        own_path = self._paths[boot.rank]
+        created = False
+        error = None
+        try:
+            try:
+                fd = os.open(own_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                created = True
+                try:
+                    os.ftruncate(fd, self.size)
+                    self._maps[boot.rank] = self._map(fd)
+                finally:
+                    os.close(fd)
+            except Exception as exc:
+                error = f"rank {boot.rank}: {type(exc).__name__}: {exc}"
+            errors = [e for e in boot.comm.allgather(error) if e]
+            if not errors:
+                try:
+                    for r, path in enumerate(self._paths):
+                        if r != boot.rank:
+                            fd = os.open(path, os.O_RDWR)
+                            try:
+                                self._maps[r] = self._map(fd)
+                            finally:
+                                os.close(fd)
+                except Exception as exc:
+                    error = f"rank {boot.rank}: {type(exc).__name__}: {exc}"
+                errors = [e for e in boot.comm.allgather(error) if e]
+        finally:
+            # Everyone has mapped everything (or failed): the name is no longer needed.
+            if created:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(own_path)
+        return errors
+
+    def _map(self, fd: int) -> mmap.mmap:
+        return mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def local_buffer(self) -> torch.Tensor:
         return self._local

@@ -104,6 +104,7 @@ class CudaIpcHeap(SymmetricHeap):
                 f"cudaIpcOpenMemHandle(rank {peer_rank}'s heap)"))
             self._opened.append(mapped)
             self.bases[peer_rank] = mapped + peer_offset
+        self._node_comm = boot.node_comm
         self._local = torch.as_tensor(self._block, device=self.device)
         self.check_alignment()
         logger.debug("cuda heap: %d B on %s, bases %s", size, self.device, [hex(b) for b in self.bases])
@@ -117,6 +118,8 @@ class CudaIpcHeap(SymmetricHeap):
         for mapped in self._opened:
             _check(runtime.cudaIpcCloseMemHandle(mapped), "cudaIpcCloseMemHandle")
         self._opened = []
+        # Peers must have closed their handles to our block before it may be freed.
+        self._node_comm.Barrier()
         # The block itself is freed when the last tensor on it (ours or the caller's) is gone.
         self._local = None
         self._block = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 
+from ._errors import IrisUsageError
+
 logger = logging.getLogger("iris")
 _handler: logging.Handler | None = None
 
@@ -41,6 +43,8 @@ def set_log_level(level: int | str) -> None:
     if isinstance(level, str):
         value = logging.getLevelName(level.upper())
         if not isinstance(value, int):
-            raise ValueError(f"set_log_level({level!r}): not a logging level; use DEBUG, INFO, WARNING or ERROR")
+            raise IrisUsageError(
+                f"set_log_level({level!r}): not a logging level; use DEBUG, INFO, WARNING or ERROR "
+                f"(the same names work in IRIS_LOG_LEVEL)")
         level = value
     logger.setLevel(level)

@@ -64,13 +64,15 @@ def run_ranks(nranks: int, script: str, *args: str, timeout: float = 600, env: d
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        raise AssertionError(f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}")
+        raise AssertionError(
+            f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}") from None
     elapsed = time.monotonic() - start
     failed = proc.returncode != 0
     if failed != expect_failure:
         raise AssertionError(
             f"{' '.join(cmd)} exited {proc.returncode} after {elapsed:.1f} s"
-            f"{' (expected a failure)' if expect_failure else ''}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+            f"{' (expected a failure)' if expect_failure else ''}"
+            f"\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
 
 

@@ -1,0 +1,59 @@
+"""Nothing hangs: an exception on one rank ends the whole job within seconds, prints that rank's
+message and leaves no heap files in /dev/shm (workers/crash_worker.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import time
+
+import pytest
+from runtime_test_helpers import SHM, existing, worker
+
+from iris.runtime._backend import resolve_backend
+from iris.runtime.testing import run_ranks
+
+CRASH = worker("crash_worker.py")
+NRANKS = 2  # the smallest job with a rank left waiting
+# A hung job fails the test after this long instead of hanging it (MPIEXEC_TIMEOUT kills the ranks).
+JOB_LIMIT = {"MPIEXEC_TIMEOUT": "60"}
+
+
+@pytest.mark.multirank
+def test_exception_mid_run_aborts_the_job(mpich_leftovers):
+    start = time.monotonic()
+    proc = run_ranks(NRANKS, CRASH, "midrun", timeout=90, env=JOB_LIMIT, expect_failure=True)
+    ended, elapsed = time.time(), time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    last = NRANKS - 1
+    assert elapsed < 30, f"the job took {elapsed:.1f} s to end\n{out}"
+    raised = re.search(r"^CHECK raising-at ([0-9.]+)$", proc.stdout, re.M)
+    assert raised, out
+    assert ended - float(raised.group(1)) < 10, f"job ended {ended - float(raised.group(1)):.1f} s after the raise"
+    assert f"rank {last} fails on purpose in the middle of the run" in out, out
+    assert f"[{last}/{NRANKS}] iris: rank {last} failed; aborting all {NRANKS} ranks" in out, out
+    files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
+    assert not existing(files), f"left behind: {existing(files)}"
+
+
+@pytest.mark.multirank
+@pytest.mark.skipif(resolve_backend(None) != "cpu",
+                    reason="only the cpu backend has a start-up window with files in /dev/shm; the cuda heap has none")
+def test_failure_during_heap_startup_leaves_no_files(mpich_leftovers):
+    start = time.monotonic()
+    proc = run_ranks(NRANKS, CRASH, "startup", timeout=90, env=JOB_LIMIT, expect_failure=True)
+    elapsed = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    injected = re.search(r"^CHECK injected (\S+)$", proc.stdout, re.M)
+    assert injected, out
+    job = re.match(r".*/iris-heap-([0-9a-f]+)-\d+$", injected.group(1)).group(1)
+    left = glob.glob(f"{SHM}/iris-heap-{job}-*")
+    for path in left:  # don't leave them to the next run even when the test fails
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    assert not left, f"start-up failure left {left}\n{out}"
+    assert elapsed < 30, f"the job took {elapsed:.1f} s to end\n{out}"
+    assert f"injected start-up failure on rank {NRANKS - 1}" in out, out
+    assert "IrisBackendError: cpu backend: could not create the" in out, out
