@@ -8,10 +8,24 @@ Two forms of every primitive:
   ``ctx = DeviceContext.initialize(context_tensor, rank, world_size); ctx.load(pointer, from_rank)``.
 
 This package depends on Triton only: importing it pulls in neither torch, mpi4py nor the runtime.
+Importing it chooses compiled or interpreted kernels (see ``iris.device._mode``).
 """
 
-from ._atomics import (atomic_add, atomic_and, atomic_cas, atomic_max, atomic_min, atomic_or, atomic_sub,
-                       atomic_xchg, atomic_xor)
+from ._mode import choose_mode_at_import
+
+choose_mode_at_import()  # before any @triton.jit below (and the caller's) runs
+
+from ._atomics import (
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_sub,
+    atomic_xchg,
+    atomic_xor,
+)
 from ._context import DeviceContext, DeviceContextMethods
 from ._debug import DEBUG, debug_enabled
 from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError

@@ -22,8 +22,10 @@ _ATOMIC_DOC = """Atomically {what} at ``to_rank``'s memory and return the old va
 
 Granularity: per element of the pointer block, one read-modify-write each{mask_note}.
 Memory semantics: ``sem`` is ``"acquire"``, ``"release"``, ``"acq_rel"`` or ``"relaxed"``
-(``None`` = ``"acq_rel"``). Scope: ``scope`` is ``"cta"``, ``"gpu"`` or ``"sys"`` (``None`` =
-``"gpu"``); use ``"sys"`` for anything another process or GPU observes.
+(``None`` = ``"acq_rel"``), for the whole program: a releasing atomic orders every earlier
+access of the program's threads before it, an acquiring one every later access after it.
+Scope: ``scope`` is ``"cta"``, ``"gpu"`` or ``"sys"`` (``None`` = ``"gpu"``); use ``"sys"`` for
+anything another process or GPU observes.
 Types: {types}.
 
 Example::
@@ -75,31 +77,72 @@ def checked_atomic_type(call, op, pointer_ty, interpreter):
     return elem
 
 
+@triton.constexpr_function
+def _xchg_bits_type(elem, interpreter):
+    # Triton's interpreter has no float atomic exchange ("Unsupported data type"); an exchange
+    # of the same bits as an integer of the same width is the same operation.
+    if interpreter and elem.is_floating():
+        return tl.int64 if elem.primitive_bitwidth == 64 else tl.int32
+    return None
+
+
+# Program-wide ordering. On a GPU a program's lanes are many threads, but a release orders only the
+# writes of the thread that issues it, and a scalar atomic is issued by one thread. Without a
+# barrier before it, the spec's pattern (store a block, then atomic_cas(flag, ..., sem="release"))
+# could publish the flag before other warps' stores land; symmetrically, other threads' loads after
+# an acquire are ordered only through a barrier after it. tl.debug_barrier() is a CTA barrier on
+# the GPU and a no-op under the interpreter. (Written inline in each atomic, not as a helper: every
+# nested jit call costs the interpreter a re-patch of triton.language.)
+
+
+@triton.constexpr_function
+def _releases(sem):
+    # None means "acq_rel".
+    return sem in (None, "release", "acq_rel")
+
+
+@triton.constexpr_function
+def _acquires(sem):
+    return sem in (None, "acquire", "acq_rel")
+
+
 @triton.jit
 def _rmw(op: tl.constexpr, pointer, val, from_rank, to_rank, heap_bases, mask, sem: tl.constexpr,
          scope: tl.constexpr, hint: tl.constexpr):
     call: tl.constexpr = "iris.device.atomic_" + op
-    checked_atomic_type(call, op, pointer.dtype, INTERPRETER)
+    elem: tl.constexpr = checked_atomic_type(call, op, pointer.dtype, INTERPRETER)
     sem_v: tl.constexpr = checked_sem(call, sem)
     scope_v: tl.constexpr = checked_scope(call, scope)
-    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint)
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint, call)
+    if _releases(sem_v):
+        tl.debug_barrier()
     if op == "add":
-        return tl.atomic_add(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_add(remote, val, mask=mask, sem=sem_v, scope=scope_v)
     elif op == "sub":
-        return tl.atomic_add(remote, -val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_add(remote, -val, mask=mask, sem=sem_v, scope=scope_v)
     elif op == "xchg":
-        return tl.atomic_xchg(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        bits: tl.constexpr = _xchg_bits_type(elem, INTERPRETER)
+        if bits is None:
+            old = tl.atomic_xchg(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        else:
+            as_bits = tl.cast(remote, tl.pointer_type(bits), bitcast=True)
+            new_bits = tl.cast(tl.cast(val, elem), bits, bitcast=True)
+            old_bits = tl.atomic_xchg(as_bits, new_bits, mask=mask, sem=sem_v, scope=scope_v)
+            old = tl.cast(old_bits, elem, bitcast=True)
     elif op == "and":
-        return tl.atomic_and(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_and(remote, val, mask=mask, sem=sem_v, scope=scope_v)
     elif op == "or":
-        return tl.atomic_or(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_or(remote, val, mask=mask, sem=sem_v, scope=scope_v)
     elif op == "xor":
-        return tl.atomic_xor(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_xor(remote, val, mask=mask, sem=sem_v, scope=scope_v)
     elif op == "min":
-        return tl.atomic_min(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_min(remote, val, mask=mask, sem=sem_v, scope=scope_v)
     else:
         tl.static_assert(op == "max", "iris.device internal: unknown atomic op")
-        return tl.atomic_max(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+        old = tl.atomic_max(remote, val, mask=mask, sem=sem_v, scope=scope_v)
+    if _acquires(sem_v):
+        tl.debug_barrier()
+    return old
 
 
 @triton.jit
@@ -128,12 +171,17 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.conste
     elem: tl.constexpr = checked_atomic_type(call, "cas", pointer.dtype, INTERPRETER)
     sem_v: tl.constexpr = checked_sem(call, sem)
     scope_v: tl.constexpr = checked_scope(call, scope)
-    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint)
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint, call)
     # cmp and val in the pointee's type: a 16-bit CAS given 32-bit operands would compare and
     # write 4 bytes under the interpreter.
     cmp_v = tl.cast(cmp, elem)
     val_v = tl.cast(val, elem)
-    return tl.atomic_cas(remote, cmp_v, val_v, sem=sem_v, scope=scope_v)
+    if _releases(sem_v):
+        tl.debug_barrier()
+    old = tl.atomic_cas(remote, cmp_v, val_v, sem=sem_v, scope=scope_v)
+    if _acquires(sem_v):
+        tl.debug_barrier()
+    return old
 
 
 @triton.jit

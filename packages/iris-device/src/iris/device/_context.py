@@ -12,7 +12,7 @@ import triton.language as tl
 
 from . import _atomics as atomics
 from . import _memory as memory
-from ._debug import DEBUG
+from ._debug import DEBUG, check_context
 from ._interpreter import aggregate
 from ._layout import HEAP_BASES_C
 from ._tracing import DeviceTracing, TraceEvent
@@ -190,11 +190,7 @@ def context_parts(context_tensor, rank: tl.constexpr, world_size: tl.constexpr, 
     tl.static_assert(rank >= 0, "DeviceContext.initialize: rank must be a constexpr in [0, world_size)")
     tl.static_assert(rank < world_size, "DeviceContext.initialize: rank must be a constexpr in [0, world_size)")
     if DEBUG:
-        stored_rank = tl.load(context_tensor)
-        stored_world = tl.load(context_tensor + 1)
-        tl.device_assert((stored_rank == rank) & (stored_world == world_size),
-                         "iris debug: DeviceContext.initialize(rank, world_size) does not match the context "
-                         "tensor; pass iris.rank and iris.world_size of the Iris that made the tensor")
+        check_context(context_tensor, rank, world_size)
     heap_bases = context_tensor + HEAP_BASES_C
     return heap_bases, DeviceTracing.initialize(heap_bases, rank, world_size, tracing)
 

@@ -48,6 +48,12 @@ def context_length(num_ranks: int) -> int:
 #: on it to tell the compiler that translated pointers keep the alignment of local ones.
 HEAP_BASE_ALIGNMENT = 256
 
+#: The signal pad: ``SIGNAL_PAD_BYTES`` more bytes that the runtime maps (and zeroes) right after
+#: every rank's heap, at ``heap_base + heap_size``: outside the heap, so no allocation reaches it,
+#: and as reachable by peers as the heap. It holds the flags of device-side collectives that take
+#: no flag array (``iris.collectives.all_reduce_ring``).
+SIGNAL_PAD_BYTES = 1 << 20
+
 # The same numbers as compile-time constants for @triton.jit code.
 HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)
 TRACE_ENABLED_C: tl.constexpr = tl.constexpr(TRACE_ENABLED)

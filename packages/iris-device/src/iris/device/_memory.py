@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._options import ld_modifier, st_modifier
+from ._options import ld_modifier, ld_volatile, st_modifier
 from ._translate import translate_masked
 
 
@@ -35,8 +35,9 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
         x = iris.device.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n, other=0.0)
     """
     modifier: tl.constexpr = ld_modifier("iris.device.load", cache_modifier, volatile)
-    remote = translate_masked(pointer, to_rank, from_rank, heap_bases, mask, hint)
-    return tl.load(remote, mask=mask, other=other, cache_modifier=modifier, volatile=volatile)
+    remote = translate_masked(pointer, to_rank, from_rank, heap_bases, mask, hint, "iris.device.load")
+    return tl.load(remote, mask=mask, other=other, cache_modifier=modifier,
+                   volatile=ld_volatile(cache_modifier, volatile))
 
 
 @triton.jit
@@ -56,7 +57,7 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
         iris.device.store(buf + offs, x, cur_rank, peer, heap_bases, mask=offs < n)
     """
     modifier: tl.constexpr = st_modifier("iris.device.store", cache_modifier)
-    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint)
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint, "iris.device.store")
     tl.store(remote, value, mask=mask, cache_modifier=modifier)
 
 
@@ -74,10 +75,11 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
 
         iris.device.get(buf + offs, local + offs, peer, cur_rank, heap_bases, mask=m)
     """
-    load_modifier: tl.constexpr = ld_modifier("iris.device.get", load_cache_modifier)
-    store_modifier: tl.constexpr = st_modifier("iris.device.get", store_cache_modifier)
-    remote = translate_masked(from_ptr, to_rank, from_rank, heap_bases, mask, hint)
-    data = tl.load(remote, mask=mask, other=other, cache_modifier=load_modifier)
+    load_modifier: tl.constexpr = ld_modifier("iris.device.get", load_cache_modifier, False, "load_cache_modifier")
+    store_modifier: tl.constexpr = st_modifier("iris.device.get", store_cache_modifier, "store_cache_modifier")
+    remote = translate_masked(from_ptr, to_rank, from_rank, heap_bases, mask, hint, "iris.device.get")
+    data = tl.load(remote, mask=mask, other=other, cache_modifier=load_modifier,
+                   volatile=ld_volatile(load_cache_modifier, False))
     tl.store(to_ptr, data, mask=mask, cache_modifier=store_modifier)
 
 
@@ -95,10 +97,11 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
 
         iris.device.put(local + offs, buf + offs, cur_rank, peer, heap_bases, mask=m)
     """
-    load_modifier: tl.constexpr = ld_modifier("iris.device.put", load_cache_modifier)
-    store_modifier: tl.constexpr = st_modifier("iris.device.put", store_cache_modifier)
-    data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_modifier)
-    remote = translate_masked(to_ptr, from_rank, to_rank, heap_bases, mask, hint)
+    load_modifier: tl.constexpr = ld_modifier("iris.device.put", load_cache_modifier, False, "load_cache_modifier")
+    store_modifier: tl.constexpr = st_modifier("iris.device.put", store_cache_modifier, "store_cache_modifier")
+    data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_modifier,
+                   volatile=ld_volatile(load_cache_modifier, False))
+    remote = translate_masked(to_ptr, from_rank, to_rank, heap_bases, mask, hint, "iris.device.put")
     tl.store(remote, data, mask=mask, cache_modifier=store_modifier)
 
 
@@ -118,10 +121,11 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, 
         # pull a peer's block into my buffer, or push mine to a peer: same call
         iris.device.copy(src + offs, dst + offs, peer, cur_rank, cur_rank, heap_bases, mask=m)
     """
-    load_modifier: tl.constexpr = ld_modifier("iris.device.copy", load_cache_modifier)
-    store_modifier: tl.constexpr = st_modifier("iris.device.copy", store_cache_modifier)
-    src = translate_masked(src_ptr, cur_rank, from_rank, heap_bases, mask, hint)
-    dst = translate_masked(dst_ptr, cur_rank, to_rank, heap_bases, mask, hint)
-    data = tl.load(src, mask=mask, other=other, cache_modifier=load_modifier)
+    load_modifier: tl.constexpr = ld_modifier("iris.device.copy", load_cache_modifier, False, "load_cache_modifier")
+    store_modifier: tl.constexpr = st_modifier("iris.device.copy", store_cache_modifier, "store_cache_modifier")
+    src = translate_masked(src_ptr, cur_rank, from_rank, heap_bases, mask, hint, "iris.device.copy")
+    dst = translate_masked(dst_ptr, cur_rank, to_rank, heap_bases, mask, hint, "iris.device.copy")
+    data = tl.load(src, mask=mask, other=other, cache_modifier=load_modifier,
+                   volatile=ld_volatile(load_cache_modifier, False))
     tl.store(dst, data, mask=mask, cache_modifier=store_modifier)
 

@@ -12,7 +12,8 @@ kind       spec value                  NVIDIA
 load       ``None`` (default)          no qualifier: cached in L1 and L2 (= .ca)
 load       ``".ca"``                   ``ld.global.ca``: cache at all levels
 load       ``".cg"``                   ``ld.global.cg``: L2 only, bypass L1
-load       ``".cv"``                   ``ld.global.cv``: do not cache, fetch again
+load       ``".cv"``                   ``ld.volatile.global``: not kept in L1, re-read
+                                       from the coherence point on every access (*)
 store      ``None`` (default)          no qualifier: write-back (= .wb)
 store      ``".wb"``                   ``st.global.wb``: write-back
 store      ``".cg"``                   ``st.global.cg``: L2 only
@@ -20,7 +21,13 @@ store      ``".cs"``                   ``st.global.cs``: streaming, evict first
 store      ``".wt"``                   ``st.global.wt``: write-through to memory
 =========  ==========================  ==========================================
 
-``".cg"`` together with ``volatile=True`` is rejected: ptxas has no volatile L2-only load.
+(*) Triton's NVIDIA backend accepts ``".cv"`` but emits no qualifier for it (a plain cached
+load), which would silently lose the spec's "fetch from memory, globally coherent" meaning. A
+volatile load gives that meaning on NVIDIA (PTX treats ``ld.volatile`` on global memory as a
+relaxed load at system scope), and it still vectorizes (``ld.volatile.global.v4``).
+
+``".ca"`` or ``".cg"`` together with ``volatile=True`` is rejected: ptxas has no volatile load
+with a caching qualifier.
 Under the interpreter the modifiers are accepted and have no effect (host memory has no GPU
 caches).
 """
@@ -33,7 +40,8 @@ from ._errors import IrisUsageError
 
 SEMANTICS = ("acquire", "release", "acq_rel", "relaxed")
 SCOPES = ("gpu", "cta", "sys")
-LOAD_CACHE_MODIFIERS = {None: "", ".ca": ".ca", ".cg": ".cg", ".cv": ".cv"}
+# ".cv" becomes a volatile load (see the table), not a qualifier.
+LOAD_CACHE_MODIFIERS = {None: "", ".ca": ".ca", ".cg": ".cg", ".cv": ""}
 STORE_CACHE_MODIFIERS = {None: "", ".wb": ".wb", ".cg": ".cg", ".cs": ".cs", ".wt": ".wt"}
 
 
@@ -60,28 +68,40 @@ def checked_scope(call, scope):
 
 
 @triton.constexpr_function
-def ld_modifier(call, modifier, volatile=False):
-    """The PTX load qualifier for a spec ``cache_modifier`` (see the module table)."""
+def ld_modifier(call, modifier, volatile=False, param="cache_modifier"):
+    """The PTX load qualifier for a spec cache modifier (see the module table).
+
+    ``param`` is the name the caller gave the option (``cache_modifier`` for ``load``,
+    ``load_cache_modifier`` for ``get``/``put``/``copy``), so the message names what to change.
+    """
     if modifier not in LOAD_CACHE_MODIFIERS:
         accepted = tuple(k for k in LOAD_CACHE_MODIFIERS if k is not None)
         raise IrisUsageError(
-            f"{call}(cache_modifier={modifier!r}): a load accepts None or one of {accepted}; "
+            f"{call}({param}={modifier!r}): a load accepts None or one of {accepted}; "
             f"'.cv' re-reads memory on every access, '.cg' skips L1"
         )
-    if volatile and modifier == ".cg":
+    if volatile and modifier in (".ca", ".cg"):
         raise IrisUsageError(
-            f"{call}(cache_modifier='.cg', volatile=True): NVIDIA has no volatile L2-only load; "
-            f"use cache_modifier='.cv' (or None) with volatile=True"
+            f"{call}({param}={modifier!r}, volatile=True): NVIDIA has no volatile load that is also cached "
+            f"({modifier!r}); ptxas rejects it. Use {param}=None or '.cv' with volatile=True"
         )
     return LOAD_CACHE_MODIFIERS[modifier]
 
 
 @triton.constexpr_function
-def st_modifier(call, modifier):
-    """The PTX store qualifier for a spec ``cache_modifier`` (see the module table)."""
+def ld_volatile(modifier, volatile):
+    """Whether the load is emitted volatile: asked for, or implied by ``".cv"`` (module table)."""
+    return bool(volatile) or modifier == ".cv"
+
+
+@triton.constexpr_function
+def st_modifier(call, modifier, param="cache_modifier"):
+    """The PTX store qualifier for a spec cache modifier (see the module table); ``param`` as in
+    :func:`ld_modifier`."""
     if modifier not in STORE_CACHE_MODIFIERS:
         accepted = tuple(k for k in STORE_CACHE_MODIFIERS if k is not None)
         raise IrisUsageError(
-            f"{call}(cache_modifier={modifier!r}): a store accepts None or one of {accepted}"
+            f"{call}({param}={modifier!r}): a store accepts None or one of {accepted}; "
+            f"'.cs' streams (evict first), '.wt' writes through"
         )
     return STORE_CACHE_MODIFIERS[modifier]

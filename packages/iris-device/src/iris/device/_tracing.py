@@ -10,9 +10,24 @@ import triton
 import triton.language as tl
 
 from ._interpreter import INTERPRETER, aggregate
-from ._layout import (EVENT_ADDRESS_C, EVENT_BYTES_C, EVENT_END_C, EVENT_ID_C, EVENT_PID_C, EVENT_PID_M_C,
-                      EVENT_PID_N_C, EVENT_RANK_C, EVENT_SM_C, EVENT_START_C, EVENT_TARGET_C, TRACE_BUFFER_PTR_C,
-                      TRACE_COUNTER_PTR_C, TRACE_ENABLED_C, TRACE_EVENT_FIELDS_C, TRACE_MAX_EVENTS_C)
+from ._layout import (
+    EVENT_ADDRESS_C,
+    EVENT_BYTES_C,
+    EVENT_END_C,
+    EVENT_ID_C,
+    EVENT_PID_C,
+    EVENT_PID_M_C,
+    EVENT_PID_N_C,
+    EVENT_RANK_C,
+    EVENT_SM_C,
+    EVENT_START_C,
+    EVENT_TARGET_C,
+    TRACE_BUFFER_PTR_C,
+    TRACE_COUNTER_PTR_C,
+    TRACE_ENABLED_C,
+    TRACE_EVENT_FIELDS_C,
+    TRACE_MAX_EVENTS_C,
+)
 from ._translate import _pointee_bytes
 
 #: Event names by id, for the host side (export, summary). Ids are stable across releases.
@@ -90,10 +105,11 @@ class TraceEvent:
 
 @triton.constexpr_function
 def _host_clock_ns():
-    # Interpreter substitute for %globaltimer: the host's monotonic clock, the same clock in every
-    # process of a machine, so ranks' timestamps line up without correction. A constexpr function
-    # is re-run on every call under the interpreter. The import is local because Triton refuses
-    # kernels whose dependencies name plain Python functions such as time.monotonic_ns.
+    # Interpreter substitute for %globaltimer: the host's monotonic clock (CLOCK_MONOTONIC on
+    # Linux), one clock for every process of a machine, so the ranks of a CPU run line up without
+    # correction. A constexpr function is re-run on every call under the interpreter. The import is
+    # local because Triton refuses kernels whose dependencies name plain Python functions such as
+    # time.monotonic_ns.
     import time
 
     return time.monotonic_ns()
@@ -101,8 +117,13 @@ def _host_clock_ns():
 
 @triton.jit
 def device_clock_ns():
-    """Current time in ns: ``%globaltimer`` on the GPU, the host monotonic clock in the
-    interpreter. Per program (a scalar)."""
+    """Current time in ns, as an int64 scalar (per program; every thread reads it).
+
+    On the GPU: ``%globaltimer``, the GPU's global nanosecond timer (one clock per GPU; how often
+    it ticks depends on the GPU and driver and can be as coarse as a microsecond, so short events
+    may last 0). Under the interpreter: the host's monotonic clock, one clock per machine. No
+    memory access.
+    """
     if INTERPRETER:
         return tl.full([], _host_clock_ns(), tl.int64)
     else:
@@ -112,7 +133,8 @@ def device_clock_ns():
 
 @triton.jit
 def device_sm_id():
-    """The SM running this program on the GPU; the flattened program id in the interpreter."""
+    """The SM running this program (``%smid``) on the GPU; the flattened program id under the
+    interpreter, which has no SMs. An int64 scalar, per program. No memory access."""
     if INTERPRETER:
         return _flat_program_id().to(tl.int64)
     else:
@@ -127,25 +149,50 @@ def _flat_program_id():
 
 @triton.jit
 def _access_summary(address, mask):
-    # Lowest active address and bytes touched, for scalars and blocks alike.
+    # Lowest active address and bytes touched, for a scalar pointer or a block of pointers. With no
+    # mask the byte count is a compile-time constant, so only the address needs a reduction.
+    # Builtins only (tl.full, tl.reduce with Triton's own combine functions, not tl.zeros/tl.min/
+    # tl.sum): those standard-library helpers break under the interpreter when triton was imported
+    # before iris.runtime switched it on, and the interpreter runs these two combiners with numpy.
     elem_bytes: tl.constexpr = _pointee_bytes(address.dtype)
-    addr = tl.cast(address, tl.int64) | tl.zeros([1], dtype=tl.int64)
-    active = tl.full([1], 1, tl.int1) | tl.zeros(addr.shape, dtype=tl.int1)
-    if mask is not None:
-        active = active & mask
-    lowest = tl.min(tl.where(active, addr, 0x7FFFFFFFFFFFFFFF), axis=None)
-    count = tl.sum(active.to(tl.int64), axis=None)
-    lowest = tl.where(count > 0, lowest, 0)
-    return lowest, count * elem_bytes
+    addr = tl.cast(address, tl.int64) | tl.full([1], 0, tl.int64)
+    if mask is None:
+        lowest = tl.reduce(addr, None, tl.standard._elementwise_min)
+        nbytes = tl.full([], addr.numel * elem_bytes, tl.int64)
+    else:
+        active = mask | tl.full(addr.shape, 0, tl.int1)
+        lowest = tl.reduce(tl.where(active, addr, 0x7FFFFFFFFFFFFFFF), None, tl.standard._elementwise_min)
+        count = tl.reduce(active.to(tl.int64), None, tl.standard._sum_combine)
+        lowest = tl.where(count > 0, lowest, 0)
+        nbytes = count * elem_bytes
+    return lowest, nbytes
+
+
+# One event record is written as a single masked vector store of this many int64 lanes (the next
+# power of two above TRACE_EVENT_FIELDS; lanes past the record are masked off). One store
+# instruction instead of eleven scalar stores that one thread would issue one after another.
+_RECORD_LANES: tl.constexpr = tl.constexpr(triton.next_power_of_2(TRACE_EVENT_FIELDS_C.value))
+
+
+@triton.jit
+def _put(record, lane, field: tl.constexpr, value):
+    return tl.where(lane == field, value, record)
 
 
 @aggregate
 class DeviceTracing:
     """Records events into this rank's trace buffer (``ctx.tracing``).
 
-    Compiled in only for contexts initialised with ``tracing=True``; otherwise each method is
-    empty and returns ``-1``. Slots come from an atomic counter; an event past ``max_events``
-    is counted (the counter keeps growing) but never written.
+    Compiled in only for contexts initialised with ``tracing=True``; otherwise every method is
+    empty, returns the constant ``-1`` and leaves no instruction in the kernel. With tracing
+    compiled in, nothing is recorded (and the slot counter is not touched) until the host calls
+    ``iris.tracing.enable()``. Slots come from an atomic counter; an event past ``max_events`` is
+    counted (the counter keeps growing, the host reports the excess as dropped) but never written.
+
+    What a duration means: the time between the two clock reads of one program. On the GPU that
+    is mostly the time to issue the operation: a store is not waited for, and a load's data may
+    arrive after the end is read (the GPU waits where the value is first used). A user range
+    that ends after the values are used times the whole phase.
     """
 
     enabled: tl.constexpr
@@ -165,7 +212,11 @@ class DeviceTracing:
     @staticmethod
     @triton.jit
     def initialize(heap_bases, rank: tl.constexpr, world_size: tl.constexpr, tracing: tl.constexpr):
-        """Read the trace info that follows the heap bases in the context tensor."""
+        """Read the trace info that follows the heap bases in the context tensor.
+
+        Per program: four scalar loads with ``tracing=True``, none otherwise. A host that has not
+        enabled tracing leaves capacity 0, so recording calls neither claim slots nor write.
+        """
         trailer = heap_bases + world_size
         if tracing:
             max_events = tl.load(trailer + TRACE_MAX_EVENTS_C) * tl.load(trailer + TRACE_ENABLED_C)
@@ -179,41 +230,54 @@ class DeviceTracing:
 
     @triton.jit
     def record_event_start(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
-        """Open an event and return its handle (slot), or -1 when tracing is off or full.
+        """Open an event and return its handle (an int64 slot), or -1 when tracing is off or full.
 
-        Granularity: once per program (the block's lowest active address and its byte count
-        are recorded). Memory semantics: a relaxed atomic claims the slot; the fields are
-        plain stores, read by the host after the kernel finishes.
+        ``event_id``: a :class:`TraceEvent` field. ``target_rank``: the peer involved (-1 for
+        none). ``address``: a pointer or block of pointers; the lowest active one is recorded, and
+        the bytes of the active lanes. ``pid_m``/``pid_n``: the caller's tile coordinates (-1 for
+        none). ``mask``: the access mask, if any.
+
+        Granularity: once per program. Memory semantics: one relaxed atomic on the slot counter
+        (scope gpu) claims the slot; the record is one plain vector store that the host reads after
+        the kernel. The start time is read last, just before the traced operation.
         """
         handle = tl.full([], -1, tl.int64)
         if self.enabled:
-            slot = tl.atomic_add(self.counter, 1, sem="relaxed").to(tl.int64)
-            if slot < self.max_events:
-                lowest, nbytes = _access_summary(address, mask)
-                event = self.buffer + slot * TRACE_EVENT_FIELDS_C
-                tl.store(event + EVENT_ID_C, event_id)
-                tl.store(event + EVENT_RANK_C, self.rank)
-                tl.store(event + EVENT_TARGET_C, tl.cast(target_rank, tl.int64))
-                tl.store(event + EVENT_ADDRESS_C, lowest)
-                tl.store(event + EVENT_BYTES_C, nbytes)
-                tl.store(event + EVENT_PID_C, _flat_program_id().to(tl.int64))
-                tl.store(event + EVENT_PID_M_C, tl.cast(pid_m, tl.int64))
-                tl.store(event + EVENT_PID_N_C, tl.cast(pid_n, tl.int64))
-                tl.store(event + EVENT_SM_C, device_sm_id())
-                tl.store(event + EVENT_END_C, 0)
-                tl.store(event + EVENT_START_C, device_clock_ns())
-                handle = slot
+            if self.max_events > 0:
+                slot = tl.atomic_add(self.counter, 1, sem="relaxed").to(tl.int64)
+                if slot < self.max_events:
+                    lowest, nbytes = _access_summary(address, mask)
+                    lane = tl.arange(0, _RECORD_LANES)
+                    record = tl.full([_RECORD_LANES], 0, tl.int64)
+                    record = _put(record, lane, EVENT_ID_C, event_id)
+                    record = _put(record, lane, EVENT_RANK_C, self.rank)
+                    record = _put(record, lane, EVENT_TARGET_C, tl.cast(target_rank, tl.int64))
+                    record = _put(record, lane, EVENT_ADDRESS_C, lowest)
+                    record = _put(record, lane, EVENT_BYTES_C, nbytes)
+                    record = _put(record, lane, EVENT_PID_C, _flat_program_id().to(tl.int64))
+                    record = _put(record, lane, EVENT_PID_M_C, tl.cast(pid_m, tl.int64))
+                    record = _put(record, lane, EVENT_PID_N_C, tl.cast(pid_n, tl.int64))
+                    record = _put(record, lane, EVENT_SM_C, device_sm_id())
+                    # EVENT_END stays 0 ("not closed") until record_event_end.
+                    record = _put(record, lane, EVENT_START_C, device_clock_ns())
+                    tl.store(self.buffer + slot * TRACE_EVENT_FIELDS_C + lane, record,
+                             mask=lane < TRACE_EVENT_FIELDS_C)
+                    handle = slot
         return handle
 
     @triton.jit
     def record_event_end(self, handle):
-        """Close the event ``handle`` from :meth:`record_event_start` (ignores -1)."""
+        """Close the event ``handle`` returned by :meth:`record_event_start` (``-1`` is ignored).
+
+        Granularity: once per program. Memory semantics: one plain scalar store of the end time.
+        """
         if self.enabled:
-            if (handle >= 0) & (handle < self.max_events):
+            if handle >= 0:
                 tl.store(self.buffer + handle * TRACE_EVENT_FIELDS_C + EVENT_END_C, device_clock_ns())
 
     @triton.jit
     def record_event(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
-        """Record an instant event (start = end). Same granularity as ``record_event_start``."""
-        handle = self.record_event_start(event_id, target_rank, address, pid_m, pid_n, mask)
-        self.record_event_end(handle)
+        """Record an instant event (a point in time: its end stays 0 and export shows it as an
+        instant). Same arguments, granularity and semantics as :meth:`record_event_start`;
+        returns the handle."""
+        return self.record_event_start(event_id, target_rank, address, pid_m, pid_n, mask)

@@ -28,11 +28,16 @@ def _delta_divisibility(pointer_ty):
 
 
 @triton.jit
-def translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint: tl.constexpr = None):
-    """:func:`translate` with the mask of the access, so debug checks skip masked-out lanes."""
+def translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint: tl.constexpr = None,
+                     call: tl.constexpr = None):
+    """:func:`translate` with the mask of the access, so debug checks skip masked-out lanes.
+
+    Every remote access of the package goes through here. ``call`` (a string) names the public
+    function in ``IRIS_DEBUG=1`` messages.
+    """
     if DEBUG:
-        check_ranks(from_rank, to_rank, heap_bases)
-        check_address(pointer, from_rank, to_rank, heap_bases, mask)
+        check_ranks(from_rank, to_rank, heap_bases, call)
+        check_address(pointer, from_rank, to_rank, heap_bases, mask, call)
     from_base = tl.load(heap_bases + from_rank)
     to_base = tl.load(heap_bases + to_rank)
     elem_bytes: tl.constexpr = _pointee_bytes(pointer.dtype)
@@ -59,4 +64,4 @@ def translate(pointer, from_rank, to_rank, heap_bases, hint: tl.constexpr = None
         remote = iris.device.translate(buf + offs, cur_rank, peer, heap_bases)
         x = tl.load(remote)
     """
-    return translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint)
+    return translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint, "iris.device.translate")

@@ -14,15 +14,24 @@ from ._backend import prepare_interpreter_at_import
 # Before anything imports iris.device or the user defines kernels (see _backend).
 DEFAULT_BACKEND = prepare_interpreter_at_import()
 
-from ._allocator import SymmetricAllocator, format_bytes  # noqa: E402
-from ._errors import (HeapExhaustedError, IrisBackendError, IrisError, IrisUnsupportedError,  # noqa: E402
-                      IrisUsageError, NotOnHeapError, RankError, SymmetryError, UnsupportedDtypeError)
-from ._factories import SUPPORTED_DTYPES  # noqa: E402
-from ._heap import SymmetricHeap  # noqa: E402
-from ._iris import DEFAULT_HEAP_SIZE, Iris, iris  # noqa: E402
-from ._logging import logger, set_log_level  # noqa: E402
-from ._tracing import Tracing  # noqa: E402
-from ._version import __version__  # noqa: E402
+from ._allocator import SymmetricAllocator, format_bytes
+from ._errors import (
+    HeapExhaustedError,
+    IrisBackendError,
+    IrisError,
+    IrisUnsupportedError,
+    IrisUsageError,
+    NotOnHeapError,
+    RankError,
+    SymmetryError,
+    UnsupportedDtypeError,
+)
+from ._factories import SUPPORTED_DTYPES
+from ._heap import SymmetricHeap
+from ._iris import DEFAULT_HEAP_SIZE, Iris, iris
+from ._logging import logger, set_log_level
+from ._tracing import Tracing
+from ._version import __version__
 
 __all__ = [
     "DEFAULT_BACKEND",

@@ -49,10 +49,15 @@ def prepare_interpreter_at_import() -> str:
     ``IRIS_BACKEND`` selects is cpu. Returns that backend (``"cuda"``/``"cpu"``), or ``"auto"``
     when it cannot be resolved yet (an invalid value is reported by ``iris()`` later)."""
     requested = os.environ.get("IRIS_BACKEND", "auto")
+    backend = "auto"
     if requested == "cpu" or (requested == "auto" and not gpu_usable()):
         os.environ["TRITON_INTERPRET"] = "1"
-        return "cpu"
-    return "cuda" if requested in ("auto", "cuda") else "auto"
+        backend = "cpu"
+    elif requested in ("auto", "cuda"):
+        backend = "cuda"
+    # iris.device applies the mode (and converts triton.language if triton came first).
+    import iris.device  # noqa: F401
+    return backend
 
 
 def check_interpreter_matches(backend: str) -> None:
