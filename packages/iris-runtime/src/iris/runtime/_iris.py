@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from iris.device import _layout as layout
+
 from . import _backend
 from ._allocator import SymmetricAllocator, format_bytes
 from ._bootstrap import bootstrap
@@ -21,6 +23,12 @@ DEFAULT_HEAP_SIZE = 1 << 30
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
+
+
+def _address(tensor: torch.Tensor) -> int:
+    """Address of ``tensor``'s first element. Unlike ``data_ptr()``, which is 0 for a tensor with no
+    elements, it also locates empty tensors, so they can be recognised and freed like others."""
+    return tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
 
 
 class Iris(TensorFactories):
@@ -47,14 +55,15 @@ class Iris(TensorFactories):
         self.verify = _env_flag("IRIS_VERIFY") if verify is None else bool(verify)
         # Round up so that the heap ends on an allocation boundary.
         self.heap_size = -(-heap_size // 4096) * 4096
+        # The mapping is the heap plus the signal pad after it (iris.device._layout.SIGNAL_PAD_BYTES).
         if self.backend == "cuda":
             from ._heap_cuda import CudaIpcHeap
 
-            self._heap = CudaIpcHeap(self.heap_size, boot)
+            self._heap = CudaIpcHeap(self.heap_size + layout.SIGNAL_PAD_BYTES, boot)
         else:
             from ._heap_cpu import SharedMemoryHeap
 
-            self._heap = SharedMemoryHeap(self.heap_size, boot)
+            self._heap = SharedMemoryHeap(self.heap_size + layout.SIGNAL_PAD_BYTES, boot)
         self.device = self._heap.device
         self._buffer = self._heap.local_buffer()
         self._base = self._heap.bases[self.rank]
@@ -85,11 +94,12 @@ class Iris(TensorFactories):
 
         It is a view into the context tensor, which the device layer's debug checks rely on.
         """
-        start = 2
-        return self._context[start:start + self.world_size]
+        self._check_open("get_heap_bases()")
+        return self._context[layout.HEAP_BASES:layout.HEAP_BASES + self.world_size]
 
     def get_device_context(self) -> torch.Tensor:
         """The context tensor for ``DeviceContext.initialize`` (layout in ``iris.device._layout``)."""
+        self._check_open("get_device_context()")
         return self._context
 
     def _heap_tensor(self, shape, dtype, call):
@@ -101,9 +111,9 @@ class Iris(TensorFactories):
 
     def is_symmetric(self, tensor: torch.Tensor) -> bool:
         """True when all of ``tensor``'s memory lies on this rank's heap."""
-        if not isinstance(tensor, torch.Tensor) or tensor.device != self.device:
+        if not isinstance(tensor, torch.Tensor) or tensor.device != self.device or tensor.layout != torch.strided:
             return False
-        start = tensor.data_ptr()
+        start = _address(tensor)
         if tensor.numel() == 0:
             return self._base <= start <= self._base + self.heap_size
         span = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) + 1
@@ -121,7 +131,7 @@ class Iris(TensorFactories):
     def offset_of(self, tensor: torch.Tensor) -> int:
         """Byte offset of ``tensor``'s first element in the heap (the same on every rank)."""
         self.require_symmetric(tensor, "offset_of")
-        return tensor.data_ptr() - self._base
+        return _address(tensor) - self._base
 
     def as_symmetric(self, tensor: torch.Tensor) -> torch.Tensor:
         """A contiguous copy of ``tensor`` on the heap (collective in the sense of allocation order)."""
@@ -133,6 +143,7 @@ class Iris(TensorFactories):
     def free(self, tensor: torch.Tensor) -> None:
         """Give ``tensor``'s space back to the heap. Call it in the same order on every rank, and
         only when no kernel (here or on a peer) still uses the tensor."""
+        self.require_symmetric(tensor, "free()")
         offset = self.offset_of(tensor)
         self._allocator.release(offset, f"free(tensor at heap offset {offset})")
 
@@ -173,7 +184,10 @@ class Iris(TensorFactories):
         self.check_rank(src, f"broadcast(src={src!r})")
         payload = None
         if self.rank == src:
-            payload = ("tensor", obj.detach().cpu()) if isinstance(obj, torch.Tensor) else ("object", obj)
+            # A compact copy: pickling a view would ship its whole storage (for a heap tensor, the
+            # whole heap), and the sender must not get back an alias of its own tensor.
+            is_tensor = isinstance(obj, torch.Tensor)
+            payload = ("tensor", obj.detach().to("cpu", copy=True)) if is_tensor else ("object", obj)
         kind, value = self.comm.bcast(payload, root=src)
         return value.to(self.device) if kind == "tensor" else value
 
@@ -193,8 +207,10 @@ class Iris(TensorFactories):
         self._heap.close()
         self._closed = True
         self.comm.Barrier()
+        # Each Iris splits off a node communicator; free it, or repeated iris() calls exhaust MPI's ids.
+        self._boot.node_comm.Free()
 
-    def __enter__(self) -> "Iris":
+    def __enter__(self) -> Iris:
         return self
 
     def __exit__(self, *exc) -> None:
