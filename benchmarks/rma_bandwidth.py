@@ -1,0 +1,400 @@
+"""Bandwidth of iris.device's remote memory operations on one GPU: a peer's heap vs local vs torch.
+
+    mpirun -n 2 python -m mpi4py benchmarks/rma_bandwidth.py            # GPU (2 ranks, one GPU, under MPS)
+    mpiexec -n 2 python -m mpi4py benchmarks/rma_bandwidth.py --quick   # CPU smoke test (interpreter, tiny)
+
+Rank 0 measures while rank 1 waits in a barrier; "remote" goes through translated pointers into
+rank 1's heap (legacy CUDA IPC, the same GPU). For ``load``, ``store``, ``get``, ``put``, ``copy``
+and ``atomic_add``, each size and dtype, three numbers:
+
+- remote: the op through ``DeviceContext`` to rank 1 (``load``/``get``/``copy`` read rank 1's
+  buffer into this rank's, ``store``/``put`` write this rank's buffer into rank 1's,
+  ``atomic_add`` adds this rank's buffer into rank 1's with ``sem="relaxed"``);
+- local: the same kernel with plain ``tl.load``/``tl.store``/``tl.atomic_add`` on this rank's
+  buffers (same block size, warps and grid);
+- torch: ``dst.copy_(src)`` (``dst.add_(src)`` for ``atomic_add``) on this rank's buffers.
+
+Bytes counted are those read plus written: 2 x size for the copies, 3 x size for ``atomic_add``
+(read the input, read and write the target). Times are medians of ``triton.testing.do_bench``
+(L2 flushed before every run). The kernel configuration (bytes per program, warps) is chosen per
+op and dtype on the local kernel at the largest size, then used for both local and remote.
+
+Writes ``benchmarks/results/rma_bandwidth.json`` and ``.png`` (``--out``; a CPU run writes
+``rma_bandwidth_cpu.*`` so it never replaces GPU results). Without matplotlib (the GPU image has
+none) only the JSON is written; ``python benchmarks/rma_bandwidth.py --replot results.json``
+draws the plot anywhere. Goal (issue 3): remote >= 97% of local
+at >= 64 MiB, local >= 90% of torch's copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import iris.runtime  # first: picks the backend and, for cpu, switches Triton's interpreter on
+
+# isort: split
+import triton
+import triton.language as tl
+
+from iris.device import DeviceContext
+
+OPS = ("load", "store", "get", "put", "copy", "atomic_add")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+MiB = 1 << 20
+DEFAULT_SIZES_MIB = (1, 4, 16, 64, 256, 1024)
+# (bytes per program, warps): tried on the local kernel, the fastest one is kept.
+GPU_CONFIGS = ((16384, 4), (32768, 8), (65536, 16))
+CPU_CONFIGS = ((4096, 4),)
+GOAL_MIN_BYTES = 64 * MiB
+GOAL_REMOTE_VS_LOCAL = 97.0
+GOAL_LOCAL_VS_TORCH = 90.0
+
+
+@triton.jit
+def rma_kernel(context, src, dst, n, peer, rank: tl.constexpr, world_size: tl.constexpr, OP: tl.constexpr,
+               REMOTE: tl.constexpr, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    """One BLOCK per program. REMOTE: the op through the device context to ``peer``; else the
+    same data movement with plain loads and stores on this rank's buffers."""
+    ctx = DeviceContext.initialize(context, rank, world_size)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        mask = None
+    else:
+        mask = offs < n
+    if not REMOTE:
+        if OP == "atomic_add":
+            tl.atomic_add(dst + offs, tl.load(src + offs, mask=mask), mask=mask, sem="relaxed")
+        else:
+            tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+    elif OP == "load":
+        tl.store(dst + offs, ctx.load(src + offs, peer, mask=mask), mask=mask)
+    elif OP == "store":
+        ctx.store(dst + offs, tl.load(src + offs, mask=mask), peer, mask=mask)
+    elif OP == "get":
+        ctx.get(src + offs, dst + offs, peer, mask=mask)
+    elif OP == "put":
+        ctx.put(src + offs, dst + offs, peer, mask=mask)
+    elif OP == "copy":
+        ctx.copy(src + offs, dst + offs, peer, rank, mask=mask)
+    else:
+        tl.static_assert(OP == "atomic_add", "unknown op")
+        ctx.atomic_add(dst + offs, tl.load(src + offs, mask=mask), peer, mask=mask, sem="relaxed")
+
+
+class Bench:
+    """Buffers on the heap and the launches of one rank."""
+
+    def __init__(self, ctx, max_bytes: int, verify_bytes: int):
+        self.ctx = ctx
+        self.peer = (ctx.rank + 1) % ctx.world_size
+        self.src = ctx.zeros(max_bytes, dtype=torch.uint8)
+        self.dst = ctx.zeros(max_bytes, dtype=torch.uint8)
+        # Small buffers for the correctness check: every rank's vsrc holds its own pattern.
+        self.verify_bytes = verify_bytes
+        self.vsrc = {}
+        for name, dtype in DTYPES.items():
+            n = verify_bytes // dtype.itemsize
+            self.vsrc[name] = ctx.zeros(n, dtype=dtype)
+            self.vsrc[name].copy_(pattern(ctx.rank, n, dtype).to(ctx.device))
+        self.vdst = ctx.zeros(verify_bytes, dtype=torch.uint8)
+        self.vback = ctx.zeros(verify_bytes, dtype=torch.uint8)
+
+    def views(self, nbytes: int, dtype: torch.dtype):
+        n = nbytes // dtype.itemsize
+        return self.src[:nbytes].view(dtype), self.dst[:nbytes].view(dtype), n
+
+    def launcher(self, op: str, remote: bool, src, dst, n: int, config):
+        block_bytes, warps = config
+        block = max(block_bytes // src.element_size(), 16)
+        grid = (triton.cdiv(n, block),)
+        args = (self.ctx.get_device_context(), src, dst, n, self.peer, self.ctx.rank, self.ctx.world_size, op, remote,
+                block, n % block == 0)
+
+        def launch():
+            rma_kernel[grid](*args, num_warps=warps)
+
+        return launch
+
+
+def pattern(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    # Small integers: exact in bf16 too.
+    return ((torch.arange(n) % 61) + 64 * rank).to(dtype)
+
+
+def verify(bench: Bench, dtype_name: str, config) -> None:
+    """Each op on a small size, checked against known values (the peer's vsrc holds its pattern).
+    ``store``/``put``/``atomic_add`` results are read back with ``load``, which is checked first."""
+    dtype = DTYPES[dtype_name]
+    src = bench.vsrc[dtype_name]
+    dst, back = bench.vdst.view(dtype), bench.vback.view(dtype)
+    n = src.numel()
+    mine, theirs = pattern(bench.ctx.rank, n, dtype), pattern(bench.peer, n, dtype)
+    sync = torch.cuda.synchronize if bench.ctx.device.type == "cuda" else (lambda: None)
+
+    def expect(what, got, want):
+        if not torch.equal(got.cpu(), want):
+            raise AssertionError(f"rma_bandwidth: {what} ({dtype}) gave wrong data; the numbers would be meaningless")
+
+    for op in ("load", "get", "copy"):
+        dst.zero_()
+        bench.launcher(op, True, src, dst, n, config)()
+        sync()
+        expect(op, dst, theirs)
+    for op in ("store", "put"):
+        dst.zero_()  # this rank's dst: the op writes the peer's
+        bench.launcher(op, True, src, dst, n, config)()
+        back.zero_()
+        bench.launcher("load", True, dst, back, n, config)()
+        sync()
+        expect(op, back, mine)
+    if bench.ctx.device.type == "cuda" or dtype != torch.bfloat16:
+        # The peer's dst holds `mine` since the put above: adding `mine` doubles it.
+        bench.launcher("atomic_add", True, src, dst, n, config)()
+        back.zero_()
+        bench.launcher("load", True, dst, back, n, config)()
+        sync()
+        expect("atomic_add", back, (mine.float() * 2).to(dtype))
+
+
+def time_ms(fn, device: torch.device, quick: bool) -> float:
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return do_bench(fn, warmup=10 if quick else 25, rep=30 if quick else 100, return_mode="median")
+    fn()  # interpreter: no caches to warm, a few runs are plenty
+    times = []
+    for _ in range(2 if quick else 5):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def measure(bench: Bench, ops, dtypes, sizes, configs, quick: bool) -> tuple[list[dict], dict]:
+    device = bench.ctx.device
+    rows, chosen = [], {}
+    for dtype_name in dtypes:
+        dtype = DTYPES[dtype_name]
+        verify(bench, dtype_name, configs[0])
+        for op in ops:
+            if op == "atomic_add" and dtype == torch.bfloat16 and device.type != "cuda":
+                print(f"  (atomic_add {dtype_name}: not available under Triton's interpreter, skipped)", flush=True)
+                continue
+            tune_bytes = max(sizes)
+            src, dst, n = bench.views(tune_bytes, dtype)
+            if len(configs) > 1:
+                timed = {c: time_ms(bench.launcher(op, False, src, dst, n, c), device, True) for c in configs}
+                config = min(timed, key=timed.get)
+            else:
+                config = configs[0]
+            chosen[f"{op}/{dtype_name}"] = {"block_bytes": config[0], "num_warps": config[1]}
+            for nbytes in sizes:
+                src, dst, n = bench.views(nbytes, dtype)
+                moved = (3 if op == "atomic_add" else 2) * nbytes
+                remote = time_ms(bench.launcher(op, True, src, dst, n, config), device, quick)
+                local = time_ms(bench.launcher(op, False, src, dst, n, config), device, quick)
+                if op == "atomic_add":
+                    torch_ms = time_ms(lambda dst=dst, src=src: dst.add_(src), device, quick)
+                else:
+                    torch_ms = time_ms(lambda dst=dst, src=src: dst.copy_(src), device, quick)
+                row = {"op": op, "dtype": dtype_name, "bytes": nbytes, "moved_bytes": moved,
+                       "remote_ms": remote, "local_ms": local, "torch_ms": torch_ms,
+                       "remote_gbps": gbps(moved, remote), "local_gbps": gbps(moved, local),
+                       "torch_gbps": gbps(moved, torch_ms)}
+                row["remote_vs_local_pct"] = 100.0 * row["remote_gbps"] / row["local_gbps"]
+                row["local_vs_torch_pct"] = 100.0 * row["local_gbps"] / row["torch_gbps"]
+                rows.append(row)
+                print(format_row(row), flush=True)
+    return rows, chosen
+
+
+def size_label(nbytes: int) -> str:
+    if nbytes >= 1 << 30:
+        return f"{nbytes / (1 << 30):g} GiB"
+    if nbytes >= MiB:
+        return f"{nbytes / MiB:g} MiB"
+    return f"{nbytes / 1024:g} KiB"
+
+
+HEADER = (f"{'op':<11}{'dtype':<6}{'size':>9}{'remote GB/s':>13}{'local GB/s':>12}{'torch GB/s':>12}"
+          f"{'remote/local':>14}{'local/torch':>13}")
+
+
+def rate(value: float) -> str:
+    # GPU numbers in the thousands, interpreter ones far below 1.
+    return f"{value:.1f}" if value >= 100 else f"{value:.3g}"
+
+
+def format_row(row: dict) -> str:
+    return (f"{row['op']:<11}{row['dtype']:<6}{size_label(row['bytes']):>9}{rate(row['remote_gbps']):>13}"
+            f"{rate(row['local_gbps']):>12}{rate(row['torch_gbps']):>12}{row['remote_vs_local_pct']:>13.1f}%"
+            f"{row['local_vs_torch_pct']:>12.1f}%")
+
+
+def goals(rows: list[dict]) -> dict:
+    big = [r for r in rows if r["bytes"] >= GOAL_MIN_BYTES]
+    copies = [r for r in big if r["op"] != "atomic_add"]
+    result = {"min_bytes": GOAL_MIN_BYTES, "remote_vs_local_goal_pct": GOAL_REMOTE_VS_LOCAL,
+              "local_vs_torch_goal_pct": GOAL_LOCAL_VS_TORCH, "measured": bool(big)}
+    if big:
+        worst_rl = min(big, key=lambda r: r["remote_vs_local_pct"])
+        result["remote_vs_local_min_pct"] = worst_rl["remote_vs_local_pct"]
+        result["remote_vs_local_worst"] = f"{worst_rl['op']} {worst_rl['dtype']} {size_label(worst_rl['bytes'])}"
+        result["remote_vs_local_met"] = worst_rl["remote_vs_local_pct"] >= GOAL_REMOTE_VS_LOCAL
+    if copies:
+        # torch's copy_ is the reference for the copies; atomic_add is compared with add_ but not judged.
+        worst_lt = min(copies, key=lambda r: r["local_vs_torch_pct"])
+        result["local_vs_torch_min_pct"] = worst_lt["local_vs_torch_pct"]
+        result["local_vs_torch_worst"] = f"{worst_lt['op']} {worst_lt['dtype']} {size_label(worst_lt['bytes'])}"
+        result["local_vs_torch_met"] = worst_lt["local_vs_torch_pct"] >= GOAL_LOCAL_VS_TORCH
+    return result
+
+
+def plot(rows: list[dict], path: str, title: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", flush=True)
+        return False
+    ops = [op for op in OPS if any(r["op"] == op for r in rows)]
+    cols = 3
+    fig, axes = plt.subplots((len(ops) + cols - 1) // cols, cols, figsize=(15, 4.5 * ((len(ops) + cols - 1) // cols)),
+                             squeeze=False)
+    colors = {"fp32": "tab:blue", "bf16": "tab:orange"}
+    for ax, op in zip(axes.flat, ops):
+        for dtype_name in DTYPES:
+            sel = sorted((r for r in rows if r["op"] == op and r["dtype"] == dtype_name), key=lambda r: r["bytes"])
+            if not sel:
+                continue
+            x = [r["bytes"] / MiB for r in sel]
+            for key, style, label in (("remote_gbps", "-o", "remote"), ("local_gbps", "--s", "local"),
+                                      ("torch_gbps", ":^", "torch add_" if op == "atomic_add" else "torch copy_")):
+                ax.plot(x, [r[key] for r in sel], style, color=colors[dtype_name], label=f"{label} {dtype_name}")
+        ax.set_xscale("log", base=2)
+        ax.set_title(op)
+        ax.set_xlabel("size (MiB)")
+        ax.set_ylabel("GB/s (read + written)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", help="comma-separated sizes in MiB (fractions allowed), default 1,4,16,64,256,1024")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
+    parser.add_argument("--dtypes", default="fp32,bf16", help="comma-separated subset of fp32,bf16")
+    parser.add_argument("--quick", action="store_true", help="a few small sizes, short timing, one configuration")
+    parser.add_argument("--config", help="force one configuration: BYTES_PER_PROGRAM:WARPS, e.g. 32768:8")
+    parser.add_argument("--out", help="output path without extension (default benchmarks/results/rma_bandwidth)")
+    parser.add_argument("--replot", metavar="JSON", help="only redraw the plot of a results file (no MPI, no GPU): "
+                        "for machines without matplotlib, plot elsewhere from the JSON")
+    args = parser.parse_args(argv)
+    for op in args.ops.split(","):
+        if op not in OPS:
+            parser.error(f"--ops: unknown op {op!r}; choose from {', '.join(OPS)}")
+    for dt in args.dtypes.split(","):
+        if dt not in DTYPES:
+            parser.error(f"--dtypes: unknown dtype {dt!r}; choose from {', '.join(DTYPES)}")
+    return args
+
+
+def replot(path: str) -> None:
+    with open(path) as f:
+        results = json.load(f)
+    meta = results["meta"]
+    out = os.path.splitext(path)[0] + ".png"
+    title = f"iris.device RMA bandwidth, {meta['device']}, {meta['world_size']} ranks ({meta['backend']})"
+    if plot(results["rows"], out, title):
+        print(f"wrote {out}")
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.replot:
+        replot(args.replot)
+        return
+    on_gpu = iris.runtime.DEFAULT_BACKEND == "cuda"
+    if args.sizes:
+        sizes = [int(float(s) * MiB) for s in args.sizes.split(",")]
+    elif args.quick:
+        sizes = [1 * MiB, 16 * MiB] if on_gpu else [16 * 1024, 64 * 1024]
+    else:
+        sizes = [s * MiB for s in DEFAULT_SIZES_MIB]
+    if args.config:
+        block_bytes, warps = (int(v) for v in args.config.split(":"))
+        configs = ((block_bytes, warps),)
+    else:
+        configs = (GPU_CONFIGS[1:2] if args.quick else GPU_CONFIGS) if on_gpu else CPU_CONFIGS
+    heap = 2 * max(sizes) + 16 * MiB
+    ctx = iris.runtime.iris(heap_size=heap)
+    backend = ctx.backend
+    on_gpu = backend == "cuda"
+    if ctx.world_size < 2 and ctx.rank == 0:
+        print("note: one rank, so 'remote' is this rank's own heap through translated pointers; run 2 ranks "
+              "(mpirun -n 2 python -m mpi4py benchmarks/rma_bandwidth.py) for a real peer", flush=True)
+    bench = Bench(ctx, max(sizes), 64 * 1024 if on_gpu else 8 * 1024)
+    ctx.barrier()  # every rank's patterns are in place
+    rows, chosen = [], {}
+    if ctx.rank == 0:
+        device_name = torch.cuda.get_device_name(ctx.device) if on_gpu else f"cpu ({platform.processor() or 'host'})"
+        print(f"rma_bandwidth: {ctx.world_size} ranks, backend {backend}, {device_name}, rank 0 measures "
+              f"(peer {bench.peer})", flush=True)
+        print(HEADER, flush=True)
+        try:
+            rows, chosen = measure(bench, args.ops.split(","), args.dtypes.split(","), sizes, configs, args.quick)
+        except BaseException:
+            ctx.comm.Abort(1)  # the peer waits in a barrier; do not leave it there
+            raise
+    ctx.barrier()  # the peer idles here while rank 0 measures
+    if ctx.rank == 0:
+        summary = goals(rows)
+        if summary["measured"]:
+            print(f"goal remote >= {GOAL_REMOTE_VS_LOCAL:g}% of local at >= 64 MiB: worst "
+                  f"{summary['remote_vs_local_min_pct']:.1f}% ({summary['remote_vs_local_worst']}) -> "
+                  f"{'met' if summary['remote_vs_local_met'] else 'NOT met'}")
+        if "local_vs_torch_min_pct" in summary:
+            print(f"goal local >= {GOAL_LOCAL_VS_TORCH:g}% of torch copy_ at >= 64 MiB: worst "
+                  f"{summary['local_vs_torch_min_pct']:.1f}% ({summary['local_vs_torch_worst']}) -> "
+                  f"{'met' if summary['local_vs_torch_met'] else 'NOT met'}")
+        default_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   "rma_bandwidth" if on_gpu else "rma_bandwidth_cpu")
+        out = args.out or default_out
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        meta = {"backend": backend, "device": device_name, "world_size": ctx.world_size, "peer": bench.peer,
+                "torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
+                "quick": args.quick, "configs_tried": [list(c) for c in configs], "configs_chosen": chosen,
+                "timing": "triton.testing.do_bench median, L2 flushed" if on_gpu else "median of host timings",
+                "bytes": "read + written: 2 x size (3 x size for atomic_add)",
+                "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))}
+        with open(out + ".json", "w") as f:
+            json.dump({"meta": meta, "goals": summary, "rows": rows}, f, indent=1)
+        title = f"iris.device RMA bandwidth, {device_name}, {ctx.world_size} ranks ({backend})"
+        plotted = plot(rows, out + ".png", title)
+        print(f"wrote {out}.json" + (f" and {out}.png" if plotted else ""), flush=True)
+    ctx.close()
+
+
+if __name__ == "__main__":
+    main()
