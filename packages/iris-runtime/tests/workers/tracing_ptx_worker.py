@@ -1,6 +1,6 @@
 """Compile kernels for an H200 (sm_90) without a GPU and check what tracing leaves in the PTX.
 
-    python tracing_ptx_worker.py        # TRITON_INTERPRET must not be set; needs no GPU
+    TRITON_INTERPRET=0 python tracing_ptx_worker.py   # compiled mode; needs no GPU
 
 Checks, printed as ``CHECK ...`` lines and asserted here:
 
