@@ -245,7 +245,12 @@ def test_exported_trace_is_valid_and_exact(exported):
     summary = trace_cli.summarize(trace)
     for rank in range(world):
         assert f"dropped: {dropped[str(rank)]}" in summary
-    assert "store" in summary and "(instant)" in summary
+    # Which events rank 0 kept depends on the order programs claimed slots (sequential under the
+    # interpreter, concurrent on a GPU), so look for the names that were actually kept.
+    for name in {e["name"] for e in real}:
+        assert name in summary, (name, summary)
+    if any(e["ph"] == "i" for e in real):
+        assert "(instant)" in summary
 
 
 # --- export format on synthetic events (GPU-like: programs sharing an SM) --------------------------------------

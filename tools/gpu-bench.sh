@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
+# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
+# (no argument: all). Results go to benchmarks/results/ and docs/tracing/; logs to $OUT if set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
+export IRIS_BACKEND=cuda NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps_pipe} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mps_log}
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" benchmarks/results
+nvidia-cuda-mps-control -d 2>/dev/null && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
+LOG=${OUT:-/tmp}
+stages=${*:-rma collectives trace examples}
+status=0
+step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; [ "$rc" = 0 ] || status=1; }
+for s in $stages; do
+  case $s in
+    rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
+    collectives) for w in ${COLL_WORLDS:-2 4 8}; do step "collectives_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/tile_collectives.py ${COLL_ARGS:-}; done ;;
+    trace) step trace_demo $MPI -n 4 python3 -m mpi4py benchmarks/trace_demo.py --out docs/tracing
+           step trace_overhead python3 benchmarks/trace_overhead.py --out benchmarks/results/trace_overhead.md ;;
+    examples) for w in ${EX_WORLDS:-2 4 8}; do
+        step "ex00_$w" $MPI -n "$w" python3 -m mpi4py examples/00_hello_heap.py --n 1048576
+        step "ex01_$w" $MPI -n "$w" python3 -m mpi4py examples/01_message_passing.py --n 1048576 --block 8192 --rounds 20
+        step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5
+        step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
+      done ;;
+    *) echo "unknown stage $s"; status=2 ;;
+  esac
+done
+exit $status
