@@ -44,14 +44,14 @@ def test_debug_checks_across_ranks():
     assert_passed(run_ranks(DEBUG_WORLD, WORKER, "debug_clean", timeout=600, env=env), ["debug_clean"])
     proc = run_ranks(DEBUG_WORLD, WORKER, "debug_bad_peer", timeout=600, env=env, expect_failure=True)
     output = proc.stdout + proc.stderr
-    for fragment in ("iris debug: iris.device.load: rank, peer, num_ranks = ", " 77",
+    for fragment in ("iris debug: iris.device.load: rank, peer, num_ranks =", " 77",
                      "iris debug: iris.device.load: a rank is outside [0, num_ranks)"):
         assert fragment in output, f"debug_bad_peer: {fragment!r} not in the output\n{output}"
     proc = run_ranks(DEBUG_WORLD, WORKER, "debug_bad_address", timeout=600, env=env, expect_failure=True)
     output = proc.stdout + proc.stderr
     offsets = re.findall(r"expecting a failure at heap offset (\d+)", output)
     assert offsets, output
-    for fragment in ("iris debug: iris.device.atomic_add: rank, peer, heap offset, heap_size = ",
+    for fragment in ("iris debug: iris.device.atomic_add: rank, peer, heap offset, heap_size =",
                      "iris debug: iris.device.atomic_add: a pointer is not inside the symmetric heap"):
         assert fragment in output, f"debug_bad_address: {fragment!r} not in the output\n{output}"
     assert any(f" {offset}" in output.replace(f"heap offset {offset}", "") for offset in offsets), output
