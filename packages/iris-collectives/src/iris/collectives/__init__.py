@@ -1,5 +1,74 @@
-"""iris.collectives: tiles, tensor views and tile-level collectives for ``@triton.jit`` kernels."""
+"""iris.collectives: tiles, tensor views and tile-level collectives for ``@triton.jit`` kernels.
 
+The collectives run inside your kernel, on the tile a program holds, and fuse with the compute
+around it. Two forms of each:
+
+- free functions taking the device context first:
+  ``iris.collectives.all_reduce_two_shot(ctx, tile, src_view, dst_view, locks)``, usable with
+  :class:`iris.device.DeviceContext` or this package's :class:`DeviceContext`;
+- the spec's bound form on ``from iris.collectives import DeviceContext``:
+  ``ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)``.
+
+Example::
+
+    import iris.runtime                       # first: picks the backend (and the interpreter on CPUs)
+    import iris.collectives as ic
+
+    @triton.jit
+    def kernel(context, x, y, locks, M, N, sxm, sym, rank: tl.constexpr, world_size: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        ctx = ic.DeviceContext.initialize(context, rank, world_size)
+        src, dst = ic.TensorView(x, M, N, sxm, 1), ic.TensorView(y, M, N, sym, 1)
+        view = ic.TileView(tl.program_id(0), tl.program_id(1), BLOCK_M, BLOCK_N)
+        tile = ic.Tile(view.pid_m, view.pid_n, BLOCK_M, BLOCK_N, src.load(view))
+        ctx.all_reduce_two_shot(tile, src, dst, locks)
+"""
+
+# The runtime decides the backend, and for the cpu backend switches Triton's interpreter on, before
+# any kernel below is defined: importing this package first must work as well.
+import iris.runtime  # noqa: F401
+
+from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
+from ._context import CollectiveMethods, DeviceContext
+from ._errors import IrisWaitTimeoutError
+from ._gather import all_gather, all_to_all, gather
+from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_owner
+from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
+from ._ring import RING_MAX_TILES, all_reduce_ring
+from ._sync import BARRIER_WORDS, LOCK_WORDS, device_barrier, signal, wait_at_least
 from ._version import __version__
+from ._views import TensorView, Tile, TileView, cdiv, tile_coords, tile_id_of
 
-__all__ = ["__version__"]
+__all__ = [
+    "BARRIER_WORDS",
+    "LOCK_WORDS",
+    "RING_MAX_TILES",
+    "CollectiveMethods",
+    "DeviceContext",
+    "IrisWaitTimeoutError",
+    "TensorView",
+    "Tile",
+    "TileView",
+    "__version__",
+    "all_gather",
+    "all_reduce_atomic",
+    "all_reduce_one_shot",
+    "all_reduce_ring",
+    "all_reduce_spinlock",
+    "all_reduce_two_shot",
+    "all_to_all",
+    "barrier_words",
+    "cdiv",
+    "device_barrier",
+    "gather",
+    "lock_words",
+    "num_tiles",
+    "reduce_scatter",
+    "reduce_scatter_owner",
+    "reduce_scatter_tiles",
+    "signal",
+    "tile_coords",
+    "tile_id_of",
+    "two_shot_owner",
+    "wait_at_least",
+]

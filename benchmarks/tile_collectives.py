@@ -1,0 +1,445 @@
+"""Tile all-reduce benchmark: every iris.collectives all-reduce variant against PyTorch's symmetric
+memory all-reduces and against the bytes-moved floor, several ranks on one GPU.
+
+    mpirun --allow-run-as-root --oversubscribe -n 4 python3 -m mpi4py benchmarks/tile_collectives.py
+    mpirun -n 2 python3 -m mpi4py benchmarks/tile_collectives.py --quick      # CPU backend, tiny
+
+Each variant is one kernel over an M x N tensor (rows of ``--block-n`` elements, tiles of
+``--block-m`` rows, a persistent grid) whose programs load their tile of the input and call the
+collective on it. Times are per call: every rank launches ``iters`` calls back to back (the
+collectives synchronise among themselves through their flags), the slowest rank's average counts.
+
+Peers on the same GPU (``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, a gloo process group):
+``torch.ops.symm_mem.one_shot_all_reduce_out`` and ``two_shot_all_reduce_``. The floor is the least
+memory traffic of an all-reduce of S bytes per rank with W ranks on one GPU: every input read once
+and every output written once, ``2 * W * S`` bytes, at the copy bandwidth torch reaches on this GPU
+(measured here, read + write bytes per second).
+
+Writes ``benchmarks/results/tile_collectives_<W>ranks.json`` (``..._quick.json`` with ``--quick``)
+and a plot next to it (when matplotlib is installed), and prints a table. Run it under MPS on one
+GPU: without MPS the ranks' kernels take turns and the flags make every call wait for a time slice.
+Every rank's programs must be resident at the same time (a program waits for the same tile's
+program on the other ranks): the default grid is SMs / world size programs per rank; ``--programs``,
+``--warps``, ``--block-m`` and ``--block-n`` tune it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+if "--quick" in sys.argv:
+    os.environ.setdefault("IRIS_BACKEND", "cpu")
+
+import torch
+import triton
+import triton.language as tl
+
+import iris.collectives as ic  # imports iris.runtime first: the backend is chosen before any kernel
+import iris.runtime
+
+VARIANTS = ("one_shot", "two_shot", "ring", "spinlock", "atomic")
+VARIANT_IDS = {"atomic": 0, "spinlock": 1, "one_shot": 2, "two_shot": 3, "ring": 4}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+KiB, MiB = 1 << 10, 1 << 20
+DEFAULT_SIZES = [64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
+QUICK_SIZES = [4 * KiB, 16 * KiB]
+
+
+@triton.jit
+def all_reduce_bench(context, src, dst, locks, M, N, stride_src, stride_dst, rank: tl.constexpr,
+                     world_size: tl.constexpr, VARIANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One all-reduce of ``src`` into ``dst`` (M x N) with the variant ``VARIANT``; persistent grid."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    src_view = ic.TensorView(src, M, N, stride_src, 1)
+    dst_view = ic.TensorView(dst, M, N, stride_dst, 1)
+    tiles_n = src_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), src_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        if VARIANT == 4:
+            ctx.all_reduce_ring(view, src_view, dst_view)  # reads its own input from src_view
+        else:
+            pointers, mask = src_view.frame(view)
+            if VARIANT == 3:
+                # two-shot uses tile.data only on the tile's owner: the others skip the load
+                mask = mask & (t % world_size == rank)
+            tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, tl.load(pointers, mask=mask, other=0))
+            if VARIANT == 0:
+                ctx.all_reduce_atomic(tile, dst_view)
+            elif VARIANT == 1:
+                ctx.all_reduce_spinlock(tile, dst_view, locks)
+            elif VARIANT == 2:
+                ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
+            else:
+                ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().removesuffix("B")
+    for suffix, scale in (("K", KiB), ("M", MiB), ("G", 1 << 30)):
+        if text.endswith(suffix):
+            return int(float(text[:-1]) * scale)
+    return int(text)
+
+
+def human(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=lambda s: [parse_size(x) for x in s.split(",")],
+                   help="bytes per rank, comma-separated (64K,1M,...); default 64 KiB .. 256 MiB")
+    p.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS), help=",".join(VARIANTS))
+    p.add_argument("--dtypes", type=lambda s: s.split(","), default=list(DTYPES), help="fp32,bf16")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, few iterations (runs on the CPU backend)")
+    p.add_argument("--block-m", type=int, default=8, help="rows per tile")
+    p.add_argument("--block-n", type=int, default=1024, help="elements per row (the tensor is M x block-n)")
+    p.add_argument("--warps", type=int, default=8, help="num_warps of the kernels")
+    p.add_argument("--programs", type=int, default=None,
+                   help="programs per rank (default SMs / world size). Every rank's programs must be resident at "
+                        "once (a program waits for the same tile's program on the other ranks), so keep "
+                        "world size x programs within what the GPU holds")
+    p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    p.add_argument("--no-torch", action="store_true", help="skip the torch symm_mem peer")
+    args = p.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+    unknown = [v for v in args.variants if v not in VARIANTS] + [d for d in args.dtypes if d not in DTYPES]
+    if unknown:
+        p.error(f"unknown variants/dtypes {unknown}; variants: {VARIANTS}, dtypes: {tuple(DTYPES)}")
+    return args
+
+
+class Timer:
+    """Seconds per call of ``fn``, the slowest rank's, with every rank calling back to back."""
+
+    def __init__(self, heap):
+        self.heap = heap
+        self.cuda = heap.device.type == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.heap.device)
+
+    def __call__(self, fn, iters: int) -> float:
+        self.heap.barrier()
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3 / iters
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            seconds = (time.perf_counter() - t0) / iters
+        return self.heap.comm.allreduce(seconds, op=max_op())
+
+    def calibrated(self, fn, budget: float, quick: bool) -> tuple[float, int]:
+        """Warm up, pick an iteration count that fills ``budget`` seconds, measure."""
+        fn()
+        if quick:
+            return self(fn, 1), 1
+        once = self(fn, 2)
+        iters = int(min(max(budget / max(once, 1e-7), 5), 500))
+        iters = self.heap.comm.allreduce(iters, op=max_op())  # the same count on every rank
+        return self(fn, iters), iters
+
+
+def max_op():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def copy_bandwidth(heap, quick: bool) -> float:
+    """Read + write bytes per second of torch's device copy, measured on rank 0 alone."""
+    nbytes = (8 * MiB) if quick else (1 << 30)
+    result = 0.0
+    heap.barrier()
+    if heap.rank == 0:
+        a = torch.empty(nbytes, dtype=torch.uint8, device=heap.device)
+        b = torch.empty_like(a)
+        b.copy_(a)
+        iters = 3 if quick else 20
+        if heap.device.type == "cuda":
+            torch.cuda.synchronize(heap.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                b.copy_(a)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3 / iters
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                b.copy_(a)
+            seconds = (time.perf_counter() - t0) / iters
+        result = 2 * nbytes / seconds
+        del a, b
+    return heap.comm.bcast(result, root=0)
+
+
+class TorchPeer:
+    """torch.ops.symm_mem one-shot and two-shot all-reduce on the same GPU, or why not."""
+
+    def __init__(self, heap, enabled: bool):
+        self.heap = heap
+        self.reason = None
+        self.group_name = None
+        if not enabled:
+            self.reason = "disabled with --no-torch"
+        elif heap.device.type != "cuda":
+            self.reason = "torch symm_mem needs CUDA (this run is on the cpu backend): column skipped"
+        else:
+            try:
+                self._init()
+            except Exception as exc:  # report and go on without the column
+                self.reason = f"torch symm_mem unavailable: {type(exc).__name__}: {exc}"
+            reasons = [r for r in heap.comm.allgather(self.reason) if r]
+            if reasons:  # every rank goes on without the column if any rank failed
+                self.reason, self.group_name = reasons[0], None
+
+    def _init(self):
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.dist, self.symm_mem = dist, symm_mem
+        if not dist.is_initialized():
+            port = None
+            if self.heap.rank == 0:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+            port = self.heap.comm.bcast(port, root=0)
+            torch.cuda.set_device(self.heap.device)
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=self.heap.rank,
+                                    world_size=self.heap.world_size)
+        self.group_name = dist.group.WORLD.group_name
+        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+        if enable is not None:
+            try:
+                enable(self.group_name)
+            except Exception:  # newer torch: nothing to enable
+                pass
+
+    def buffers(self, numel: int, dtype):
+        buf = self.symm_mem.empty(numel, dtype=dtype, device=self.heap.device)
+        self.symm_mem.rendezvous(buf, self.group_name)
+        return buf, torch.empty_like(buf)
+
+    def one_shot(self, buf, out):
+        torch.ops.symm_mem.one_shot_all_reduce_out(buf, "sum", self.group_name, out)
+
+    def two_shot(self, buf, out):
+        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", self.group_name)
+
+
+def measure_torch(peer, timer, heap, point, numel, dtype, args):
+    """Time torch's one-shot and two-shot all-reduce on symmetric buffers of ``numel`` elements."""
+    rank, world, dev = heap.rank, heap.world_size, heap.device
+    buf, out = peer.buffers(numel, dtype)
+    for op_name, op in (("torch_one_shot", peer.one_shot), ("torch_two_shot", peer.two_shot)):
+        buf.copy_(input_pattern(numel, rank, dtype, dev))
+        timer.sync()
+        heap.comm.Barrier()
+        op(buf, out)
+        timer.sync()
+        got = out if op_name == "torch_one_shot" else buf
+        ok = bool(torch.equal(got, expected_sum(numel, world, dtype, dev)))
+        point["correct"][op_name] = heap.comm.allreduce(int(not ok)) == 0
+
+        def call(op=op):
+            op(buf, out)
+
+        seconds, iters = timer.calibrated(call, args.time_per_point, args.quick)
+        point["times_us"][op_name] = seconds * 1e6
+        point["iters"][op_name] = iters
+    timer.sync()
+    heap.comm.Barrier()  # the buffers go when this function returns, on every rank
+
+
+def input_pattern(numel: int, rank: int, dtype, device) -> torch.Tensor:
+    """Small integers, exact in bf16 after summing up to 8 ranks."""
+    return ((torch.arange(numel, device=device) % 13) + rank).to(dtype)
+
+
+def expected_sum(numel: int, world: int, dtype, device) -> torch.Tensor:
+    return ((torch.arange(numel, device=device) % 13) * world + world * (world - 1) // 2).to(dtype)
+
+
+def run(args) -> dict:
+    max_bytes = max(args.sizes)
+    heap_size = 3 * max_bytes + 64 * MiB
+    heap = iris.runtime.iris(heap_size=heap_size)
+    W, rank, dev = heap.world_size, heap.rank, heap.device
+    cuda = dev.type == "cuda"
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if cuda else 2
+    programs_cap = args.programs or max(1, sms // W)
+    timer = Timer(heap)
+    notes = []
+    bandwidth = copy_bandwidth(heap, args.quick)
+    peer = TorchPeer(heap, enabled=not args.no_torch)
+    if peer.reason:
+        notes.append(peer.reason)
+    if not cuda:
+        notes.append("cpu backend (Triton's interpreter): times show the code path works, not performance")
+    rows = []
+    for dname in args.dtypes:
+        dtype = DTYPES[dname]
+        esize = torch.empty((), dtype=dtype).element_size()
+        block_n = args.block_n
+        block_m = args.block_m
+        if args.quick:
+            block_n, block_m = 64, 8
+        for nbytes in args.sizes:
+            numel = max(nbytes // esize // block_n, 1) * block_n
+            M, N = numel // block_n, block_n
+            tiles = ic.num_tiles(M, N, block_m, block_n)
+            grid = (min(tiles, programs_cap),)
+            src = heap.zeros(M, N, dtype=dtype)
+            src.copy_(input_pattern(numel, rank, dtype, dev).view(M, N))
+            dst_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
+            floor = 2 * W * numel * esize / bandwidth
+            point = {"dtype": dname, "bytes_per_rank": numel * esize, "M": M, "N": N, "block": [block_m, block_n],
+                     "grid": grid[0], "floor_us": floor * 1e6, "times_us": {}, "correct": {}, "iters": {}}
+            for variant in args.variants:
+                vid = VARIANT_IDS[variant]
+                # atomic and spinlock add into the destination: fp32 for bf16 data, zeroed first
+                out_dtype = dst_dtype if variant in ("atomic", "spinlock") else dtype
+                dst = heap.zeros(M, N, dtype=out_dtype)
+                # one lock array per collective and tiling (its counters belong to that collective)
+                locks = heap.zeros(ic.lock_words(M, N, block_m, block_n), dtype=torch.int32)
+                ctx_t = heap.get_device_context()
+
+                def call(vid=vid, dst=dst, locks=locks, ctx_t=ctx_t):
+                    all_reduce_bench[grid](ctx_t, src, dst, locks, M, N, src.stride(0), dst.stride(0), rank=rank,
+                                           world_size=W, VARIANT=vid, BLOCK_M=block_m, BLOCK_N=block_n,
+                                           num_warps=args.warps)
+
+                heap.barrier()
+                call()  # one checked call on a zeroed destination
+                heap.barrier()
+                want = expected_sum(numel, W, out_dtype, dev).view(M, N)
+                ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank
+                # The timed calls add into the destination without zeroing it in between (atomic,
+                # spinlock): the values are not checked there and the work is the same.
+                seconds, iters = timer.calibrated(call, args.time_per_point, args.quick)
+                point["times_us"][variant] = seconds * 1e6
+                point["correct"][variant] = ok
+                point["iters"][variant] = iters
+                heap.barrier()
+                heap.free(locks)
+                heap.free(dst)
+            if peer.group_name is not None:
+                try:
+                    measure_torch(peer, timer, heap, point, numel, dtype, args)
+                except Exception as exc:  # keep the iris numbers; say why the column is empty
+                    notes.append(f"torch symm_mem failed at {human(numel * esize)} {dname}: "
+                                 f"{type(exc).__name__}: {exc}")
+            rows.append(point)
+            heap.barrier()
+            heap.free(src)
+    result = {
+        "world_size": W, "backend": heap.backend,
+        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank_cap": programs_cap, "num_warps": args.warps,
+        "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
+                 "written once, all ranks on one GPU)",
+        "notes": notes, "points": rows,
+    }
+    heap.close()
+    return result
+
+
+def table(result: dict) -> str:
+    lines = []
+    for dname in sorted({p["dtype"] for p in result["points"]}):
+        points = [p for p in result["points"] if p["dtype"] == dname]
+        columns = list(dict.fromkeys(k for p in points for k in p["times_us"]))
+        header = f"{'bytes/rank':>10} " + " ".join(f"{c:>15}" for c in columns) + f" {'floor':>9} {'best':>14} " \
+            f"{'best/floor':>10} {'best/torch':>10}"
+        lines += [f"{dname}, {result['world_size']} ranks, {result['device']}, times in us per call "
+                  f"(* = wrong result)", header]
+        for p in points:
+            times = p["times_us"]
+            ours = {k: v for k, v in times.items() if not k.startswith("torch") and p["correct"].get(k)}
+            theirs = [v for k, v in times.items() if k.startswith("torch") and p["correct"].get(k)]
+            best = min(ours, key=ours.get) if ours else None
+            cells = " ".join(f"{times[c]:>14.1f}{'' if p['correct'].get(c) else '*'}" if c in times else f"{'-':>15}"
+                             for c in columns)
+            ratio_floor = f"{ours[best] / p['floor_us']:>10.2f}" if best else f"{'-':>10}"
+            ratio_torch = f"{ours[best] / min(theirs):>10.2f}" if best and theirs else f"{'-':>10}"
+            lines.append(f"{human(p['bytes_per_rank']):>10} {cells} {p['floor_us']:>9.1f} {best or '-':>14} "
+                         f"{ratio_floor} {ratio_torch}")
+        lines.append("")
+    for note in result["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    dtypes = sorted({p["dtype"] for p in result["points"]})
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.8), squeeze=False)
+    for ax, dname in zip(axes[0], dtypes):
+        points = [p for p in result["points"] if p["dtype"] == dname]
+        sizes = [p["bytes_per_rank"] for p in points]
+        for name in dict.fromkeys(k for p in points for k in p["times_us"]):
+            ys = [p["times_us"].get(name) for p in points]
+            style = "--" if name.startswith("torch") else "-"
+            ax.plot(sizes, ys, style, marker="o", label=name)
+        ax.plot(sizes, [p["floor_us"] for p in points], ":", color="black", label="floor (2WS / copy BW)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes per rank")
+        ax.set_ylabel("us per all-reduce")
+        ax.set_title(f"{dname}, {result['world_size']} ranks, {result['device']}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    result = run(args)
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"tile_collectives_{result['world_size']}ranks{'_quick' if args.quick else ''}")
+    why_no_plot = plot(result, stem + ".png")
+    if why_no_plot:
+        result["notes"].append(why_no_plot)
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    print(table(result))
+    print(f"wrote {stem}.json" + ("" if why_no_plot else f" and {stem}.png"), flush=True)
+
+
+if __name__ == "__main__":
+    main()

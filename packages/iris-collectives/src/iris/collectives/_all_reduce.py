@@ -1,0 +1,263 @@
+"""Tile all-reduce by atomics, by spinlock, one-shot and two-shot.
+
+Each function runs once per program, on the tile the program holds, and sums that tile over
+every rank. They differ in who reads whom, what they need from the caller and what is complete
+when they return; each docstring says so. The lock-using ones (all but ``all_reduce_atomic``)
+keep a private call counter per tile in the lock array and count flags up monotonically, so they
+can be called back to back, with new data each time, without a host barrier and without
+resetting the locks (see :mod:`iris.collectives._sync`).
+
+Under Triton's interpreter the programs of a launch run one after another; every wait below is
+for the *same tile's* program on other ranks, which publishes before it waits, so that works as
+long as every rank launches the same grid with the same tile-to-program mapping (on a GPU this
+also keeps a grid that is not all resident from deadlocking).
+"""
+
+# No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
+import triton
+import triton.language as tl
+
+from iris.device import DEBUG, TraceEvent, atomic_add, atomic_cas, atomic_xchg, device_clock_ns, load, store
+
+from ._dtypes import accumulator_type, atomic_destination_type, check_lock_array
+from ._sync import (
+    ARRIVE,
+    DONE,
+    EPOCH,
+    LOCK_WORDS_C,
+    MUTEX,
+    check_wait_time,
+    next_epoch,
+    pause,
+    peer_flag,
+    signal,
+    signal_all,
+    wait_at_least,
+)
+
+
+@triton.jit
+def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr):
+    # tile.data for this rank, src_view on every other: the same order on every rank, so every
+    # rank computes bit-identical sums. The loads are unrolled and independent.
+    acc = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_ty)
+    for p in tl.static_range(ctx.world_size):
+        if p == ctx.rank:
+            acc = acc + tile.data.to(acc_ty)
+        else:
+            peer_data = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mask, other=0)
+            acc = acc + peer_data.to(acc_ty)
+    return acc
+
+
+@triton.jit
+def all_reduce_atomic(ctx, tile, dst_view):
+    """Add ``tile.data`` into ``dst_view`` at the tile's position on every rank, with atomics.
+
+    Granularity: per program; one atomic add per element of the tile per rank (masked to the
+    tensor). Memory semantics: relaxed atomics at system scope; they are complete (visible to a
+    peer that synchronises with this rank afterwards) once the kernel has finished, or after a
+    :func:`device_barrier` that follows them.
+
+    Preconditions: ``dst_view`` (M x N, on the symmetric heap) is zero, or holds what the sum
+    should be added to, on every rank before any rank's first add; zeroing it again for another
+    call must be ordered after every rank's adds of the previous call (a barrier). ``dst_view``
+    must be fp32, fp64, int32, int64, uint32 or uint64; fp16/bf16 ``tile.data`` is added into an
+    fp32 ``dst_view`` (a 16-bit destination raises :class:`~iris.device.IrisUnsupportedError`:
+    it would round at every addition, and the CPU backend has no 16-bit atomics).
+
+    When it returns on a rank: this rank's contribution is in every rank's ``dst_view``. The sum
+    on a rank is complete only when every rank has returned (host barrier, or a
+    :func:`device_barrier` per tile). The order of additions differs between ranks, so float
+    results may differ in the last bits.
+    """
+    call: tl.constexpr = "iris.collectives.all_reduce_atomic"
+    dst_ty: tl.constexpr = atomic_destination_type(call, tile.data.dtype, dst_view.ptr.dtype.element_ty)
+    dst_ptrs, mask = dst_view.frame(tile)
+    if ctx.tracing.enabled:
+        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
+    contribution = tile.data.to(dst_ty)
+    for i in tl.static_range(ctx.world_size):
+        peer = (ctx.rank + i) % ctx.world_size
+        atomic_add(dst_ptrs, contribution, ctx.rank, peer, ctx.heap_bases, mask=mask, sem="relaxed", scope="sys")
+    if ctx.tracing.enabled:
+        ctx.tracing.record_event_end(handle)
+
+
+@triton.jit
+def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index):
+    # Spin until the compare-and-swap 0 -> 1 on peer's mutex succeeds (acquire, system scope).
+    if DEBUG:
+        old = atomic_cas(mutex, 0, 1, rank, peer, heap_bases, sem="acquire", scope="sys")
+        start = device_clock_ns()
+        while old != 0:
+            pause()
+            check_wait_time(start, "iris.collectives.all_reduce_spinlock", "mutex", rank, peer, index, -old, 0)
+            old = atomic_cas(mutex, 0, 1, rank, peer, heap_bases, sem="acquire", scope="sys")
+    else:
+        remote = peer_flag(mutex, rank, peer, heap_bases)
+        old = tl.atomic_cas(remote, 0, 1, sem="acquire", scope="sys")
+        while old != 0:
+            pause()
+            old = tl.atomic_cas(remote, 0, 1, sem="acquire", scope="sys")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _unlock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases):
+    # Release peer's mutex (release, system scope; the caller's CTA barrier came before).
+    if DEBUG:
+        atomic_xchg(mutex, 0, rank, peer, heap_bases, sem="release", scope="sys")
+    else:
+        tl.atomic_xchg(peer_flag(mutex, rank, peer, heap_bases), 0, sem="release", scope="sys")
+
+
+@triton.jit
+def all_reduce_spinlock(ctx, tile, dst_view, locks):
+    """Add ``tile.data`` into ``dst_view`` on every rank, one rank at a time per tile, under a lock.
+
+    Publish this rank's call count for the tile (release). Then for each rank (starting with the
+    next one, so ranks spread over the locks): wait until that rank has entered this call (its
+    call count, read with acquire), take its lock for this tile (compare-and-swap 0 -> 1,
+    acquire), read its ``dst_view`` tile, add ``tile.data``, write it back, count the arrival and
+    release the lock (release, system scope). Then wait until every rank's contribution has
+    arrived in this rank's tile. Waiting for a rank to enter the call keeps a rank that is a call
+    ahead from adding to a tile whose previous sum its owner is still counting.
+
+    Granularity: per program. ``locks``: int32, ``LOCK_WORDS`` per tile of ``dst_view`` (see
+    :func:`lock_words`), on the symmetric heap, zeroed once at allocation, used only by this
+    collective for tensors of this tiling (never reset: the counts only grow).
+
+    Preconditions: as for :func:`all_reduce_atomic`, ``dst_view`` is zero (or the base to add to)
+    on every rank before any rank adds, and fp16/bf16 data needs an fp32 ``dst_view`` (it is
+    accumulated there and rounded once by the caller; a 16-bit destination raises).
+
+    When it returns on a rank: this rank's ``dst_view`` tile holds the full sum (every rank's
+    contribution arrived and is visible), and this rank's contribution is in every other rank's
+    tile. Back to back calls work when each call adds into a destination zeroed beforehand (e.g. a
+    fresh slice); the lock words need no reset. Order of additions differs between ranks.
+    """
+    call: tl.constexpr = "iris.collectives.all_reduce_spinlock"
+    check_lock_array(call, locks.dtype)
+    dst_ty: tl.constexpr = atomic_destination_type(call, tile.data.dtype, dst_view.ptr.dtype.element_ty)
+    dst_ptrs, mask = dst_view.frame(tile)
+    if ctx.tracing.enabled:
+        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
+    t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
+    record = locks + t * LOCK_WORDS_C
+    # The call count is read by peers: publish it with a release (a plain store would do for this
+    # rank alone, as in the other collectives).
+    epoch = tl.load(record + EPOCH) + 1
+    tl.atomic_xchg(record + EPOCH, epoch, sem="release", scope="sys")
+    contribution = tile.data.to(dst_ty)
+    for i in tl.static_range(ctx.world_size):
+        peer = (ctx.rank + i) % ctx.world_size
+        if i > 0:
+            wait_at_least(peer_flag(record + EPOCH, ctx.rank, peer, ctx.heap_bases), epoch, call, "entered", ctx.rank,
+                          peer, t)
+        _lock(record + MUTEX, ctx.rank, peer, ctx.heap_bases, t)
+        current = load(dst_ptrs, ctx.rank, peer, ctx.heap_bases, mask=mask, other=0)
+        store(dst_ptrs, current + contribution, ctx.rank, peer, ctx.heap_bases, mask=mask)
+        signal(record + ARRIVE, ctx.rank, peer, ctx.heap_bases)
+        _unlock(record + MUTEX, ctx.rank, peer, ctx.heap_bases)
+    wait_at_least(record + ARRIVE, epoch * ctx.world_size, call, "arrivals", ctx.rank, -1, t)
+    if ctx.tracing.enabled:
+        ctx.tracing.record_event_end(handle)
+
+
+@triton.jit
+def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
+    """Every rank reads every rank's tile and sums locally (one shot, no intermediate step).
+
+    Per tile: signal "my ``src_view`` tile is ready" to every peer, wait for every peer's, load
+    every peer's ``src_view`` tile and sum them with ``tile.data`` in rank order (the same on every
+    rank: bit-identical results everywhere), store the sum into this rank's ``dst_view``, then
+    tell every peer "done reading yours" and wait until every peer is done reading this rank's.
+
+    Granularity: per program. Memory semantics: flags released and acquired at system scope.
+    ``locks``: int32, ``LOCK_WORDS`` per tile (see :func:`lock_words`), symmetric, zeroed once
+    at allocation, used only by this collective with this tiling.
+
+    Preconditions: this rank's ``src_view`` (symmetric heap, M x N) holds this rank's data at the
+    tile (stored before the call, by this program or earlier kernels) and ``tile.data`` equals
+    it. fp16/bf16 are summed in fp32 and rounded once into ``dst_view`` (which may be any type the
+    sum converts to; usually the data's).
+
+    When it returns on a rank: this rank's ``dst_view`` tile holds the sum, and no peer reads this
+    rank's ``src_view`` tile any more, so the caller may overwrite it (e.g. with the next call's
+    data) right away: back to back calls need neither a barrier nor a lock reset.
+    """
+    call: tl.constexpr = "iris.collectives.all_reduce_one_shot"
+    check_lock_array(call, locks.dtype)
+    acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
+    dst_ptrs, mask = dst_view.frame(tile)
+    if ctx.tracing.enabled:
+        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
+    if ctx.world_size == 1:
+        tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
+    else:
+        t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
+        record = locks + t * LOCK_WORDS_C
+        epoch = next_epoch(record + EPOCH)
+        signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
+        acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
+        tl.store(dst_ptrs, acc.to(dst_view.ptr.dtype.element_ty), mask=mask)
+        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t)
+    if ctx.tracing.enabled:
+        ctx.tracing.record_event_end(handle)
+
+
+@triton.jit
+def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
+    """Reduce each tile once, on its owner, then scatter the result (two shots).
+
+    Tile ``t`` (row-major over ``dst_view``) is owned by rank ``t % world_size``. A rank that
+    does not own the tile signals the owner that its ``src_view`` tile is ready and waits until
+    the owner says the result is in place. The owner waits for every peer's signal, loads every
+    peer's ``src_view`` tile, sums them with its own ``tile.data`` in rank order, stores the sum
+    into every rank's ``dst_view`` and signals each of them. Each element is read once and
+    written once per rank: the least memory traffic of the all-reduces.
+
+    Granularity: per program. Memory semantics: flags released and acquired at system scope.
+    ``locks``: int32, ``LOCK_WORDS`` per tile (see :func:`lock_words`), symmetric, zeroed once at
+    allocation, used only by this collective with this tiling.
+
+    Preconditions: this rank's ``src_view`` holds its data at the tile (stored before the call)
+    and ``tile.data`` equals it; ``tile.data`` is only used on the owner, so a kernel may skip
+    loading it elsewhere (e.g. a load masked with ``tile_id % world_size == rank``). The owner
+    writes into a peer's ``dst_view`` tile only after that peer's next call has started, so a
+    rank must be done reading its ``dst_view`` when it calls again. fp16/bf16 are summed in fp32
+    and rounded once.
+
+    When it returns on a rank: this rank's ``dst_view`` tile holds the sum (bit-identical on every
+    rank), and no peer reads this rank's ``src_view`` tile any more (it may be overwritten at
+    once): back to back calls need neither a barrier nor a lock reset.
+    """
+    call: tl.constexpr = "iris.collectives.all_reduce_two_shot"
+    check_lock_array(call, locks.dtype)
+    acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
+    dst_ptrs, mask = dst_view.frame(tile)
+    if ctx.tracing.enabled:
+        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
+    if ctx.world_size == 1:
+        tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
+    else:
+        t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
+        record = locks + t * LOCK_WORDS_C
+        epoch = next_epoch(record + EPOCH)
+        owner = t % ctx.world_size
+        if owner == ctx.rank:
+            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
+            acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
+            result = acc.to(dst_view.ptr.dtype.element_ty)
+            for i in tl.static_range(ctx.world_size):
+                peer = (ctx.rank + i) % ctx.world_size
+                store(dst_ptrs, result, ctx.rank, peer, ctx.heap_bases, mask=mask)
+            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        else:
+            signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
+            wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t)
+    if ctx.tracing.enabled:
+        ctx.tracing.record_event_end(handle)

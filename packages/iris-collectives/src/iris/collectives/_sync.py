@@ -1,0 +1,251 @@
+"""Flags between ranks: signal, wait, per-call epochs, and the device-side barrier.
+
+Every cross-rank flag here is an int32 counter that only grows. A writer publishes with an
+``atomic_add(..., sem="release", scope="sys")`` after a CTA barrier (so the stores of every
+thread of the program are ordered before it); a reader polls with volatile loads until the
+counter reaches its target, then confirms with an acquire load at system scope and a CTA barrier
+(so every thread's later loads see what the writers published). Because counters never go back,
+nothing has to be reset between calls: the n-th call waits for ``n * expected`` and a peer that is
+already one call ahead only adds to the count, which the proofs in each collective's docstring
+account for.
+
+Wait loops are bounded in debug mode (``IRIS_DEBUG=1``): after ``IRIS_DEBUG_TIMEOUT_S`` seconds
+(default 60) the kernel fails with a message naming the call, the rank, the peer, the flag and
+the values. Under Triton's interpreter a waiting program gives up its CPU between polls.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
+
+from ._errors import IrisWaitTimeoutError
+
+#: int32 words per tile in a lock array. Word meanings (per tile ``t``, at ``locks + LOCK_WORDS*t``):
+#: ``ARRIVE`` (0) counts arrivals or "data ready" signals from peers, ``DONE`` (1) counts "done"
+#: signals, ``MUTEX`` (2) is the spinlock, ``EPOCH`` (3) counts this rank's own calls (written by
+#: this rank only; the spinlock lets peers read it). The ring's records in the signal pad have the
+#: same size and their own meanings (see ``_ring``).
+LOCK_WORDS = 4
+ARRIVE: tl.constexpr = tl.constexpr(0)
+DONE: tl.constexpr = tl.constexpr(1)
+MUTEX: tl.constexpr = tl.constexpr(2)
+EPOCH: tl.constexpr = tl.constexpr(3)
+LOCK_WORDS_C: tl.constexpr = tl.constexpr(LOCK_WORDS)
+
+#: int32 words per slot of a :func:`device_barrier` flag array (arrivals, private generation).
+BARRIER_WORDS = 2
+BARRIER_WORDS_C: tl.constexpr = tl.constexpr(BARRIER_WORDS)
+
+
+def _timeout_seconds() -> float:
+    return float(os.environ.get("IRIS_DEBUG_TIMEOUT_S", "60"))
+
+
+#: Debug-mode time limit of one wait, in ns (``IRIS_DEBUG_TIMEOUT_S``, read at import).
+WAIT_TIMEOUT_NS: tl.constexpr = tl.constexpr(int(_timeout_seconds() * 1e9))
+
+
+@triton.constexpr_function
+def _yield_cpu():
+    # Interpreter only: the programs that this one waits for run in other processes, which may
+    # share this CPU; a spinning Python loop would slow them down. sleep(0) yields the CPU.
+    import time
+
+    time.sleep(0)
+    return 0
+
+
+@triton.constexpr_function
+def host_scalar(value):
+    """Interpreter only: an interpreter tensor (or a number) as a Python scalar."""
+    data = getattr(getattr(value, "handle", None), "data", value)
+    return data.reshape(-1)[0].item() if hasattr(data, "reshape") else data
+
+
+@triton.constexpr_function
+def _call_text(call):
+    return "iris.collectives.wait_at_least" if call is None else call
+
+
+@triton.constexpr_function
+def _what_text(what):
+    return "flag" if what is None else what
+
+
+@triton.constexpr_function
+def _peer_text(peer):
+    peer = host_scalar(peer)
+    return "every peer" if peer < 0 else f"peer {peer}"
+
+
+@triton.constexpr_function
+def _raise_timeout(call, what, rank, peer, index, seen, target, seconds):
+    raise IrisWaitTimeoutError(
+        f"iris debug: {_call_text(call)}: rank {host_scalar(rank)} waited {seconds:.0f} s for "
+        f"{_peer_text(peer)} on flag '{_what_text(what)}' of tile/slot {host_scalar(index)}: it holds "
+        f"{host_scalar(seen)}, expected >= {host_scalar(target)}. A peer did not make the matching call "
+        f"(every rank must call the collective for the same tiles, in the same order, with the same grid), "
+        f"or the lock array was reset, shared with another collective or not zeroed at allocation; raise "
+        f"IRIS_DEBUG_TIMEOUT_S if the peers are just slow")
+
+
+@triton.constexpr_function
+def _timeout_prefix(call, what):
+    return (f"iris debug: {_call_text(call)}: wait timed out on flag '{_what_text(what)}': rank, peer (-1 = every "
+            f"peer), tile, seen, expected = ")
+
+
+@triton.constexpr_function
+def _timeout_message(call, what):
+    return (f"iris debug: {_call_text(call)}: a wait on flag '{_what_text(what)}' timed out; the line printed "
+            f"above names rank, peer, tile and values. Every rank must make the same collective calls with "
+            f"zeroed, unshared lock arrays")
+
+
+@triton.jit
+def pause():
+    """Between two polls of a wait loop: under the interpreter, give the CPU to the processes
+    being waited for; on the GPU, nothing."""
+    if INTERPRETER:
+        _yield_cpu()
+
+
+@triton.jit
+def check_wait_time(start, call: tl.constexpr, what: tl.constexpr, rank, peer, index, seen, target):
+    """Debug mode only (call it under ``if DEBUG``): fail when the wait that began at ``start``
+    (``device_clock_ns()``) has lasted longer than ``IRIS_DEBUG_TIMEOUT_S``. The failure names
+    the call, the rank, the peer (-1: several), the flag (``what``, tile ``index``) and the values."""
+    if device_clock_ns() - start > WAIT_TIMEOUT_NS:
+        if INTERPRETER:
+            _raise_timeout(call, what, rank, peer, index, seen, target, WAIT_TIMEOUT_NS / 1e9)
+        else:
+            tl.device_print(_timeout_prefix(call, what), rank, peer, index, seen, target)
+            tl.device_assert(seen >= target, _timeout_message(call, what))
+
+
+@triton.jit
+def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = None, rank=-1, peer=-1, index=-1):
+    """Wait until the int32 counter at ``flag`` is ``>= target``.
+
+    ``flag`` is usually this rank's memory (peers add to it with :func:`signal`), but any address
+    of this process works (a peer's word, translated). Granularity: per program (a scalar flag).
+    Memory semantics: acquire at system scope, then a CTA barrier, so every thread of the program
+    sees the writes the signalling peers released. ``call``, ``what`` (names of the caller and of
+    the flag), ``rank``, ``peer`` (-1: several) and ``index`` (tile or slot) only go into the
+    debug-mode timeout message.
+
+    Example::
+
+        iris.collectives.signal(flags + slot, ctx.rank, peer, ctx.heap_bases)  # on the producer
+        iris.collectives.wait_at_least(flags + slot, 1)                       # on the consumer
+    """
+    seen = tl.load(flag, volatile=True)
+    if DEBUG:
+        start = device_clock_ns()
+    while seen < target:
+        pause()
+        if DEBUG:
+            check_wait_time(start, call, what, rank, peer, index, seen, target)
+        seen = tl.load(flag, volatile=True)
+    # The volatile polls are relaxed; this acquire load (an atomic add of 0, whose result must be
+    # used or the compiler drops it) orders the reads that follow after the peers' releases.
+    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    while seen < target:
+        seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    tl.debug_barrier()
+
+
+@triton.jit
+def peer_flag(flag, rank, peer, heap_bases):
+    # ``flag`` (an int32 address of this rank's heap) as the address of the same word on ``peer``.
+    # The translation of iris.device.translate, written out: flags are signalled in the hot path of
+    # every collective, and under the interpreter each nested jit call costs milliseconds. Debug
+    # builds go through iris.device instead (see signal), which checks ranks and addresses.
+    return flag + (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // 4
+
+
+@triton.jit
+def signal(flag, from_rank, to_rank, heap_bases, CHECKED: tl.constexpr = True):
+    """Add 1 to the int32 counter at ``flag`` on ``to_rank`` (``flag`` is this rank's address).
+
+    Granularity: per program. Memory semantics: a CTA barrier, then release at system scope:
+    every store (and load) the program's threads made before it is visible to (done before) a
+    peer that acquires the counter. ``CHECKED=False`` skips the debug-mode address check (for
+    flags in the signal pad, which lies outside the heap).
+    """
+    tl.debug_barrier()
+    if DEBUG and CHECKED:
+        atomic_add(flag, 1, from_rank, to_rank, heap_bases, sem="release", scope="sys")
+    else:
+        tl.atomic_add(peer_flag(flag, from_rank, to_rank, heap_bases), 1, sem="release", scope="sys")
+
+
+@triton.jit
+def signal_all(flag, rank: tl.constexpr, world_size: tl.constexpr, heap_bases, SELF: tl.constexpr = False):
+    """:func:`signal` every other rank (and this one too with ``SELF``), starting with the next
+    rank so that ranks do not all hit the same peer first. Per program; one CTA barrier, then one
+    release at system scope per rank."""
+    tl.debug_barrier()
+    first: tl.constexpr = 0 if SELF else 1
+    local_base = tl.load(heap_bases + rank)
+    for i in tl.static_range(first, world_size):
+        peer = (rank + i) % world_size
+        if DEBUG:
+            atomic_add(flag, 1, rank, peer, heap_bases, sem="release", scope="sys")
+        else:
+            # peer_flag, inlined: one jit call for all peers
+            tl.atomic_add(flag + (tl.load(heap_bases + peer) - local_base) // 4, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def next_epoch(counter):
+    """Add 1 to this rank's private call counter at ``counter`` and return the new value (1 for
+    the first call). Per program; plain load and store: only this rank's program for this tile
+    touches the word, and kernel boundaries order successive calls."""
+    epoch = tl.load(counter) + 1
+    tl.store(counter, epoch)
+    return epoch
+
+
+@triton.jit
+def device_barrier(ctx, flags, epoch=None):
+    """Device-side barrier among the programs of every rank that use the same barrier slot.
+
+    ``flags`` points at ``BARRIER_WORDS`` (2) int32 words of a symmetric array, zeroed once at
+    allocation and never reset: word 0 counts arrivals, word 1 counts this rank's own calls. Each
+    rank's program signals every rank, then waits until all ``world_size`` ranks have arrived for
+    this generation. The generation is ``epoch`` when given (1 for the first use of the slot,
+    then 2, ...), else this rank's call count at word 1.
+
+    Granularity: per program, for one slot. Use one slot per program that synchronises (e.g.
+    ``flags + BARRIER_WORDS * tile_id``); exactly one program per rank may use a slot per
+    generation, and every rank must use it the same number of times. Under Triton's interpreter the
+    programs of a launch run one after another, so a barrier among the programs of one rank would
+    deadlock; a barrier per tile (the same tile's program on every rank) works on every backend.
+
+    Memory semantics: release at system scope before arriving and acquire at system scope after
+    the wait: everything any rank's program wrote before the barrier is visible to every rank's
+    program after it. Back to back calls need no reset: arrivals only grow, and a rank cannot be
+    more than one generation ahead of a rank it waits for.
+
+    Example::
+
+        iris.collectives.all_gather(ctx, tile, dst_view, 0)
+        iris.collectives.device_barrier(ctx, flags + iris.collectives.BARRIER_WORDS * tile_id)
+        # the gathered rows of this tile are now complete on this rank
+    """
+    if ctx.tracing.enabled:
+        handle = ctx.tracing.record_event_start(TraceEvent().barrier, -1, flags, -1, -1)
+    if epoch is None:
+        generation = next_epoch(flags + 1)
+    else:
+        generation = epoch
+    signal_all(flags, ctx.rank, ctx.world_size, ctx.heap_bases, SELF=True)
+    wait_at_least(flags, generation * ctx.world_size, "iris.collectives.device_barrier", "arrivals", ctx.rank, -1, 0)
+    if ctx.tracing.enabled:
+        ctx.tracing.record_event_end(handle)

@@ -1,0 +1,95 @@
+"""The public surface of iris.collectives, without launching ranks: the spec's names and
+signatures, the host helpers' arithmetic, errors, and the package boundary."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+import iris.collectives as ic
+import iris.device
+from iris.collectives import IrisWaitTimeoutError
+
+# The spec's bound signatures (after self), in order, with defaults.
+SPEC = {
+    "all_reduce_atomic": ["tile", "dst_view"],
+    "all_reduce_spinlock": ["tile", "dst_view", "locks"],
+    "all_reduce_one_shot": ["tile", "src_view", "dst_view", "locks"],
+    "all_reduce_ring": ["tile", "src_view", "dst_view"],
+    "all_reduce_two_shot": ["tile", "src_view", "dst_view", "locks"],
+    "all_gather": ["tile", "dst_view", "dim"],
+    "gather": ["tile", "src_view", "source_rank", "hint=None"],
+    "all_to_all": ["tile", "src_view", "dst_view", "N_per_rank"],
+    "reduce_scatter": ["tile", "src_view", "dst_view", "locks"],
+}
+
+
+def params(fn) -> list[str]:
+    fn = getattr(fn, "fn", fn)  # JITFunction -> the Python function
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        out.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SPEC))
+def test_bound_and_free_forms_have_the_spec_signature(name):
+    assert params(getattr(ic.DeviceContext, name))[1:] == SPEC[name]
+    assert params(getattr(ic, name)) == ["ctx", *SPEC[name]]
+    assert getattr(ic, name).__doc__ if not hasattr(getattr(ic, name), "fn") else getattr(ic, name).fn.__doc__
+
+
+def test_context_has_every_device_method_and_the_spec_initialize():
+    device_methods = {n for n in dir(iris.device.DeviceContext) if not n.startswith("_")}
+    missing = device_methods - set(dir(ic.DeviceContext))
+    assert not missing, missing
+    assert params(ic.DeviceContext.initialize) == ["context_tensor", "rank", "world_size", "tracing=False"]
+
+
+def test_all_is_sorted_complete_and_documented():
+    assert set(ic.__all__) == {n for n in ic.__all__ if hasattr(ic, n)}
+    for name in ("Tile", "TileView", "TensorView", "device_barrier", "lock_words", "DeviceContext"):
+        assert name in ic.__all__
+        obj = getattr(ic, name)
+        assert (getattr(obj, "fn", None) or obj).__doc__
+
+
+def test_tile_counts_and_lock_sizes():
+    assert ic.num_tiles(130, 257, 64, 64) == 3 * 5
+    assert ic.num_tiles(5, 7, 16, 32) == 1
+    assert ic.lock_words(130, 257, 64, 64) == 15 * ic.LOCK_WORDS
+    assert ic.barrier_words(6) == 6 * ic.BARRIER_WORDS
+    with pytest.raises(iris.device.IrisUsageError, match=r"lock_words\(10, 0, 8, 8\).*N=0"):
+        ic.lock_words(10, 0, 8, 8)
+
+
+@pytest.mark.parametrize("tiles", [1, 2, 3, 7, 15, 64])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_owners_partition_the_tiles(tiles, world):
+    owned = [list(ic.reduce_scatter_tiles(r, tiles, world)) for r in range(world)]
+    assert sorted(t for ts in owned for t in ts) == list(range(tiles))
+    for r, ts in enumerate(owned):
+        assert ts == sorted(ts) and all(t * world // tiles == r for t in ts)  # contiguous, device rule
+    assert [ic.two_shot_owner(t, world) for t in range(tiles)] == [t % world for t in range(tiles)]
+
+
+def test_errors_belong_to_the_iris_hierarchy():
+    assert issubclass(IrisWaitTimeoutError, iris.device.IrisError)
+    assert issubclass(IrisWaitTimeoutError, RuntimeError)
+
+
+def test_ring_capacity_matches_the_signal_pad():
+    from iris.device import _layout
+
+    assert ic.RING_MAX_TILES * ic.LOCK_WORDS * 4 == _layout.SIGNAL_PAD_BYTES
+
+
+def test_iris_device_does_not_import_collectives():
+    code = "import iris.device, sys; assert 'iris.collectives' not in sys.modules; print('ok')"
+    env = dict(os.environ, IRIS_BACKEND="cpu", TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr

@@ -1,0 +1,151 @@
+"""Test kernels for every collective, shared by the multi-rank worker and the sm_90 compile check.
+
+Import it after ``iris.runtime`` has chosen the backend (``import iris.collectives`` does that).
+Every kernel loops over its tiles with a persistent grid (``range(pid, tiles, num_programs)``), the
+way GPU kernels run them, and uses the bound form (``ctx.all_reduce_one_shot(...)``) or the free
+function (``ic.all_reduce_one_shot(ctx, ...)``) as ``BOUND`` says.
+"""
+
+import triton
+import triton.language as tl
+
+import iris.collectives as ic
+
+# VARIANT numbers of all_reduce_kernel.
+ATOMIC, SPINLOCK, ONE_SHOT, TWO_SHOT, RING, REDUCE_SCATTER = range(6)
+VARIANT_NAMES = {ATOMIC: "all_reduce_atomic", SPINLOCK: "all_reduce_spinlock", ONE_SHOT: "all_reduce_one_shot",
+                 TWO_SHOT: "all_reduce_two_shot", RING: "all_reduce_ring", REDUCE_SCATTER: "reduce_scatter"}
+
+
+@triton.jit
+def all_reduce_kernel(context, inp, src, dst, locks, M, N, stride_in, stride_src, stride_dst,
+                      rank: tl.constexpr, world_size: tl.constexpr, VARIANT: tl.constexpr, BOUND: tl.constexpr,
+                      STAGE: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One all-reduce (or reduce-scatter) of ``inp`` (M x N, any memory of this rank) into ``dst``.
+
+    ``STAGE``: copy the tile into the symmetric ``src`` first (the fused pattern: the data exists
+    only in registers); otherwise ``inp`` is ``src``.
+    """
+    ctx = ic.DeviceContext.initialize(context, rank, world_size, tracing=TRACE)
+    in_view = ic.TensorView(inp, M, N, stride_in, 1)
+    src_view = ic.TensorView(src, M, N, stride_src, 1)
+    dst_view = ic.TensorView(dst, M, N, stride_dst, 1)
+    tiles_n = dst_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), dst_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        data = in_view.load(view)
+        if STAGE:
+            src_view.store(view, data)
+        tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, data)
+        if VARIANT == 0:
+            if BOUND:
+                ctx.all_reduce_atomic(tile, dst_view)
+            else:
+                ic.all_reduce_atomic(ctx, tile, dst_view)
+        elif VARIANT == 1:
+            if BOUND:
+                ctx.all_reduce_spinlock(tile, dst_view, locks)
+            else:
+                ic.all_reduce_spinlock(ctx, tile, dst_view, locks)
+        elif VARIANT == 2:
+            if BOUND:
+                ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
+            else:
+                ic.all_reduce_one_shot(ctx, tile, src_view, dst_view, locks)
+        elif VARIANT == 3:
+            if BOUND:
+                ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)
+            else:
+                ic.all_reduce_two_shot(ctx, tile, src_view, dst_view, locks)
+        elif VARIANT == 4:
+            if BOUND:
+                ctx.all_reduce_ring(view, src_view, dst_view)
+            else:
+                ic.all_reduce_ring(ctx, view, src_view, dst_view)
+        else:
+            if BOUND:
+                ctx.reduce_scatter(tile, src_view, dst_view, locks)
+            else:
+                ic.reduce_scatter(ctx, tile, src_view, dst_view, locks)
+
+
+@triton.jit
+def all_gather_kernel(context, inp, dst, flags, out, M_local, N_local, M, N, stride_in, stride_dst, stride_out,
+                      rank: tl.constexpr, world_size: tl.constexpr, DIM: tl.constexpr, BOUND: tl.constexpr,
+                      BARRIER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """All-gather ``inp`` (M_local x N_local) into ``dst`` (M x N). With ``BARRIER``, a device
+    barrier per tile follows, after which this rank copies the tile's gathered part from every
+    rank's slot of its own ``dst`` into ``out`` (same shape as ``dst``, any memory)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    in_view = ic.TensorView(inp, M_local, N_local, stride_in, 1)
+    dst_view = ic.TensorView(dst, M, N, stride_dst, 1)
+    tiles_n = in_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), in_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, in_view.load(view))
+        if BOUND:
+            ctx.all_gather(tile, dst_view, DIM)
+        else:
+            ic.all_gather(ctx, tile, dst_view, DIM)
+        if BARRIER:
+            ic.device_barrier(ctx, flags + ic.BARRIER_WORDS * t)
+            rows = view.rows()
+            cols = view.cols()
+            mask = (rows[:, None] < M_local) & (cols[None, :] < N_local)
+            for r in tl.static_range(world_size):
+                if DIM == 0:
+                    g_rows = rows + r * M_local
+                    g_cols = cols
+                else:
+                    g_rows = rows
+                    g_cols = cols + r * N_local
+                vals = tl.load(dst + g_rows[:, None] * stride_dst + g_cols[None, :], mask=mask)
+                tl.store(out + g_rows[:, None] * stride_out + g_cols[None, :], vals, mask=mask)
+
+
+@triton.jit
+def gather_kernel(context, src, out, M, N, stride_src, stride_out, rank: tl.constexpr, world_size: tl.constexpr,
+                  SOURCE: tl.constexpr, BOUND: tl.constexpr, HINT_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """``out`` (this rank's memory) = rank ``SOURCE``'s ``src`` (M x N, symmetric), tile by tile;
+    with ``HINT_N`` > 0, gather gets ``hint=(1, HINT_N)`` (rows contiguous and aligned by HINT_N)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    src_view = ic.TensorView(src, M, N, stride_src, 1)
+    out_view = ic.TensorView(out, M, N, stride_out, 1)
+    tiles_n = src_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), src_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        # A tuple hint must be written in the kernel: Triton 3.6 cannot pass a tuple constexpr
+        # argument on to tl.multiple_of.
+        if HINT_N > 0:
+            if BOUND:
+                data = ctx.gather(view, src_view, SOURCE, hint=(1, HINT_N))
+            else:
+                data = ic.gather(ctx, view, src_view, SOURCE, (1, HINT_N))
+        else:
+            if BOUND:
+                data = ctx.gather(view, src_view, SOURCE)
+            else:
+                data = ic.gather(ctx, view, src_view, SOURCE)
+        out_view.store(view, data)
+
+
+@triton.jit
+def all_to_all_kernel(context, src, dst, M, stride_src, stride_dst, rank: tl.constexpr, world_size: tl.constexpr,
+                      N_PER_RANK: tl.constexpr, BOUND: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """All-to-all of ``src`` into ``dst`` (both M x world_size*N_PER_RANK)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    src_view = ic.TensorView(src, M, world_size * N_PER_RANK, stride_src, 1)
+    dst_view = ic.TensorView(dst, M, world_size * N_PER_RANK, stride_dst, 1)
+    tiles_n = ic.cdiv(N_PER_RANK, BLOCK_N)
+    tiles = ic.cdiv(M, BLOCK_M) * tiles_n
+    for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        if BOUND:
+            ctx.all_to_all(view, src_view, dst_view, N_PER_RANK)
+        else:
+            ic.all_to_all(ctx, view, src_view, dst_view, N_PER_RANK)

@@ -1,0 +1,390 @@
+"""Multi-rank scenarios of iris.collectives (run by test_collectives_multirank.py on 1..N ranks).
+
+Every result is compared with a reference computed on the host from the inputs of every rank,
+which each rank regenerates from seeds (no communication needed to know the answer). Outputs are
+poisoned before a kernel runs, so a kernel that skips work fails. Float results within the
+dtype's tolerance, integers exactly; the all-reduces that compute each sum once (one-shot,
+two-shot, ring) must also agree bit for bit across ranks.
+
+``IRIS_TEST_REPEATS`` sets the number of back-to-back launches (default 100 on cuda, 20 on cpu).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+import iris.collectives as ic  # imports iris.runtime first, which picks the backend
+import iris.runtime.testing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import collective_kernels as K
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32}
+# (rtol, atol) against the exactly rounded sum: one rounding of an fp32 sum to the dtype may land one
+# unit in the last place away from it.
+TOLERANCE = {torch.float32: (2e-6, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+POISON = {torch.float32: float("nan"), torch.float16: float("nan"), torch.bfloat16: float("nan"),
+          torch.int32: -1234567}
+ONCE = (K.ONE_SHOT, K.TWO_SHOT, K.RING)  # each sum computed once (or in one order): equal on every rank
+LOCKING = (K.SPINLOCK, K.ONE_SHOT, K.TWO_SHOT, K.RING, K.REDUCE_SCATTER)
+
+
+def repeats(ctx) -> int:
+    return int(os.environ.get("IRIS_TEST_REPEATS", "100" if ctx.backend == "cuda" else "20"))
+
+
+def rank_input(rank: int, shape, dtype, seed: int) -> torch.Tensor:
+    """Rank ``rank``'s input, the same wherever it is generated (CPU generator)."""
+    g = torch.Generator().manual_seed(seed * 1009 + rank * 7919 + 17)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 4).to(dtype)
+    return torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def reference_sum(inputs, dtype) -> torch.Tensor:
+    wide = torch.float64 if dtype.is_floating_point else torch.int64
+    return sum(x.to(wide) for x in inputs).to(dtype)
+
+
+def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    actual = actual.cpu()
+    if expected.dtype.is_floating_point:
+        rtol, atol = TOLERANCE[expected.dtype]
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
+                                   msg=lambda m: f"{what}: {m}")
+    else:
+        differ = int((actual != expected).sum())
+        assert differ == 0, f"{what}: {differ} elements differ\n{actual}\n{expected}"
+
+
+def same_on_every_rank(ctx, tensor: torch.Tensor, what: str) -> None:
+    mine = tensor.cpu().view(torch.uint8 if tensor.element_size() == 1 else torch.int16
+                             if tensor.element_size() == 2 else torch.int32)
+    everyone = ctx.comm.allgather(mine)
+    for r, theirs in enumerate(everyone):
+        assert torch.equal(theirs, mine), f"{what}: rank {ctx.rank} and rank {r} differ in the bits of the result"
+
+
+def dst_dtype_for(variant: int, dtype):
+    """Atomic and spinlock variants accumulate 16-bit data in an fp32 destination."""
+    if variant in (K.ATOMIC, K.SPINLOCK) and dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return dtype
+
+
+def launch_all_reduce(ctx, variant, inp, src, dst, locks, M, N, BM, BN, *, stage=True, bound=None, trace=False,
+                      grid=2):
+    K.all_reduce_kernel[(grid,)](
+        ctx.get_device_context(), inp, src, dst, locks, M, N, inp.stride(0), src.stride(0), dst.stride(0),
+        rank=ctx.rank, world_size=ctx.world_size, VARIANT=variant, BOUND=(variant % 2 == 0) if bound is None else bound,
+        STAGE=stage, TRACE=trace, BLOCK_M=BM, BLOCK_N=BN)
+
+
+def expected_result(ctx, variant, inputs, out_dtype, poison_value, M, N, BM, BN) -> torch.Tensor:
+    expected = reference_sum(inputs, out_dtype)
+    if variant == K.REDUCE_SCATTER:
+        owned = set(ic.reduce_scatter_tiles(ctx.rank, ic.num_tiles(M, N, BM, BN), ctx.world_size))
+        tiles_n = -(-N // BN)
+        full = expected
+        expected = torch.full((M, N), poison_value, dtype=out_dtype)
+        for t in owned:
+            pm, pn = divmod(t, tiles_n)
+            rows, cols = slice(pm * BM, (pm + 1) * BM), slice(pn * BN, (pn + 1) * BN)
+            expected[rows, cols] = full[rows, cols]
+    return expected
+
+
+def run_all_reduce(ctx, variant, dtype, M, N, BM, BN, seed, *, stage=True, grid=2):
+    """One call of ``variant`` on fresh buffers; checks the result against the host reference."""
+    W, dev = ctx.world_size, ctx.device
+    inputs = [rank_input(r, (M, N), dtype, seed) for r in range(W)]
+    out_dtype = dst_dtype_for(variant, dtype)
+    src = ctx.zeros(M, N, dtype=dtype)
+    if stage:
+        inp = inputs[ctx.rank].to(dev)
+    else:
+        src.copy_(inputs[ctx.rank].to(dev))
+        inp = src
+    zero_dst = variant in (K.ATOMIC, K.SPINLOCK)
+    poison_value = 0 if zero_dst else POISON[out_dtype]
+    dst = ctx.full((M, N), poison_value, dtype=out_dtype)
+    locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    ctx.barrier()  # every rank's dst poisoned (or zeroed) before anyone writes into it
+    launch_all_reduce(ctx, variant, inp, src, dst, locks, M, N, BM, BN, stage=stage, grid=grid)
+    if variant in (K.ATOMIC,):
+        ctx.barrier()  # atomics: the sum is complete once every rank is done
+    what = f"{K.VARIANT_NAMES[variant]} {tuple(inputs[0].shape)} {dtype} blocks {BM}x{BN} rank {ctx.rank}/{W}"
+    check(dst, expected_result(ctx, variant, inputs, out_dtype, poison_value, M, N, BM, BN), what)
+    if variant in ONCE:
+        same_on_every_rank(ctx, dst, what)
+    ctx.barrier()
+    for t in (locks, dst, src):
+        ctx.free(t)
+
+
+# --- the all-reduce family ---------------------------------------------------------------------
+
+def scenario_all_reduce_dtypes_and_ragged_shapes(ctx):
+    """Every variant x fp32/fp16/bf16/int32, on a ragged shape and on a tensor smaller than a block."""
+    seed = 1
+    for variant in K.VARIANT_NAMES:
+        for dtype in DTYPES.values():
+            for M, N in ((33, 65), (5, 7)):
+                run_all_reduce(ctx, variant, dtype, M, N, 16, 32, seed)
+                seed += 1
+
+
+def scenario_all_reduce_130x257(ctx):
+    """The full-size ragged case of the issue, every variant (64x64 blocks: 3 x 5 tiles)."""
+    for variant in K.VARIANT_NAMES:
+        run_all_reduce(ctx, variant, torch.float32, 130, 257, 64, 64, seed=100 + variant)
+    run_all_reduce(ctx, K.TWO_SHOT, torch.bfloat16, 130, 257, 64, 64, seed=200)
+
+
+def scenario_all_reduce_source_in_place(ctx):
+    """One-shot, two-shot and reduce-scatter reading the input where it lies (no staging copy),
+    the ring from a source that is not on the heap, and one program per tile."""
+    for variant in (K.ONE_SHOT, K.TWO_SHOT, K.REDUCE_SCATTER):
+        run_all_reduce(ctx, variant, torch.float32, 20, 40, 8, 16, seed=300 + variant, stage=False)
+    run_all_reduce(ctx, K.RING, torch.float16, 20, 40, 8, 16, seed=310, grid=15)
+    run_all_reduce(ctx, K.TWO_SHOT, torch.int32, 20, 40, 8, 16, seed=311, grid=15)
+
+
+def scenario_back_to_back(ctx):
+    """Each lock-using collective launched ``IRIS_TEST_REPEATS`` times in a row with new data, the
+    same source, destination and locks, no barrier and no reset in between; one rank lags now and
+    then so that others run ahead. Results are copied as soon as a launch returns (they must be
+    complete then), and the source is poisoned right away (no peer may still read it); all are
+    checked at the end."""
+    W, dev, R = ctx.world_size, ctx.device, repeats(ctx)
+    M, N, BM, BN = 20, 40, 16, 32  # 2 x 2 tiles
+    for variant in LOCKING:
+        dtype = torch.bfloat16 if variant == K.RING else torch.float32
+        out_dtype = dst_dtype_for(variant, dtype)
+        seeds = [1000 * variant + k for k in range(R)]
+        local = torch.stack([rank_input(ctx.rank, (M, N), dtype, s) for s in seeds]).to(dev)
+        src = ctx.zeros(M, N, dtype=dtype)
+        if variant == K.SPINLOCK:
+            dst = ctx.zeros(R, M, N, dtype=out_dtype)  # adds into zeroed memory: a fresh slice per call
+        else:
+            dst = ctx.full((M, N), POISON[out_dtype], dtype=out_dtype)
+        locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+        ctx.barrier()
+        results = []
+        for k in range(R):
+            if k % W == ctx.rank and k % 3 == 0:
+                time.sleep(0.005)  # fall behind the others
+            out = dst[k] if variant == K.SPINLOCK else dst
+            launch_all_reduce(ctx, variant, local[k], src, out, locks, M, N, BM, BN)
+            results.append(out.clone())  # complete on this rank when the launch returns
+            if variant in (K.ONE_SHOT, K.TWO_SHOT, K.REDUCE_SCATTER):
+                src.fill_(POISON[dtype])  # no peer reads it any more: a late reader would sum NaNs
+        for k in range(R):
+            inputs = [rank_input(r, (M, N), dtype, seeds[k]) for r in range(W)]
+            what = f"{K.VARIANT_NAMES[variant]} launch {k + 1}/{R} rank {ctx.rank}/{W}"
+            poison = 0 if variant == K.SPINLOCK else POISON[out_dtype]
+            check(results[k], expected_result(ctx, variant, inputs, out_dtype, poison, M, N, BM, BN), what)
+        ctx.barrier()
+        for t in (locks, dst, src):
+            ctx.free(t)
+
+
+def scenario_tracing_records_one_event_per_tile(ctx):
+    """With tracing, every collective call records one 'collective' event (id 36) per tile."""
+    M, N, BM, BN = 20, 40, 16, 32
+    tiles = ic.num_tiles(M, N, BM, BN)
+    src = ctx.zeros(M, N, dtype=torch.float32)
+    dst = ctx.zeros(M, N, dtype=torch.float32)
+    locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    inp = rank_input(ctx.rank, (M, N), torch.float32, 7).to(ctx.device)
+    ctx.tracing.enable(max_events=1000)
+    ctx.tracing.reset()
+    ctx.barrier()
+    launch_all_reduce(ctx, K.ONE_SHOT, inp, src, dst, locks, M, N, BM, BN, trace=True)
+    ctx.barrier()
+    events, dropped = ctx.tracing.recorded()
+    ctx.tracing.disable()
+    assert dropped == 0
+    ids = events[:, 0].tolist()
+    assert ids == [36] * tiles, f"rank {ctx.rank}: expected {tiles} collective events, got ids {ids}"
+    assert sorted((int(e[6]), int(e[7])) for e in events) == sorted(divmod(t, 2) for t in range(tiles))
+    assert all(int(e[2]) == -1 and int(e[10]) >= int(e[9]) > 0 for e in events), events
+    ctx.barrier()
+    for t in (locks, dst, src):
+        ctx.free(t)
+
+
+# --- gather family -------------------------------------------------------------------------------
+
+def scenario_all_gather(ctx):
+    """Both dims, four dtypes, ragged local shapes and one smaller than a block; host barrier, then
+    the whole gathered tensor."""
+    W, dev = ctx.world_size, ctx.device
+    cases = [(torch.float32, 9, 13), (torch.bfloat16, 9, 13), (torch.int32, 9, 13), (torch.float16, 3, 5)]
+    for dim in (0, 1):
+        for i, (dtype, ml, nl) in enumerate(cases):
+            M, N = (W * ml, nl) if dim == 0 else (ml, W * nl)
+            inputs = [rank_input(r, (ml, nl), dtype, 400 + 10 * dim + i) for r in range(W)]
+            dst = ctx.full((M, N), POISON[dtype], dtype=dtype)
+            ctx.barrier()
+            inp = inputs[ctx.rank].to(dev)
+            K.all_gather_kernel[(2,)](ctx.get_device_context(), inp, dst, dst, dst, ml, nl, M, N, inp.stride(0),
+                                      dst.stride(0), dst.stride(0), rank=ctx.rank, world_size=W, DIM=dim,
+                                      BOUND=bool(i % 2), BARRIER=False, BLOCK_M=8, BLOCK_N=8)
+            ctx.barrier()
+            check(dst, torch.cat(inputs, dim=dim), f"all_gather dim {dim} {dtype} rank {ctx.rank}")
+            ctx.barrier()
+            ctx.free(dst)
+
+
+def scenario_all_gather_with_device_barrier(ctx):
+    """all_gather followed by a device barrier per tile, launched repeatedly with the same barrier
+    flags (epochs, no reset): after the barrier, each rank reads the tile's rows from every rank."""
+    W, dev = ctx.world_size, ctx.device
+    ml, nl, BM, BN = 10, 12, 8, 8
+    M, N = W * ml, nl
+    launches = 5
+    tiles = ic.num_tiles(ml, nl, BM, BN)
+    flags = ctx.zeros(ic.barrier_words(tiles), dtype=torch.int32)
+    dst = ctx.full((launches, M, N), POISON[torch.float32], dtype=torch.float32)
+    ctx.barrier()
+    outs = []
+    for k in range(launches):
+        inp = rank_input(ctx.rank, (ml, nl), torch.float32, 500 + k).to(dev)
+        out = torch.full((M, N), -1.0, device=dev)
+        K.all_gather_kernel[(2,)](ctx.get_device_context(), inp, dst[k], flags, out, ml, nl, M, N, inp.stride(0),
+                                  dst.stride(1), out.stride(0), rank=ctx.rank, world_size=W, DIM=0, BOUND=True,
+                                  BARRIER=True, BLOCK_M=BM, BLOCK_N=BN)
+        outs.append(out)
+    for k in range(launches):
+        expected = torch.cat([rank_input(r, (ml, nl), torch.float32, 500 + k) for r in range(W)])
+        check(outs[k], expected, f"all_gather + device_barrier launch {k} rank {ctx.rank}")
+    generations = flags.view(tiles, ic.BARRIER_WORDS)[:, 1].cpu()
+    assert generations.tolist() == [launches] * tiles, generations
+    ctx.barrier()
+    ctx.free(dst)
+    ctx.free(flags)
+
+
+def scenario_gather(ctx):
+    """Each rank loads every tile of the next rank's tensor; with and without a vector hint."""
+    W, dev = ctx.world_size, ctx.device
+    cases = [(torch.float32, 19, 23, 0), (torch.float16, 19, 23, 0), (torch.int32, 16, 64, 16),
+             (torch.bfloat16, 16, 64, 16), (torch.float32, 3, 5, 0)]
+    for i, (dtype, M, N, hint) in enumerate(cases):
+        src = ctx.zeros(M, N, dtype=dtype)
+        src.copy_(rank_input(ctx.rank, (M, N), dtype, 600 + i).to(dev))
+        ctx.barrier()  # every rank's data is in place before anyone reads it
+        source = (ctx.rank + 1) % W
+        out = torch.full((M, N), POISON[dtype], dtype=dtype, device=dev)
+        K.gather_kernel[(2,)](ctx.get_device_context(), src, out, M, N, src.stride(0), out.stride(0), rank=ctx.rank,
+                              world_size=W, SOURCE=source, BOUND=bool(i % 2), HINT_N=hint, BLOCK_M=8, BLOCK_N=16)
+        check(out, rank_input(source, (M, N), dtype, 600 + i), f"gather from {source} {dtype} rank {ctx.rank}")
+        ctx.barrier()
+        ctx.free(src)
+
+
+def scenario_all_to_all(ctx):
+    """Column blocks of N_per_rank = 13 (not a multiple of the 8-wide block), and of 5 (smaller than
+    a block), between every pair."""
+    W, dev = ctx.world_size, ctx.device
+    for i, (dtype, M, npr) in enumerate(((torch.float32, 9, 13), (torch.int32, 9, 13), (torch.bfloat16, 9, 13),
+                                         (torch.float16, 3, 5))):
+        inputs = [rank_input(r, (M, W * npr), dtype, 700 + i) for r in range(W)]
+        src = inputs[ctx.rank].to(dev)
+        dst = ctx.full((M, W * npr), POISON[dtype], dtype=dtype)
+        ctx.barrier()
+        K.all_to_all_kernel[(2,)](ctx.get_device_context(), src, dst, M, src.stride(0), dst.stride(0), rank=ctx.rank,
+                                  world_size=W, N_PER_RANK=npr, BOUND=bool(i % 2), BLOCK_M=8, BLOCK_N=8)
+        ctx.barrier()
+        expected = torch.cat([inputs[p][:, ctx.rank * npr:(ctx.rank + 1) * npr] for p in range(W)], dim=1)
+        check(dst, expected, f"all_to_all {dtype} rank {ctx.rank}")
+        ctx.barrier()
+        ctx.free(dst)
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+def expect_error(fn, *fragments):
+    try:
+        fn()
+    except Exception as exc:  # the interpreter and Triton's compiler wrap errors, maybe several times
+        chain, seen = [], exc
+        while seen is not None and len(chain) < 20:
+            chain.append(f"{type(seen).__name__}: {seen}")
+            seen = seen.__cause__ or seen.__context__
+        text = "\n".join(chain)
+        missing = [f for f in fragments if f not in text]
+        assert not missing, f"error text lacks {missing}: {text}"
+        return
+    raise AssertionError(f"no error raised; expected one mentioning {fragments}")
+
+
+def scenario_errors_name_the_fix(ctx):
+    """Combinations that cannot give a correct answer are refused, naming the call and the fix."""
+    dev = ctx.device
+    M, N, BM, BN = 8, 8, 8, 8
+    locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    half = ctx.zeros(M, N, dtype=torch.float16)
+    inp = torch.ones(M, N, dtype=torch.float16, device=dev)
+    expect_error(lambda: launch_all_reduce(ctx, K.ATOMIC, inp, half, half, locks, M, N, BM, BN),
+                 "all_reduce_atomic", "fp32 dst_view")
+    expect_error(lambda: launch_all_reduce(ctx, K.SPINLOCK, inp, half, half, locks, M, N, BM, BN),
+                 "all_reduce_spinlock", "fp32 dst_view")
+    small = ctx.zeros(M, N, dtype=torch.int8)
+    expect_error(lambda: launch_all_reduce(ctx, K.ONE_SHOT, small, small, small, locks, M, N, BM, BN),
+                 "all_reduce_one_shot", "int8")
+    wide_locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int64)
+    f32 = ctx.zeros(M, N, dtype=torch.float32)
+    expect_error(lambda: launch_all_reduce(ctx, K.TWO_SHOT, f32, f32, f32, wide_locks, M, N, BM, BN),
+                 "all_reduce_two_shot", "int32")
+    if ctx.world_size > 1 and ctx.backend == "cpu":
+        # More tiles than the signal pad has flags for: refused before any flag is touched. (On the
+        # GPU the same check traps the kernel, which ends the process's CUDA context: not tested.)
+        big = ctx.zeros(257, 256, dtype=torch.float32)
+        expect_error(lambda: launch_all_reduce(ctx, K.RING, big, big, big, locks, 257, 256, 1, 1, grid=1),
+                     "all_reduce_ring", str(ic.RING_MAX_TILES))
+        ctx.free(big)
+    for name in ("lock_words", "num_tiles"):
+        expect_error(lambda name=name: getattr(ic, name)(0, 8, 8, 8), f"{name}(0, 8, 8, 8)", "positive int")
+    ctx.barrier()
+    for t in (f32, wide_locks, small, half, locks):
+        ctx.free(t)
+
+
+def scenario_debug_wait_times_out(ctx):
+    """IRIS_DEBUG=1 only: rank 0 calls one-shot alone; its wait gives up after IRIS_DEBUG_TIMEOUT_S
+    with a message naming the call, the rank, the peers and the flag."""
+    assert ic._sync.DEBUG, "run with IRIS_DEBUG=1"
+    assert ctx.backend == "cpu", "on the GPU a timed-out wait is a device assert, which ends the CUDA context"
+    M, N, BM, BN = 8, 16, 8, 16
+    locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    buf = ctx.zeros(M, N, dtype=torch.float32)
+    if ctx.rank == 0:
+        start = time.monotonic()
+        expect_error(lambda: launch_all_reduce(ctx, K.ONE_SHOT, buf, buf, buf, locks, M, N, BM, BN, stage=False),
+                     "IrisWaitTimeoutError", "iris.collectives.all_reduce_one_shot", "rank 0", "every peer",
+                     "on flag", "ready", "tile/slot 0", f"expected >= {ctx.world_size - 1}")
+        assert time.monotonic() - start < 60
+    ctx.barrier()
+    ctx.free(buf)
+    ctx.free(locks)
+
+
+def scenario_debug_mode_collectives(ctx):
+    """IRIS_DEBUG=1 only: each lock-using collective, checked flags and addresses, gives the sum."""
+    assert ic._sync.DEBUG, "run with IRIS_DEBUG=1"
+    for variant in LOCKING:
+        run_all_reduce(ctx, variant, torch.float32, 12, 20, 8, 16, seed=800 + variant)
+
+
+DEBUG_ONLY = ("debug_wait_times_out", "debug_mode_collectives")
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or [n[len("scenario_"):] for n in list(globals()) if n.startswith("scenario_")
+                             and n[len("scenario_"):] not in DEBUG_ONLY]
+    iris.runtime.testing.run_scenarios(globals(), names, heap_size=1 << 24)
