@@ -60,7 +60,7 @@ def packaging(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the documentation with warnings as errors, and run every code block it shows."""
     install(session, *PACKAGES, extra=("matplotlib",))
-    session.install("sphinx==9.0.4", "myst-parser")
+    session.install("sphinx==9.0.4", "myst-parser==5.2.0")
     session.run("python", "docs/run_code_blocks.py")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
 

@@ -12,7 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-import iris.runtime  # first: picks the backend (and Triton's interpreter on a CPU-only machine)
+# iris.runtime picks the backend; on a machine with no GPU it switches Triton's interpreter on,
+# so import it before defining kernels.
+import iris.runtime
 from iris.device import DeviceContext
 
 
@@ -42,7 +44,8 @@ def main() -> int:
         ctx.barrier()
         elapsed = time.perf_counter() - start
         offs = torch.arange(args.n, dtype=torch.float32, device=ctx.device)
-        bad = [src for src in range(world) if not torch.equal(inbox[src * args.n:(src + 1) * args.n], src * 1000 + offs)]
+        received = inbox.view(world, args.n)
+        bad = [src for src in range(world) if not torch.equal(received[src], src * 1000 + offs)]
         report = ctx.comm.gather((rank, bad), root=0)
         if rank == 0:
             print(f"hello heap: {world} ranks, backend {ctx.backend}, {args.n} float32 per message, "

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FLAGSHIP = "00_hello_heap.py"
+FLAGSHIP = "02_gemm_all_reduce.py"
 
 
 def main() -> int:

@@ -1,0 +1,165 @@
+"""Message passing between ranks with the bound device context: data, then a flag.
+
+Every rank is a producer for its right neighbour and a consumer for its left one. In each round,
+program ``p`` of the producer writes block ``p`` of a message into the consumer's inbox, then
+raises the block's flag with ``atomic_cas(flag, round - 1, round, sem="release", scope="sys")``.
+The consumer's program ``p`` spins on its own flag with ``sem="acquire", scope="sys"`` until it
+reads ``round``, checks the block, and acknowledges (release) so that the producer may overwrite
+the inbox in the next round. Sequence numbers make the flags reusable: nothing is reset between
+rounds.
+
+Program ``p`` only ever waits for program ``p`` of the two neighbours, which publishes before it
+waits: that works under Triton's interpreter (programs of a launch run one after another) and on
+a GPU as long as all programs are resident at once, so keep the grid (``n / block``) to a few
+hundred programs per rank there.
+
+Two ways to move the block are shown: ``ctx.store`` of registers (``--method store``) and
+``ctx.put`` from a local staging buffer (``--method put``); the default runs both.
+
+    mpirun -n 4 python examples/01_message_passing.py [--method store|put|both] [--n 4096]
+        [--block 1024] [--rounds 4]
+"""
+
+import argparse
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+# iris.runtime picks the backend; on a machine with no GPU it switches Triton's interpreter on,
+# so import it before defining kernels.
+import iris.runtime
+from iris.device import DeviceContext
+
+
+@triton.jit
+def wait_for(ctx, flag, value, max_spins):
+    """Spin until ``flag`` (in this rank's heap) holds ``value``; acquire at system scope.
+
+    One scalar atomic per try, per program. The acquire pairs with the peer's release, so
+    everything the peer wrote before raising the flag is visible after this returns. Returns
+    False when ``max_spins`` tries were not enough (the host then reports a timeout instead of
+    hanging forever).
+    """
+    seen = ctx.atomic_cas(flag, value, value, to_rank=ctx.rank, sem="acquire", scope="sys")
+    spins = 0
+    while (seen != value) & (spins < max_spins):
+        seen = ctx.atomic_cas(flag, value, value, to_rank=ctx.rank, sem="acquire", scope="sys")
+        spins += 1
+    return seen == value
+
+
+@triton.jit
+def message(producer, round_no, offs):
+    """The values producer ``producer`` sends in round ``round_no``: unique per element."""
+    return (producer * 1_000_000 + round_no * 10_000 + offs % 10_000).to(tl.float32)
+
+
+@triton.jit
+def exchange(context, inbox, staging, ready, ack, errors, n, rounds, max_spins, rank: tl.constexpr,
+             world_size: tl.constexpr, USE_PUT: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per block of the message; every program produces, then consumes, per round.
+
+    ``ready[p]`` lives in the consumer's heap (raised by its producer); ``ack[p]`` lives in the
+    producer's heap (raised by its consumer). Each program publishes its block before it waits,
+    and waits only on programs of other ranks with the same id, so it never waits on a program
+    of its own launch (those may run one after another).
+    """
+    ctx = DeviceContext.initialize(context, rank, world_size)
+    pid = tl.program_id(0)
+    consumer = (rank + 1) % world_size
+    producer = (rank + world_size - 1) % world_size
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    bad = 0
+    for r in range(1, rounds + 1):
+        # Producer: the consumer has finished reading round r - 1 once it acked it.
+        if r > 1:
+            if not wait_for(ctx, ack + pid, r - 1, max_spins):
+                bad += n  # timed out: count the whole block as wrong
+        values = message(rank, r, offs)
+        if USE_PUT:
+            tl.store(staging + offs, values, mask=mask)
+            ctx.put(staging + offs, inbox + offs, to_rank=consumer, mask=mask)
+        else:
+            ctx.store(inbox + offs, values, to_rank=consumer, mask=mask)
+        # The block was stored by every thread of the program, the flag is raised by one: a CTA
+        # barrier first, so that the release below covers the other threads' stores too.
+        tl.debug_barrier()
+        # Release at system scope: the block above is visible to the consumer's process (and
+        # GPU) before it can see the new flag value. scope="gpu" would not order it for a peer.
+        old = ctx.atomic_cas(ready + pid, r - 1, r, to_rank=consumer, sem="release", scope="sys")
+        bad += tl.where(old == r - 1, 0, 1)
+        # Consumer: wait for the producer's round r, check it, acknowledge.
+        if wait_for(ctx, ready + pid, r, max_spins):
+            got = tl.load(inbox + offs, mask=mask, other=0.0)
+            bad += tl.sum(tl.where(mask & (got != message(producer, r, offs)), 1, 0))
+        else:
+            bad += n
+        tl.debug_barrier()  # every thread has read the block before the producer may overwrite it
+        ctx.atomic_cas(ack + pid, r - 1, r, to_rank=producer, sem="release", scope="sys")
+    tl.atomic_add(errors, bad, sem="relaxed")
+
+
+def run(ctx, method: str, n: int, block: int, rounds: int, max_spins: int) -> tuple[bool, float, int]:
+    """Allocate, run one exchange of ``rounds`` rounds, check on the host; return (ok, s, bad)."""
+    grid = triton.cdiv(n, block)
+    inbox = ctx.full((n,), -1.0, dtype=torch.float32)
+    staging = ctx.zeros((n,), dtype=torch.float32)
+    ready = ctx.zeros((grid,), dtype=torch.int32)
+    ack = ctx.zeros((grid,), dtype=torch.int32)
+    errors = ctx.zeros((1,), dtype=torch.int32)
+    ctx.barrier()  # every rank's flags are zero before anyone raises one
+    start = time.perf_counter()
+    exchange[(grid,)](ctx.get_device_context(), inbox, staging, ready, ack, errors, n, rounds, max_spins,
+                      ctx.rank, ctx.world_size, method == "put", block)
+    ctx.barrier()
+    elapsed = time.perf_counter() - start
+    bad = int(errors.item())
+    # Host check of the last round (the kernel checked every round).
+    producer = (ctx.rank - 1) % ctx.world_size
+    offs = torch.arange(n, device=ctx.device)
+    expected = (producer * 1_000_000 + rounds * 10_000 + offs % 10_000).to(torch.float32)
+    bad += int((inbox != expected).sum())
+    bad += int((ready != rounds).sum()) + int((ack != rounds).sum())
+    for t in (inbox, staging, ready, ack, errors):
+        ctx.free(t)
+    return bad == 0, elapsed, bad
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--method", choices=("store", "put", "both"), default="both")
+    parser.add_argument("--n", type=int, default=4096, help="float32 elements per message (GPU: e.g. 1<<22)")
+    parser.add_argument("--block", type=int, default=1024, help="elements per program (a power of two)")
+    parser.add_argument("--rounds", type=int, default=4, help="messages per producer")
+    parser.add_argument("--max-spins", type=int, default=1 << 22, help="tries before a wait gives up")
+    args = parser.parse_args(argv)
+    if args.block & (args.block - 1) or args.n <= 0 or args.rounds <= 0:
+        parser.error("--block must be a power of two, --n and --rounds positive")
+
+    methods = ("store", "put") if args.method == "both" else (args.method,)
+    with iris.runtime.iris(heap_size=max(1 << 24, 4 * args.n * 4)) as ctx:
+        results = {m: run(ctx, m, args.n, args.block, args.rounds, args.max_spins) for m in methods}
+        reports = ctx.comm.gather(results, root=0)
+        ok = True
+        if ctx.rank == 0:
+            print(f"message passing: {ctx.world_size} ranks, backend {ctx.backend}, {args.n} float32 per message "
+                  f"({triton.cdiv(args.n, args.block)} blocks of {args.block}), {args.rounds} rounds, "
+                  f"flags release/acquire at scope sys")
+            for m in methods:
+                slowest = max(rep[m][1] for rep in reports)
+                wrong = {r: rep[m][2] for r, rep in enumerate(reports) if not rep[m][0]}
+                ok &= not wrong
+                status = "all blocks correct" if not wrong else f"WRONG elements/flags per rank: {wrong}"
+                mb = args.n * 4 * args.rounds / 1e6
+                print(f"  {m:5s}: {status}; {args.rounds} rounds in {slowest * 1e3:.1f} ms "
+                      f"({mb / slowest:.1f} MB/s per rank)")
+        ok = ctx.broadcast(ok if ctx.rank == 0 else None)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Every example in examples/ runs on several ranks with small sizes, checks itself and says so.
+
+World sizes: ``IRIS_TEST_WORLD_SIZES`` (the GPU run sets it), else 2 and 4. An example exits
+non-zero when its own check fails, which ``run_ranks`` turns into a failure showing every
+rank's output; the report line is checked too, so an example that silently skipped its work
+fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from iris.runtime.testing import run_ranks, world_sizes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+# example file -> (arguments for a small run, regexes its rank-0 report must match)
+CASES = {
+    "00_hello_heap.py": (["--n", "3000"], [r"hello heap: {n} ranks", r"rank {last}: received every peer's block"]),
+    "01_message_passing.py": (
+        ["--n", "3000", "--block", "1024", "--rounds", "3"],
+        [r"message passing: {n} ranks", r"store: all blocks correct", r"put  : all blocks correct"],
+    ),
+    # Ragged sizes (tiles stick out of C), every variant.
+    "02_gemm_all_reduce.py": (
+        ["--variant", "all", "--m", "96", "--n", "80", "--k-per-rank", "40"],
+        [r"GEMM \+ all-reduce: {n} ranks"] + [rf"(?m)^  {v} +correct " for v in
+                                              ("atomic", "spinlock", "one_shot", "two_shot", "ring")],
+    ),
+    "03_gemm_all_gather.py": (
+        ["--m", "64", "--n", "96", "--k", "40"],
+        [r"GEMM \+ all-gather: {n} ranks"] + [rf"(?m)^  dim {d}, {m} +correct " for d in (0, 1)
+                                              for m in ("collective", "stores")],
+    ),
+}
+
+
+def example_files() -> list[str]:
+    return sorted(f for f in os.listdir(EXAMPLES) if re.match(r"\d\d_.*\.py$", f))
+
+
+def test_every_example_has_a_case():
+    """A new example must be added to CASES, so that CI runs it."""
+    assert sorted(CASES) == example_files()
+
+
+@pytest.mark.multirank
+@pytest.mark.parametrize("nranks", world_sizes(default="2,4"))
+@pytest.mark.parametrize("example", sorted(CASES))
+def test_example_runs(example, nranks):
+    args, expected = CASES[example]
+    proc = run_ranks(nranks, os.path.join(EXAMPLES, example), *args, timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
+    for pattern in expected:
+        pattern = pattern.format(n=nranks, last=nranks - 1)
+        assert re.search(pattern, proc.stdout), f"no line matching {pattern!r} in:\n{proc.stdout}\n{proc.stderr}"
+    assert "WRONG" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.multirank
+def test_run_py_starts_an_example():
+    """``examples/run.py`` (what ``nox -s demo`` calls) launches an example and passes its exit code on."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, os.path.join(EXAMPLES, "run.py"), "-n", "2", "00_hello_heap.py", "--", "--n", "100"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, MPIEXEC_TIMEOUT="280"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hello heap: 2 ranks" in proc.stdout, proc.stdout
