@@ -52,7 +52,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def packaging(session: nox.Session) -> None:
     """Each package builds a wheel alone; iris-device needs neither torch, mpi4py nor the runtime."""
-    session.install("build", "pip")
+    # triton (only) for the check that iris.device imports with torch and mpi4py blocked.
+    session.install("-c", CONSTRAINTS, "build", "pip", "triton", "numpy")
     session.run("python", "tools/check_packaging.py", *PACKAGES)
 
 
