@@ -26,7 +26,7 @@ from iris.device import DeviceContext  # noqa: E402
 from iris.device import _layout as layout  # noqa: E402
 
 HEAP = 1 << 16  # bytes per fake rank
-PAD = getattr(layout, "SIGNAL_PAD_BYTES", 0)  # the runtime maps a signal pad after each heap
+PAD = layout.SIGNAL_PAD_BYTES  # the runtime maps a signal pad after each heap
 STRIDE = HEAP + PAD
 
 

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
+from iris.device._debug import host_scalar
 
 from ._errors import IrisWaitTimeoutError
 
@@ -58,13 +59,6 @@ def _yield_cpu():
 
     time.sleep(0)
     return 0
-
-
-@triton.constexpr_function
-def host_scalar(value):
-    """Interpreter only: an interpreter tensor (or a number) as a Python scalar."""
-    data = getattr(getattr(value, "handle", None), "data", value)
-    return data.reshape(-1)[0].item() if hasattr(data, "reshape") else data
 
 
 @triton.constexpr_function

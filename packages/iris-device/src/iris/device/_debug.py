@@ -40,13 +40,14 @@ if debug_enabled():
 DEBUG: tl.constexpr = tl.constexpr(debug_enabled())
 _NUM_RANKS_BEFORE_BASES: tl.constexpr = tl.constexpr(HEAP_BASES_C.value - NUM_RANKS)
 # The runtime maps a signal pad right after each heap, as reachable by peers as the heap itself.
-_PAD_BYTES: tl.constexpr = tl.constexpr(getattr(_layout, "SIGNAL_PAD_BYTES", 0))
+_PAD_BYTES: tl.constexpr = tl.constexpr(_layout.SIGNAL_PAD_BYTES)
 
 
 @triton.constexpr_function
-def _host(value):
-    # An interpreter tensor (or a plain number) as a Python scalar: its first element. A constexpr
-    # function because Triton refuses plain Python functions among a kernel's dependencies.
+def host_scalar(value):
+    """Interpreter only: an interpreter tensor (or a plain number) as a Python scalar (its first
+    element), for host-side error messages. A constexpr function because Triton refuses plain
+    Python functions among a kernel's dependencies."""
     data = getattr(getattr(value, "handle", None), "data", value)
     return data.reshape(-1)[0].item() if hasattr(data, "reshape") else data
 
@@ -76,19 +77,20 @@ def _print_prefix(call, what):
 @triton.constexpr_function
 def _raise_rank_error(ok, call, rank, peer, num_ranks):
     # Interpreter only: the arguments are concrete there.
-    if not _host(ok):
+    if not host_scalar(ok):
         raise IrisUsageError(
-            f"iris debug: {_call_name(call)}: rank {_host(rank)}, peer {_host(peer)}: a rank is outside "
-            f"[0, {_host(num_ranks)}); pass ranks in range (iris.rank, iris.world_size)")
+            f"iris debug: {_call_name(call)}: rank {host_scalar(rank)}, peer {host_scalar(peer)}: a rank is outside "
+            f"[0, {host_scalar(num_ranks)}); pass ranks in range (iris.rank, iris.world_size)")
 
 
 @triton.constexpr_function
 def _raise_address_error(n_bad, call, rank, peer, offset, heap_size):
     # Interpreter only: the arguments are concrete there.
-    if _host(n_bad):
+    if host_scalar(n_bad):
         raise IrisUsageError(
-            f"iris debug: {_call_name(call)}: rank {_host(rank)}, peer {_host(peer)}: {_host(n_bad)} address(es) "
-            f"outside the symmetric heap, first at heap offset {_host(offset)} (heap_size {_host(heap_size)}); "
+            f"iris debug: {_call_name(call)}: rank {host_scalar(rank)}, peer {host_scalar(peer)}: "
+            f"{host_scalar(n_bad)} address(es) outside the symmetric heap, first at heap offset "
+            f"{host_scalar(offset)} (heap_size {host_scalar(heap_size)}); "
             f"allocate the buffer with the iris.runtime factories (iris.zeros(), ...)")
 
 
@@ -136,10 +138,11 @@ def check_address(pointer, from_rank, to_rank, heap_bases, mask, call: tl.conste
 @triton.constexpr_function
 def _raise_context_error(ok, rank, world_size, stored_rank, stored_world):
     # Interpreter only: the arguments are concrete there.
-    if not _host(ok):
+    if not host_scalar(ok):
         raise IrisUsageError(
-            f"iris debug: DeviceContext.initialize(rank={_host(rank)}, world_size={_host(world_size)}) does not "
-            f"match the context tensor (rank {_host(stored_rank)}, world_size {_host(stored_world)}); pass "
+            f"iris debug: DeviceContext.initialize(rank={host_scalar(rank)}, "
+            f"world_size={host_scalar(world_size)}) does not match the context tensor "
+            f"(rank {host_scalar(stored_rank)}, world_size {host_scalar(stored_world)}); pass "
             f"iris.rank and iris.world_size of the Iris that made the tensor")
 
 
