@@ -16,8 +16,11 @@ and ``atomic_add``, each size and dtype, three numbers:
 
 Bytes counted are those read plus written: 2 x size for the copies, 3 x size for ``atomic_add``
 (read the input, read and write the target). Times are medians of ``triton.testing.do_bench``
-(L2 flushed before every run). The kernel configuration (bytes per program, warps) is chosen per
-op and dtype on the local kernel at the largest size, then used for both local and remote.
+(L2 flushed before every run); remote and local are timed in alternating order over ``ROUNDS``
+rounds, the best round counts, and the ``spread`` column is the largest gap between rounds of one
+kernel (a remote/local difference smaller than it is noise). The kernel configuration (bytes per
+program, warps) is chosen per op and dtype on the local kernel at the largest size, then used for
+both local and remote.
 
 Writes ``benchmarks/results/rma_bandwidth.json`` and ``.png`` (``--out``; a CPU run writes
 ``rma_bandwidth_cpu.*`` so it never replaces GPU results). Without matplotlib (the GPU image has
@@ -164,6 +167,10 @@ def verify(bench: Bench, dtype_name: str, config) -> None:
         expect("atomic_add", back, (mine.float() * 2).to(dtype))
 
 
+#: Rounds of (remote, local) timings per row on the GPU; the best of each counts.
+ROUNDS = 3
+
+
 def time_ms(fn, device: torch.device, quick: bool) -> float:
     if device.type == "cuda":
         from triton.testing import do_bench
@@ -203,8 +210,15 @@ def measure(bench: Bench, ops, dtypes, sizes, configs, quick: bool) -> tuple[lis
             for nbytes in sizes:
                 src, dst, n = bench.views(nbytes, dtype)
                 moved = (3 if op == "atomic_add" else 2) * nbytes
-                remote = time_ms(bench.launcher(op, True, src, dst, n, config), device, quick)
-                local = time_ms(bench.launcher(op, False, src, dst, n, config), device, quick)
+                # Remote and local alternate over ROUNDS rounds (order swapped each round), so that
+                # neither always runs first; the best round counts, and the spread between rounds
+                # says how far apart two timings of the same kernel are.
+                runs = {True: [], False: []}
+                for i in range(1 if quick else ROUNDS):
+                    for is_remote in ((True, False) if i % 2 == 0 else (False, True)):
+                        runs[is_remote].append(time_ms(bench.launcher(op, is_remote, src, dst, n, config), device,
+                                                       quick))
+                remote, local = min(runs[True]), min(runs[False])
                 if op == "atomic_add":
                     torch_ms = time_ms(lambda dst=dst, src=src: dst.add_(src), device, quick)
                 else:
@@ -212,7 +226,9 @@ def measure(bench: Bench, ops, dtypes, sizes, configs, quick: bool) -> tuple[lis
                 row = {"op": op, "dtype": dtype_name, "bytes": nbytes, "moved_bytes": moved,
                        "remote_ms": remote, "local_ms": local, "torch_ms": torch_ms,
                        "remote_gbps": gbps(moved, remote), "local_gbps": gbps(moved, local),
-                       "torch_gbps": gbps(moved, torch_ms)}
+                       "torch_gbps": gbps(moved, torch_ms), "remote_ms_runs": runs[True],
+                       "local_ms_runs": runs[False],
+                       "spread_pct": 100.0 * max(max(v) / min(v) - 1.0 for v in runs.values())}
                 row["remote_vs_local_pct"] = 100.0 * row["remote_gbps"] / row["local_gbps"]
                 row["local_vs_torch_pct"] = 100.0 * row["local_gbps"] / row["torch_gbps"]
                 rows.append(row)
@@ -229,7 +245,7 @@ def size_label(nbytes: int) -> str:
 
 
 HEADER = (f"{'op':<11}{'dtype':<6}{'size':>9}{'remote GB/s':>13}{'local GB/s':>12}{'torch GB/s':>12}"
-          f"{'remote/local':>14}{'local/torch':>13}")
+          f"{'remote/local':>14}{'local/torch':>13}{'spread':>8}")
 
 
 def rate(value: float) -> str:
@@ -240,7 +256,7 @@ def rate(value: float) -> str:
 def format_row(row: dict) -> str:
     return (f"{row['op']:<11}{row['dtype']:<6}{size_label(row['bytes']):>9}{rate(row['remote_gbps']):>13}"
             f"{rate(row['local_gbps']):>12}{rate(row['torch_gbps']):>12}{row['remote_vs_local_pct']:>13.1f}%"
-            f"{row['local_vs_torch_pct']:>12.1f}%")
+            f"{row['local_vs_torch_pct']:>12.1f}%{row.get('spread_pct', float('nan')):>7.1f}%")
 
 
 def goals(rows: list[dict]) -> dict:
