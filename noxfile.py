@@ -37,8 +37,8 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session
 def multirank(session: nox.Session) -> None:
-    """Cross-package integration tests and the examples, several ranks each."""
-    install(session, *PACKAGES)
+    """Cross-package integration tests, the examples and the benchmarks' quick modes, several ranks each."""
+    install(session, *PACKAGES, extra=("matplotlib",))
     pytest(session, "tests")
 
 

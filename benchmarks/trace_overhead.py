@@ -154,7 +154,9 @@ def main() -> int:
         all_results = ctx.comm.gather(results, root=0)
 
         if rank == 0:
-            env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_BACKEND")}
+            # Compiled mode, explicitly: without a GPU, iris.device would otherwise pick the interpreter.
+            env = {k: v for k, v in os.environ.items() if k != "IRIS_BACKEND"}
+            env["TRITON_INTERPRET"] = "0"
             env["IRIS_DEBUG"] = "0"
             child = subprocess.run([sys.executable, os.path.abspath(__file__), "--ptx-only", "--block",
                                     str(args.block)], capture_output=True, text=True, env=env, timeout=600)

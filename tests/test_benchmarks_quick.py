@@ -1,0 +1,48 @@
+"""The GPU benchmarks' code paths, in their tiny --quick mode on whatever backend this machine has.
+
+No timing is judged here (benchmarks print tables; tests never assert speed): a benchmark must run
+to the end, check its own kernels' results, and write its results file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from iris.runtime.testing import run_ranks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks")
+
+
+@pytest.mark.multirank
+def test_rma_bandwidth_quick(tmp_path):
+    out = tmp_path / "rma"
+    proc = run_ranks(2, os.path.join(BENCH, "rma_bandwidth.py"), "--quick", "--out", str(out), timeout=600)
+    assert "remote GB/s" in proc.stdout, proc.stdout
+    results = json.loads((tmp_path / "rma.json").read_text())
+    rows = results["rows"] if isinstance(results, dict) and "rows" in results else results
+    ops = {row["op"] for row in rows}
+    assert {"load", "store", "get", "put", "copy"} <= ops, ops
+    assert all(row["remote_gbps"] > 0 and row["local_gbps"] > 0 for row in rows)
+
+
+@pytest.mark.multirank
+def test_trace_overhead_quick(tmp_path):
+    out = tmp_path / "overhead.md"
+    proc = run_ranks(2, os.path.join(BENCH, "trace_overhead.py"), "--quick", "--out", str(out), timeout=600)
+    table = out.read_text()
+    for variant in ("| off |", "| on |"):
+        assert variant in table, table
+    assert "tracing=False == untraced" in proc.stdout + table, proc.stdout
+
+
+@pytest.mark.multirank
+def test_trace_demo_writes_trace_summary_and_picture(tmp_path):
+    proc = run_ranks(2, os.path.join(BENCH, "trace_demo.py"), "--out", str(tmp_path), "--iters", "1", timeout=600)
+    trace = json.loads((tmp_path / "example_trace.json").read_text())
+    assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}, proc.stdout
+    assert "dropped: 0" in (tmp_path / "example_summary.txt").read_text()
+    assert (tmp_path / "example_timeline.png").stat().st_size > 0
