@@ -39,6 +39,16 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
     return triton.compile(src, target=TARGET, options=options).asm["ptx"]
 
 
+def single_thread_stores(ptx: str) -> int:
+    """Global stores guarded by the predicate Triton gives one-thread operations (the one on the
+    acquire loads of the wait loops; data masks never guard those). A scalar ``tl.store``
+    compiles to one of these while the matching scalar ``tl.load`` runs in every thread: a
+    load-then-store counter update races between warps (a warp that loads after the store sees
+    the new value)."""
+    single = set(re.findall(r"@(%p\d+) ld\.global\.sys\.acquire", ptx))
+    return sum(1 for p in re.findall(r"@(%p\d+) st\.global", ptx) if p in single)
+
+
 def summary(ptx: str) -> dict:
     atoms = re.findall(r"\b(atom|red)\.([\w.]+)", ptx)
     return {
@@ -50,6 +60,7 @@ def summary(ptx: str) -> dict:
         "traps": ptx.count("trap;"),
         "prints": ptx.count("vprintf"),
         "bar_sync": ptx.count("bar.sync"),
+        "single_thread_stores": single_thread_stores(ptx),
     }
 
 

@@ -145,6 +145,16 @@ def scenario_all_reduce_130x257(ctx):
     run_all_reduce(ctx, K.TWO_SHOT, torch.bfloat16, 130, 257, 64, 64, seed=200)
 
 
+def scenario_all_reduce_many_tiles_per_program(ctx):
+    """Every variant with many tiles per program (grid 2), several times: the warps of a program
+    drift apart over the persistent loop, which is what exposed the load-then-store counter race
+    on the GPU (a late warp waited for the next call's flag value)."""
+    M, N, BM, BN, R = (130, 257, 16, 32, 5) if ctx.backend == "cuda" else (40, 70, 8, 16, 1)
+    for variant in K.VARIANT_NAMES:
+        for k in range(R):
+            run_all_reduce(ctx, variant, torch.float32, M, N, BM, BN, seed=400 + 10 * variant + k)
+
+
 def scenario_all_reduce_source_in_place(ctx):
     """One-shot, two-shot and reduce-scatter reading the input where it lies (no staging copy),
     the ring from a source that is not on the heap, and one program per tile."""

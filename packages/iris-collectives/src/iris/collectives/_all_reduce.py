@@ -145,10 +145,10 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
     t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
     record = locks + t * LOCK_WORDS_C
-    # The call count is read by peers: publish it with a release (a plain store would do for this
-    # rank alone, as in the other collectives).
-    epoch = tl.load(record + EPOCH) + 1
-    tl.atomic_xchg(record + EPOCH, epoch, sem="release", scope="sys")
+    # The call count is read by peers: count it with a release at system scope (next_epoch's
+    # relaxed add would do for this rank alone, as in the other collectives). One thread adds and
+    # every thread gets the same result (see _sync.advance).
+    epoch = tl.atomic_add(record + EPOCH, 1, sem="release", scope="sys") + 1
     contribution = tile.data.to(dst_ty)
     for i in tl.static_range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size

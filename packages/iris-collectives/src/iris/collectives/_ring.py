@@ -15,7 +15,7 @@ from iris.device import _layout as layout
 
 from ._dtypes import accumulator_type, int_type_of_width, pieces_per_partial
 from ._errors import IrisUsageError
-from ._sync import ARRIVE, DONE, LOCK_WORDS, LOCK_WORDS_C, host_scalar, signal, wait_at_least
+from ._sync import ARRIVE, DONE, LOCK_WORDS, LOCK_WORDS_C, advance, host_scalar, signal, wait_at_least
 
 #: The most tiles one :func:`all_reduce_ring` call can use (its flags fill the signal pad).
 RING_MAX_TILES = layout.SIGNAL_PAD_BYTES // (4 * LOCK_WORDS)
@@ -134,12 +134,10 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
         # this rank completes the sum; the start rank takes the result without credit). Both depend
         # on the call's types, and every ring call on tile index t shares these counters, so this
         # rank keeps running totals of what it has consumed (private words), not a call count.
-        arrived = tl.load(record + ARRIVED)
-        credited = tl.load(record + CREDITED)
         arrivals_now = tl.where(pos != 0, pieces, 0) + tl.where(pos != W - 1, 1, 0)
         credits_now = tl.where(pos != W - 1, pieces, 0)
-        tl.store(record + ARRIVED, arrived + arrivals_now)
-        tl.store(record + CREDITED, credited + credits_now)
+        arrived = advance(record + ARRIVED, arrivals_now)
+        credited = advance(record + CREDITED, credits_now)
         if pos != 0:
             # This rank's tile is free for this call (its caller is done with the last result).
             signal(record + CREDIT, ctx.rank, left, ctx.heap_bases, CHECKED=False)

@@ -197,13 +197,25 @@ def signal_all(flag, rank: tl.constexpr, world_size: tl.constexpr, heap_bases, S
 
 
 @triton.jit
+def advance(counter, amount):
+    """Add ``amount`` to this rank's private counter at ``counter`` and return the old value,
+    the same in every thread of the program.
+
+    Granularity: per program (a scalar). Memory semantics: relaxed, GPU scope: only this rank's
+    program for the tile touches the word, and kernel boundaries order successive calls.
+    Why an atomic and not a load and a store: Triton runs a scalar load in every thread but a
+    scalar store in one, so a warp that loads after another warp's store would see the new value
+    and wait for a target one call ahead, forever. The atomic runs in one thread and its result
+    reaches every thread through shared memory.
+    """
+    return tl.atomic_add(counter, amount, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def next_epoch(counter):
     """Add 1 to this rank's private call counter at ``counter`` and return the new value (1 for
-    the first call). Per program; plain load and store: only this rank's program for this tile
-    touches the word, and kernel boundaries order successive calls."""
-    epoch = tl.load(counter) + 1
-    tl.store(counter, epoch)
-    return epoch
+    the first call), the same in every thread of the program (see :func:`advance`)."""
+    return advance(counter, 1) + 1
 
 
 @triton.jit
