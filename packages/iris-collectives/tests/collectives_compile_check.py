@@ -61,6 +61,8 @@ def summary(ptx: str) -> dict:
         "prints": ptx.count("vprintf"),
         "bar_sync": ptx.count("bar.sync"),
         "single_thread_stores": single_thread_stores(ptx),
+        "release_fences_sys": ptx.count("fence.acq_rel.sys"),
+        "relaxed_sys_atomics": len(re.findall(r"atom\.global\.sys\.relaxed\.add\.u32", ptx)),
     }
 
 

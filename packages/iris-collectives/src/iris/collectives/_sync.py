@@ -180,20 +180,41 @@ def signal(flag, from_rank, to_rank, heap_bases, CHECKED: tl.constexpr = True):
 
 
 @triton.jit
+def release_fence_sys():
+    """A system-scope release fence in one thread of the program (``fence.acq_rel.sys`` in thread
+    0; GPU only). With a CTA barrier before it and relaxed system-scope writes after it, it is the
+    PTX memory model's release pattern for every one of those writes: one fence serves all of
+    them, where a release atomic per write would fence once per write."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred first; .reg .u32 tid; mov.u32 tid, %tid.x; setp.eq.u32 first, tid, 0; "
+        "@first fence.acq_rel.sys; mov.u32 $0, 0; }",
+        "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def signal_all(flag, rank: tl.constexpr, world_size: tl.constexpr, heap_bases, SELF: tl.constexpr = False):
     """:func:`signal` every other rank (and this one too with ``SELF``), starting with the next
-    rank so that ranks do not all hit the same peer first. Per program; one CTA barrier, then one
-    release at system scope per rank."""
+    rank so that ranks do not all hit the same peer first. Per program. Memory semantics: a CTA
+    barrier, then release at system scope for every rank's counter. On the GPU that is one
+    system-scope fence followed by relaxed system-scope adds (a fence costs microseconds; a
+    release atomic per peer would pay it ``world_size - 1`` times); under the interpreter and in
+    debug mode, one release add per rank."""
     tl.debug_barrier()
     first: tl.constexpr = 0 if SELF else 1
     local_base = tl.load(heap_bases + rank)
-    for i in tl.static_range(first, world_size):
-        peer = (rank + i) % world_size
-        if DEBUG:
-            atomic_add(flag, 1, rank, peer, heap_bases, sem="release", scope="sys")
-        else:
-            # peer_flag, inlined: one jit call for all peers
+    if DEBUG:
+        for i in tl.static_range(first, world_size):
+            atomic_add(flag, 1, rank, (rank + i) % world_size, heap_bases, sem="release", scope="sys")
+    elif INTERPRETER:
+        for i in tl.static_range(first, world_size):
+            peer = (rank + i) % world_size
             tl.atomic_add(flag + (tl.load(heap_bases + peer) - local_base) // 4, 1, sem="release", scope="sys")
+    else:
+        release_fence_sys()
+        for i in tl.static_range(first, world_size):
+            peer = (rank + i) % world_size
+            # peer_flag, inlined: one jit call for all peers
+            tl.atomic_add(flag + (tl.load(heap_bases + peer) - local_base) // 4, 1, sem="relaxed", scope="sys")
 
 
 @triton.jit
