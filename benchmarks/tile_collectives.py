@@ -187,6 +187,8 @@ def parse_args(argv=None):
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--no-torch", action="store_true", help="skip the torch symm_mem peer")
+    p.add_argument("--hang-seconds", type=float, default=60.0,
+                   help="end the job when a checked call has not finished after this long (GPU)")
     args = p.parse_args(argv)
     if args.sizes is None:
         args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
@@ -207,6 +209,23 @@ class Timer:
     def sync(self):
         if self.cuda:
             torch.cuda.synchronize(self.heap.device)
+
+    def finish_or_exit(self, what: str, seconds: float) -> None:
+        """Wait for this rank's queued GPU work, at most ``seconds``; on a hang, say which call
+        hung and end the job (a kernel whose peers never arrive spins forever; a hung benchmark
+        that prints nothing helps no one)."""
+        if not self.cuda:
+            return
+        done = torch.cuda.Event()
+        done.record()
+        deadline = time.monotonic() + seconds
+        while not done.query():
+            if time.monotonic() > deadline:
+                print(f"rank {self.heap.rank}: {what} did not finish within {seconds:.0f} s with "
+                      f"{self.heap.world_size} ranks on one GPU; ending the job (rerun without it, e.g. "
+                      f"--no-torch or --variants, or with fewer ranks)", file=sys.stderr, flush=True)
+                os._exit(3)
+            time.sleep(0.001)
 
     def __call__(self, fn, iters: int) -> float:
         self.heap.barrier()
@@ -337,7 +356,7 @@ def measure_torch(peer, timer, heap, point, numel, dtype, args):
         timer.sync()
         heap.comm.Barrier()
         op(buf, out)
-        timer.sync()
+        timer.finish_or_exit(f"{op_name} ({human(numel * buf.element_size())} {dtype})", args.hang_seconds)
         got = out if op_name == "torch_one_shot" else buf
         ok = bool(torch.equal(got, expected_sum(numel, world, dtype, dev)))
         point["correct"][op_name] = heap.comm.allreduce(int(not ok)) == 0
@@ -419,6 +438,7 @@ def run(args) -> dict:
                 call = Launch(all_reduce_bench, grid, launch_args, launch_kwargs)
                 heap.barrier()
                 call()  # one checked call on a zeroed destination
+                timer.finish_or_exit(f"{variant} ({human(numel * esize)} {dname})", args.hang_seconds)
                 heap.barrier()
                 want = expected_sum(numel, W, out_dtype, dev).view(M, N)
                 ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank

@@ -111,10 +111,15 @@ def run(ctx, method: str, n: int, block: int, rounds: int, max_spins: int) -> tu
     ready = ctx.zeros((grid,), dtype=torch.int32)
     ack = ctx.zeros((grid,), dtype=torch.int32)
     errors = ctx.zeros((1,), dtype=torch.int32)
-    ctx.barrier()  # every rank's flags are zero before anyone raises one
+    args = (ctx.get_device_context(), inbox, staging, ready, ack, errors, n, rounds, max_spins, ctx.rank,
+            ctx.world_size, method == "put", block)
+    # Compile first (a launch with no rounds): each rank compiles its own kernel (the rank is a
+    # compile-time constant), and the fastest rank would otherwise wait for the slowest one's
+    # compiler inside the timed run, long enough to exhaust --max-spins on a GPU.
+    exchange[(grid,)](*args[:7], 0, *args[8:])
+    ctx.barrier()  # every rank's flags are zero before anyone raises one, and every kernel is built
     start = time.perf_counter()
-    exchange[(grid,)](ctx.get_device_context(), inbox, staging, ready, ack, errors, n, rounds, max_spins,
-                      ctx.rank, ctx.world_size, method == "put", block)
+    exchange[(grid,)](*args)
     ctx.barrier()
     elapsed = time.perf_counter() - start
     bad = int(errors.item())
