@@ -67,22 +67,20 @@ def all_reduce_bench(context, src, dst, locks, M, N, stride_src, stride_dst, ran
     for t in range(tl.program_id(0), src_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
         pid_m, pid_n = ic.tile_coords(t, tiles_n)
         view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        # ring and two-shot read this rank's input from src_view themselves (no tile.data)
         if VARIANT == 4:
-            ctx.all_reduce_ring(view, src_view, dst_view)  # reads its own input from src_view
+            ctx.all_reduce_ring(view, src_view, dst_view)
+        elif VARIANT == 3:
+            ctx.all_reduce_two_shot(view, src_view, dst_view, locks)
         else:
             pointers, mask = src_view.frame(view)
-            if VARIANT == 3:
-                # two-shot uses tile.data only on the tile's owner: the others skip the load
-                mask = mask & (t % world_size == rank)
             tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, tl.load(pointers, mask=mask, other=0))
             if VARIANT == 0:
                 ctx.all_reduce_atomic(tile, dst_view)
             elif VARIANT == 1:
                 ctx.all_reduce_spinlock(tile, dst_view, locks)
-            elif VARIANT == 2:
-                ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
             else:
-                ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)
+                ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
 
 
 def resident_programs_per_sm(kernel, device) -> int:

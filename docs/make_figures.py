@@ -131,22 +131,24 @@ def all_reduce_one_shot() -> None:
 
 
 def all_reduce_two_shot() -> None:
-    rows = ["src (heap)", "owner reduces", "dst"]
-    fig, ax = new_figure("all_reduce_two_shot: the owner of a tile reduces it, then scatters the sum", rows, 4.6)
+    rows = ["src (heap)", "share r of the rows", "dst"]
+    fig, ax = new_figure("all_reduce_two_shot: each rank reduces its share of the rows, then writes it everywhere",
+                         rows, 4.6)
     ys, ym, yd = row_y(rows, 0), row_y(rows, 1), row_y(rows, 2)
-    owner = 1  # tile_id % W == 1 in this picture
     for r in range(W):
-        tile(ax, rank_x(r), ys, [r])
-        tile(ax, rank_x(r), yd, range(W))
-    tile(ax, rank_x(owner), ym, range(W))
-    ax.text(rank_x(owner) + 0.85, ym + 0.35, f"rank {owner} owns this tile\n(tile_id % W == {owner})", fontsize=8,
-            va="center")
-    for src in range(W):
-        arrow(ax, (centre(rank_x(src)), ys), (centre(rank_x(owner)), top(ym)), color=COLORS[src], step=1)
-    for dst in range(W):
-        arrow(ax, (centre(rank_x(owner)), ym), (centre(rank_x(dst)), top(yd)), color="#333", step=2)
-    save(fig, "all_reduce_two_shot", "Tiles are dealt out round-robin (tile_id % W): each rank reads and sums only "
-         "the tiles it owns (1), then stores the sum to every rank (2).")
+        tile(ax, rank_x(r), ys, [r], label="+ ready flag")
+        tile(ax, rank_x(r), ym, range(W), size=0.45, label=f"share {r}")
+        tile(ax, rank_x(r), yd, range(W), label="+ done flag")
+    for reducer in range(W):
+        for src in range(W):
+            arrow(ax, (centre(rank_x(src)), ys), (rank_x(reducer) + 0.22, ym + 0.45), color=COLORS[src], lw=0.7,
+                  step=1 if src == reducer else None)
+        for dst in range(W):
+            arrow(ax, (rank_x(reducer) + 0.22, ym), (centre(rank_x(dst)), top(yd)), color="#333", lw=0.7,
+                  step=2 if dst == reducer else None)
+    save(fig, "all_reduce_two_shot", "Every rank reads its share of the tile's rows from all W ranks and sums them "
+         "(1), then stores that share of the sum to every rank (2); shares rotate from tile to tile. Each element is "
+         "read once from every rank and written once to every rank.")
 
 
 def all_reduce_ring() -> None:

@@ -74,7 +74,22 @@ def test_owners_partition_the_tiles(tiles, world):
     assert sorted(t for ts in owned for t in ts) == list(range(tiles))
     for r, ts in enumerate(owned):
         assert ts == sorted(ts) and all(t * world // tiles == r for t in ts)  # contiguous, device rule
-    assert [ic.two_shot_owner(t, world) for t in range(tiles)] == [t % world for t in range(tiles)]
+
+
+
+@pytest.mark.parametrize("block_m", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_two_shot_shares_partition_every_tile(block_m, world):
+    for tile_id in range(2 * world):
+        shares = [list(ic.two_shot_rows(tile_id, block_m, world, r)) for r in range(world)]
+        assert sorted(row for rows in shares for row in rows) == list(range(block_m)), (tile_id, shares)
+        assert all(rows == list(range(rows[0], rows[-1] + 1)) for rows in shares if rows)  # contiguous
+    # rotated with the tile: with more ranks than rows, the empty shares move between ranks
+    if block_m < world:
+        assert {r for t in range(world) for r in range(world) if not ic.two_shot_rows(t, block_m, world, r)} == \
+            set(range(world))
+    with pytest.raises(iris.device.IrisUsageError, match=r"two_shot_rows.*rank=5.*\[0, 4\)"):
+        ic.two_shot_rows(0, 8, 4, 5)
 
 
 def test_errors_belong_to_the_iris_hierarchy():

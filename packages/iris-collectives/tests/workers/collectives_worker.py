@@ -162,6 +162,8 @@ def scenario_all_reduce_source_in_place(ctx):
         run_all_reduce(ctx, variant, torch.float32, 20, 40, 8, 16, seed=300 + variant, stage=False)
     run_all_reduce(ctx, K.RING, torch.float16, 20, 40, 8, 16, seed=310, grid=15)
     run_all_reduce(ctx, K.TWO_SHOT, torch.int32, 20, 40, 8, 16, seed=311, grid=15)
+    # two-shot with fewer rows per tile than ranks (3, 4): some ranks reduce no rows of a tile
+    run_all_reduce(ctx, K.TWO_SHOT, torch.float32, 7, 40, 2, 16, seed=312, grid=3)
 
 
 def scenario_back_to_back(ctx):

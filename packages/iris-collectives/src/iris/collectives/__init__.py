@@ -32,7 +32,7 @@ from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spin
 from ._context import CollectiveMethods, DeviceContext
 from ._errors import IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
-from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_owner
+from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
 from ._ring import RING_MAX_TILES, all_reduce_ring
 from ._sync import BARRIER_WORDS, LOCK_WORDS, device_barrier, signal, wait_at_least
@@ -69,6 +69,6 @@ __all__ = [
     "signal",
     "tile_coords",
     "tile_id_of",
-    "two_shot_owner",
+    "two_shot_rows",
     "wait_at_least",
 ]

@@ -210,54 +210,71 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
+def two_shot_share(tile, t, rank: tl.constexpr, world_size: tl.constexpr):
+    """The rows of tile ``t`` that ``rank`` reduces in :func:`all_reduce_two_shot`, as a
+    ``[BLOCK_M]`` mask: ``BLOCK_M`` rows in ``world_size`` contiguous shares of
+    ``ceil(BLOCK_M / world_size)`` rows, share ``(rank + t) % world_size`` for this rank (rotated
+    with the tile, so that short shares do not always fall on the same rank; with fewer rows than
+    ranks some ranks reduce nothing for a tile). Per program, no memory access."""
+    rows_per_share: tl.constexpr = (tile.BLOCK_M + world_size - 1) // world_size
+    share = tl.arange(0, tile.BLOCK_M) // rows_per_share
+    return share == (rank + t) % world_size
+
+
+@triton.jit
 def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
-    """Reduce each tile once, on its owner, then scatter the result (two shots).
+    """Every rank reduces its share of the tile's rows, then writes it to every rank (two shots).
 
-    Tile ``t`` (row-major over ``dst_view``) is owned by rank ``t % world_size``. A rank that
-    does not own the tile signals the owner that its ``src_view`` tile is ready and waits until
-    the owner says the result is in place. The owner waits for every peer's signal, loads every
-    peer's ``src_view`` tile, sums them with its own ``tile.data`` in rank order, stores the sum
-    into every rank's ``dst_view`` and signals each of them. Each element is read once and
-    written once per rank: the least memory traffic of the all-reduces.
+    Per tile: signal every peer "my ``src_view`` tile is ready" and wait for every peer's; then
+    reduce this rank's share of the rows (:func:`two_shot_share`): read them from every rank's
+    ``src_view`` (this one's too), sum in rank order, store the sum into every rank's
+    ``dst_view``; then tell every peer "done" (your share of my tile is written, and I no longer
+    read your ``src_view``) and wait for every peer's "done". Each element is read once from
+    every rank and written once to every rank, and every rank's program works on every tile: the
+    least memory traffic of the all-reduces, spread over all programs.
 
-    Granularity: per program. Memory semantics: flags released and acquired at system scope.
-    ``locks``: int32, ``LOCK_WORDS`` per tile (see :func:`lock_words`), symmetric, zeroed once at
-    allocation, used only by this collective with this tiling.
+    Granularity: per program. ``tile``: a :class:`Tile` or a :class:`TileView`. Memory
+    semantics: flags released and acquired at system scope. ``locks``: int32, ``LOCK_WORDS`` per
+    tile (see :func:`lock_words`), symmetric, zeroed once at allocation, used only by this
+    collective with this tiling.
 
-    Preconditions: this rank's ``src_view`` holds its data at the tile (stored before the call)
-    and ``tile.data`` equals it; ``tile.data`` is only used on the owner, so a kernel may skip
-    loading it elsewhere (e.g. a load masked with ``tile_id % world_size == rank``). The owner
-    writes into a peer's ``dst_view`` tile only after that peer's next call has started, so a
-    rank must be done reading its ``dst_view`` when it calls again. fp16/bf16 are summed in fp32
-    and rounded once.
+    Preconditions: this rank's ``src_view`` (symmetric heap) holds its data at the tile, stored
+    before the call (by this program or earlier kernels). ``tile.data`` is not read: every share
+    is read from ``src_view``, so a kernel whose data is already there need not load it. A rank
+    must be done reading its ``dst_view`` tile when it calls again (peers write into it once it
+    has entered the next call). fp16/bf16 are summed in fp32 and rounded once.
 
     When it returns on a rank: this rank's ``dst_view`` tile holds the sum (bit-identical on every
-    rank), and no peer reads this rank's ``src_view`` tile any more (it may be overwritten at
-    once): back to back calls need neither a barrier nor a lock reset.
+    rank: each element is summed once, in rank order), and no peer reads this rank's ``src_view``
+    tile any more (it may be overwritten at once): back to back calls need neither a barrier nor
+    a lock reset.
     """
     call: tl.constexpr = "iris.collectives.all_reduce_two_shot"
     check_lock_array(call, locks.dtype)
-    acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
+    acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
+    dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
     dst_ptrs, mask = dst_view.frame(tile)
+    src_ptrs = src_view.frame(tile)[0]
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
     if ctx.world_size == 1:
-        tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
+        tl.store(dst_ptrs, tl.load(src_ptrs, mask=mask, other=0).to(acc_ty).to(dst_ty), mask=mask)
     else:
         t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
         record = locks + t * LOCK_WORDS_C
         epoch = next_epoch(record + EPOCH)
-        owner = t % ctx.world_size
-        if owner == ctx.rank:
-            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
-            acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
-            result = acc.to(dst_view.ptr.dtype.element_ty)
-            for i in tl.static_range(ctx.world_size):
-                peer = (ctx.rank + i) % ctx.world_size
-                store(dst_ptrs, result, ctx.rank, peer, ctx.heap_bases, mask=mask)
-            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        else:
-            signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
-            wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t)
+        signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
+        # The share depends on the row only: the mask stays constant along each row, so the
+        # loads and stores keep their vector width.
+        mine = mask & two_shot_share(tile, t, ctx.rank, ctx.world_size)[:, None]
+        acc = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_ty)
+        for p in tl.static_range(ctx.world_size):
+            acc = acc + load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
+        result = acc.to(dst_ty)
+        for i in tl.static_range(ctx.world_size):
+            store(dst_ptrs, result, ctx.rank, (ctx.rank + i) % ctx.world_size, ctx.heap_bases, mask=mine)
+        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)
