@@ -10,11 +10,14 @@ unset TRITON_INTERPRET
 export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps_pipe} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mps_log}
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" benchmarks/results
 nvidia-cuda-mps-control -d 2>/dev/null && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+# A job killed while its kernels spin leaves MPS refusing new clients ("device(s) is/are busy or
+# unavailable"): restart the daemon after a step that timed out, so later steps still run.
+restart_mps() { timeout 20 bash -c "echo quit | nvidia-cuda-mps-control" 2>/dev/null; sleep 2; nvidia-cuda-mps-control -d 2>/dev/null && echo "=== MPS restarted"; }
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}
 status=0
-step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; [ "$rc" = 0 ] || status=1; }
+step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; [ "$rc" = 0 ] || status=1; if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then restart_mps; fi; }
 for s in $stages; do
   case $s in
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
