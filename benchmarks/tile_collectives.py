@@ -185,6 +185,8 @@ def parse_args(argv=None):
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--no-torch", action="store_true", help="skip the torch symm_mem peer")
+    p.add_argument("--torch-max-ranks", type=int, default=4,
+                   help="measure torch's all-reduces only up to this many ranks (more ranks on one GPU hung)")
     p.add_argument("--hang-seconds", type=float, default=60.0,
                    help="end the job when a checked call has not finished after this long (GPU)")
     args = p.parse_args(argv)
@@ -389,7 +391,22 @@ def run(args) -> dict:
     timer = Timer(heap)
     notes = []
     bandwidth = copy_bandwidth(heap, args.quick)
-    peer = TorchPeer(heap, enabled=not args.no_torch)
+
+    def result_of(rows):
+        return {
+            "world_size": W, "backend": heap.backend,
+            "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+            "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or "resident",
+            "num_warps": args.warps,
+            "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
+                     "written once, all ranks on one GPU)",
+            "notes": notes, "points": rows,
+        }
+
+    peer = TorchPeer(heap, enabled=not args.no_torch and W <= args.torch_max_ranks)
+    if not args.no_torch and W > args.torch_max_ranks:
+        peer.reason = (f"torch symm_mem skipped at {W} ranks (--torch-max-ranks {args.torch_max_ranks}): with 8 ranks "
+                       f"on one H200 its first call never finished in our runs")
     if peer.reason:
         notes.append(peer.reason)
     if not cuda:
@@ -458,19 +475,22 @@ def run(args) -> dict:
                     notes.append(f"torch symm_mem failed at {human(numel * esize)} {dname}: "
                                  f"{type(exc).__name__}: {exc}")
             rows.append(point)
+            if rank == 0:  # what is measured so far survives a hang later on (finish_or_exit)
+                write_json(result_of(rows), partial_path(args, W))
             heap.barrier()
             heap.free(src)
-    result = {
-        "world_size": W, "backend": heap.backend,
-        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
-        "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or "resident",
-        "num_warps": args.warps,
-        "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
-                 "written once, all ranks on one GPU)",
-        "notes": notes, "points": rows,
-    }
     heap.close()
-    return result
+    return result_of(rows)
+
+
+def partial_path(args, world_size: int) -> str:
+    return os.path.join(args.out, f"tile_collectives_{world_size}ranks{'_quick' if args.quick else ''}.partial.json")
+
+
+def write_json(result: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 def table(result: dict) -> str:
@@ -542,8 +562,9 @@ def main(argv=None) -> None:
     why_no_plot = plot(result, stem + ".png")
     if why_no_plot:
         result["notes"].append(why_no_plot)
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(result, stem + ".json")
+    if os.path.exists(partial_path(args, result["world_size"])):
+        os.remove(partial_path(args, result["world_size"]))
     text = table(result)
     with open(stem + ".md", "w") as f:  # the docs show it as the results table
         f.write(f"Tile all-reduce, {result['world_size']} ranks on {result['device']} "
