@@ -46,8 +46,9 @@ def facts(ptx: str) -> str:
     ops = re.findall(r"\b(?:atom|red|ld|st)\.global\.([\w.]+)", ptx)
     qualifiers = [set(op.split(".")) for op in ops]
     count = {sem: sum("sys" in q and sem in q for q in qualifiers) for sem in ("release", "acquire", "relaxed")}
-    return (f"sys.release={count['release']} sys.acquire={count['acquire']} sys.relaxed={count['relaxed']} "
-            f"wgmma={'wgmma' in ptx}")
+    # The collectives release with one system-scope fence before relaxed adds (see signal_all).
+    return (f"sys.release={count['release']} sys.fence={ptx.count('fence.acq_rel.sys')} "
+            f"sys.acquire={count['acquire']} sys.relaxed={count['relaxed']} wgmma={'wgmma' in ptx}")
 
 
 def message_passing() -> None:
