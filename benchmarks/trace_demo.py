@@ -32,7 +32,10 @@ from iris.device import DeviceContext, TraceEvent
 from iris.runtime import trace as trace_tools
 
 
-@triton.jit
+# epoch is not specialised on: Triton compiles a separate kernel for an int equal to 1, so the
+# warm-up (epoch 1) would not build the kernel the traced launches (epoch 2, 3, ...) use, and
+# each rank would compile inside the traced region.
+@triton.jit(do_not_specialize=["epoch"])
 def exchange(context, src, work, inbox, flags, out, status, n, epoch, max_spins, rank: tl.constexpr,
              world_size: tl.constexpr, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     """One tile per program: compute, put to every rank, signal, wait for every rank, sum."""
