@@ -17,7 +17,8 @@ MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}
 status=0
-step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; [ "$rc" = 0 ] || status=1; if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then restart_mps; fi; }
+summary=()
+step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; summary+=("$(printf '%-16s %4s %5s s' "$name" "$rc" "$((SECONDS - t0))")"); [ "$rc" = 0 ] || status=1; if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then restart_mps; fi; }
 for s in $stages; do
   case $s in
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
@@ -33,4 +34,5 @@ for s in $stages; do
     *) echo "unknown stage $s"; status=2 ;;
   esac
 done
+echo; printf '%-16s %4s %7s\n' step rc time; printf '%s\n' "${summary[@]}"  # 124/137: timed out
 exit $status
