@@ -27,7 +27,7 @@ from ._sync import (
     LOCK_WORDS_C,
     MUTEX,
     check_wait_time,
-    next_epoch,
+    enter_tile,
     pause,
     peer_flag,
     signal,
@@ -196,9 +196,7 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     if ctx.world_size == 1:
         tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
     else:
-        t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
-        record = locks + t * LOCK_WORDS_C
-        epoch = next_epoch(record + EPOCH)
+        t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
         acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
@@ -260,9 +258,7 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     if ctx.world_size == 1:
         tl.store(dst_ptrs, tl.load(src_ptrs, mask=mask, other=0).to(acc_ty).to(dst_ty), mask=mask)
     else:
-        t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
-        record = locks + t * LOCK_WORDS_C
-        epoch = next_epoch(record + EPOCH)
+        t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
         # The share depends on the row only: the mask stays constant along each row, so the

@@ -8,7 +8,7 @@ from iris.device import TraceEvent
 
 from ._all_reduce import _sum_in_rank_order
 from ._dtypes import accumulator_type, check_lock_array
-from ._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signal_all, wait_at_least
+from ._sync import ARRIVE, DONE, enter_tile, signal, signal_all, wait_at_least
 
 
 @triton.jit
@@ -51,9 +51,7 @@ def reduce_scatter(ctx, tile, src_view, dst_view, locks):
     if ctx.world_size == 1:
         tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
     else:
-        t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
-        record = locks + t * LOCK_WORDS_C
-        epoch = next_epoch(record + EPOCH)
+        t, record, epoch = enter_tile(tile, dst_view, locks)
         owner = reduce_scatter_owner(t, dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N), ctx.world_size)
         if owner == ctx.rank:
             wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)

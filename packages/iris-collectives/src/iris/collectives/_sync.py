@@ -205,16 +205,14 @@ def signal_all(flag, rank: tl.constexpr, world_size: tl.constexpr, heap_bases, S
     if DEBUG:
         for i in tl.static_range(first, world_size):
             atomic_add(flag, 1, rank, (rank + i) % world_size, heap_bases, sem="release", scope="sys")
-    elif INTERPRETER:
-        for i in tl.static_range(first, world_size):
-            peer = (rank + i) % world_size
-            tl.atomic_add(flag + (tl.load(heap_bases + peer) - local_base) // 4, 1, sem="release", scope="sys")
     else:
-        release_fence_sys()
+        if not INTERPRETER:
+            release_fence_sys()  # the interpreter has no inline PTX: release adds there
+        sem: tl.constexpr = "release" if INTERPRETER else "relaxed"
         for i in tl.static_range(first, world_size):
             peer = (rank + i) % world_size
             # peer_flag, inlined: one jit call for all peers
-            tl.atomic_add(flag + (tl.load(heap_bases + peer) - local_base) // 4, 1, sem="relaxed", scope="sys")
+            tl.atomic_add(flag + (tl.load(heap_bases + peer) - local_base) // 4, 1, sem=sem, scope="sys")
 
 
 @triton.jit
@@ -230,6 +228,16 @@ def advance(counter, amount):
     reaches every thread through shared memory.
     """
     return tl.atomic_add(counter, amount, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def enter_tile(tile, dst_view, locks):
+    """Start this rank's call of a lock-using collective on ``tile``: its row-major tile id over
+    ``dst_view``, its ``LOCK_WORDS`` record in ``locks`` and this rank's call count for the tile
+    (1 for the first call; see :func:`next_epoch`). Per program."""
+    t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
+    record = locks + t * LOCK_WORDS_C
+    return t, record, advance(record + EPOCH, 1) + 1
 
 
 @triton.jit
