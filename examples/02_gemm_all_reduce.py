@@ -13,7 +13,6 @@ the partial products computed by torch on the host.
 """
 
 import argparse
-import socket
 import sys
 import time
 
@@ -88,26 +87,21 @@ def rate(flops_per_s: float) -> str:
     return f"{flops_per_s:6.0f} FLOP/s"
 
 
-def default_programs(ctx, num_tiles: int) -> int:
-    """Persistent grid size: every rank's programs must be resident at once (they wait for each
-    other), so on a GPU shared by several ranks each rank gets its share of the SMs."""
-    if ctx.device.type != "cuda":
-        return min(num_tiles, 4)
-    sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
-    here = (socket.gethostname(), ctx.device.index)
-    ranks_here = ctx.comm.allgather(here).count(here)  # ranks sharing this GPU
-    return max(1, min(num_tiles, sms // ranks_here))
-
-
 def run_variant(ctx, variant: str, args, a_shard, b_shard, reference, bufs) -> dict:
     partial, c, locks = bufs["partial"], bufs["c"], bufs[f"locks_{variant}"]
     M, N, K = args.m, args.n, args.k_per_rank
     num_tiles = iris.collectives.num_tiles(M, N, args.block_m, args.block_n)
-    programs = args.programs or default_programs(ctx, num_tiles)
     if args.dtype != "fp32":
         precision = None  # 16-bit inputs: exact products, fp32 accumulation
     else:
         precision = args.precision or ("tf32" if ctx.device.type == "cuda" else "ieee")
+    launch_args = (ctx.get_device_context(), a_shard, b_shard, partial, c, locks, M, N, K,
+                   a_shard.stride(0), a_shard.stride(1), b_shard.stride(0), b_shard.stride(1), c.stride(0),
+                   c.stride(1), ctx.rank, ctx.world_size, variant, precision, args.block_m, args.block_n,
+                   args.block_k)
+    # A program waits for the same tile's program on the other ranks: the persistent grid must be
+    # resident on every rank at once. Compile (no launch) to learn how many programs fit.
+    programs = args.programs or ctx.resident_grid(num_tiles, gemm_all_reduce.warmup(*launch_args, grid=(1,)))
     times = []
     for it in range(args.warmup + args.iters):
         # atomic and spinlock add into c: it must be zero on every rank before anyone adds. The
@@ -115,10 +109,7 @@ def run_variant(ctx, variant: str, args, a_shard, b_shard, reference, bufs) -> d
         c.fill_(0.0 if variant in ("atomic", "spinlock") else float("nan"))
         ctx.barrier()
         start = time.perf_counter()
-        gemm_all_reduce[(programs,)](
-            ctx.get_device_context(), a_shard, b_shard, partial, c, locks, M, N, K,
-            a_shard.stride(0), a_shard.stride(1), b_shard.stride(0), b_shard.stride(1), c.stride(0), c.stride(1),
-            ctx.rank, ctx.world_size, variant, precision, args.block_m, args.block_n, args.block_k)
+        gemm_all_reduce[(programs,)](*launch_args)
         ctx.barrier()
         if it >= args.warmup:
             times.append(time.perf_counter() - start)

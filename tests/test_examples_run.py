@@ -22,8 +22,9 @@ EXAMPLES = os.path.join(ROOT, "examples")
 CASES = {
     "00_hello_heap.py": (["--n", "3000"], [r"hello heap: {n} ranks", r"rank {last}: received every peer's block"]),
     "01_message_passing.py": (
-        ["--n", "3000", "--block", "1024", "--rounds", "3"],
-        [r"message passing: {n} ranks", r"store: all blocks correct", r"put  : all blocks correct"],
+        ["--n", "3000", "--block", "1024", "--rounds", "3", "--programs", "2"],
+        [r"message passing: {n} ranks", r"store: all blocks correct.* 2 programs per rank",
+         r"put  : all blocks correct"],
     ),
     # Ragged sizes (tiles stick out of C), every variant.
     "02_gemm_all_reduce.py": (

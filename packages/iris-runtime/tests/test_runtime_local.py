@@ -68,3 +68,25 @@ def test_public_names_exist_and_are_documented():
                    "linspace", "rand", "randn", "randint", "uniform", "empty_like", "zeros_like", "ones_like",
                    "full_like", "rand_like", "randn_like", "randint_like"):
         assert getattr(iris.runtime.Iris, method).__doc__, method
+
+
+def test_fit_per_sm_takes_the_tightest_limit():
+    from types import SimpleNamespace
+
+    from iris.runtime._residency import fit_per_sm
+
+    h200 = SimpleNamespace(regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
+                           shared_memory_per_multiprocessor=233472)
+    assert fit_per_sm(32, 4, 0, h200) == 16          # threads: 2048 / 128
+    assert fit_per_sm(255, 4, 0, h200) == 2          # registers: 255 -> 256 per thread, 32 K per program
+    assert fit_per_sm(40, 4, 0, h200) == 12          # 40 -> 1280 per warp (units of 256)
+    assert fit_per_sm(32, 1, 0, h200) == 32          # the hardware's 32 blocks per SM
+    assert fit_per_sm(32, 4, 100 * 1024, h200) == 2  # shared memory, 1 KiB reserved per block
+    assert fit_per_sm(128, 8, 0, h200) == 2
+
+
+def test_programs_per_sm_rejects_what_is_not_compiled():
+    from iris.runtime._residency import programs_per_sm
+
+    with pytest.raises(IrisUsageError, match=r"programs_per_sm\(\): got function, not a compiled Triton kernel"):
+        programs_per_sm(lambda: None, None)

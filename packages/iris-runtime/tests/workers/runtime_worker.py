@@ -138,6 +138,36 @@ def scenario_ranks(ctx):
     assert f"rank={ctx.rank}" in repr(ctx) and f"world_size={ctx.world_size}" in repr(ctx)
 
 
+@triton.jit
+def fill_local(out, value, BLOCK: tl.constexpr):
+    tl.store(out + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), value)
+
+
+def scenario_resident_grid(ctx):
+    from iris.runtime._residency import programs_per_sm
+
+    # Every test rank runs on this node and, on cuda, on the one GPU the test machines have.
+    assert ctx.ranks_on_device == ctx.world_size, (ctx.ranks_on_device, ctx.world_size)
+    out = ctx.zeros(BLOCK, dtype=torch.float32)
+    compiled = fill_local[(1,)](out, 3.0, BLOCK)
+    assert out.tolist() == [3.0] * BLOCK
+    if ctx.backend == "cpu":
+        assert ctx.resident_grid(1000, compiled) == 1000  # the interpreter: any grid
+    else:
+        props = torch.cuda.get_device_properties(ctx.device)
+        fits = programs_per_sm(compiled, ctx.device) * props.multi_processor_count // ctx.world_size
+        grid = ctx.resident_grid(10**6, compiled)
+        assert 1 <= grid <= fits, (grid, fits)
+        assert ctx.comm.allgather(grid) == [grid] * ctx.world_size, "ranks got different grids"
+        assert ctx.resident_grid(3, compiled) == 3
+        expect_error(IrisUsageError, lambda: ctx.resident_grid(5, fill_local),
+                     "resident_grid(): got JITFunction, not a compiled Triton kernel", "kernel[grid](...)")
+    for bad in (0, -1, True, 2.0, "4"):
+        expect_error(IrisUsageError, lambda: ctx.resident_grid(bad, compiled),
+                     f"resident_grid(num_work={bad!r}): pass a positive int")
+    ctx.free(out)
+
+
 def scenario_heap_bases(ctx):
     n = ctx.world_size
     bases = ctx.get_heap_bases()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import torch
+from mpi4py import MPI
 
 from iris.device import _layout as layout
 
@@ -16,6 +17,7 @@ from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._logging import configure_logging, logger
+from ._residency import resident_grid
 from ._tracing import Tracing
 
 DEFAULT_HEAP_SIZE = 1 << 30
@@ -35,7 +37,8 @@ class Iris(TensorFactories):
     """Host object for one rank. Build it with :func:`iris.runtime.iris`.
 
     Attributes: ``rank``, ``world_size``, ``local_rank``, ``num_nodes``, ``device``, ``backend``,
-    ``heap_size``, ``tracing`` (:class:`Tracing`). Use it as a context manager, or call
+    ``heap_size``, ``ranks_on_device`` (ranks of this node that share this rank's device, this
+    one included), ``tracing`` (:class:`Tracing`). Use it as a context manager, or call
     :meth:`close`, to release the heap.
     """
 
@@ -65,6 +68,7 @@ class Iris(TensorFactories):
 
             self._heap = SharedMemoryHeap(self.heap_size + layout.SIGNAL_PAD_BYTES, boot)
         self.device = self._heap.device
+        self.ranks_on_device = self._count_ranks_on_device(boot, self.backend)
         self._buffer = self._heap.local_buffer()
         self._base = self._heap.bases[self.rank]
         self._allocator = SymmetricAllocator(self.heap_size)
@@ -87,6 +91,41 @@ class Iris(TensorFactories):
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise RankError(f"{call}: rank {rank!r} is outside [0, {self.world_size}); pass 0 .. {self.world_size - 1}")
         return rank
+
+    @staticmethod
+    def _count_ranks_on_device(boot, backend: str) -> int:
+        # Local ranks pick GPU local_rank % device_count (see _heap_cuda); on the cpu backend every
+        # rank of the node shares the one device.
+        if backend != "cuda" or boot.local_size == 1:
+            return boot.local_size
+        count = torch.cuda.device_count()
+        mine = boot.local_rank % count
+        return sum(1 for r in range(boot.local_size) if r % count == mine)
+
+    def resident_grid(self, num_work: int, compiled=None) -> int:
+        """Programs per rank for a launch whose programs wait for programs of other ranks.
+
+        Such a program only finishes if the one it waits for runs at the same time, so on a GPU
+        every rank's launch must be resident at once. The result is the most programs of the
+        compiled kernel ``compiled`` (what a launch or ``kernel.warmup(..., grid=(1,))`` returns)
+        that fit on this GPU when all :attr:`ranks_on_device` ranks launch it, capped at
+        ``num_work`` (e.g. the tile count); loop over the work in the kernel (a persistent grid).
+        On the cpu backend the interpreter runs a launch's programs one after another, so any
+        grid works as long as a program waits only for programs of other ranks: it returns
+        ``num_work`` and ``compiled`` may be None.
+
+        Collective: every rank calls it, and all get the same value (the smallest over the
+        ranks: register counts can differ between ranks' compilations, and a program's peers must
+        handle the same work as it does).
+
+            compiled = exchange[(1,)](..., rounds=0)      # warm-up: builds the kernel
+            grid = ctx.resident_grid(num_blocks, compiled)
+        """
+        if isinstance(num_work, bool) or not isinstance(num_work, int) or num_work < 1:
+            raise IrisUsageError(f"resident_grid(num_work={num_work!r}): pass a positive int, e.g. the tile count")
+        mine = num_work if self.device.type != "cuda" else resident_grid(
+            compiled, num_work, self.device, self.ranks_on_device)
+        return self.comm.allreduce(mine, op=MPI.MIN)
 
     # --- heap and context ------------------------------------------------------------------------
     def get_heap_bases(self) -> torch.Tensor:
