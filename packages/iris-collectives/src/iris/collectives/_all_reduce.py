@@ -34,6 +34,7 @@ from ._sync import (
     signal_all,
     wait_at_least,
 )
+from ._views import TileView
 
 
 @triton.jit
@@ -208,15 +209,16 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
-def two_shot_share(tile, t, rank: tl.constexpr, world_size: tl.constexpr):
-    """The rows of tile ``t`` that ``rank`` reduces in :func:`all_reduce_two_shot`, as a
-    ``[BLOCK_M]`` mask: ``BLOCK_M`` rows in ``world_size`` contiguous shares of
-    ``ceil(BLOCK_M / world_size)`` rows, share ``(rank + t) % world_size`` for this rank (rotated
-    with the tile, so that short shares do not always fall on the same rank; with fewer rows than
-    ranks some ranks reduce nothing for a tile). Per program, no memory access."""
-    rows_per_share: tl.constexpr = (tile.BLOCK_M + world_size - 1) // world_size
-    share = tl.arange(0, tile.BLOCK_M) // rows_per_share
-    return share == (rank + t) % world_size
+def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, dst_ty: tl.constexpr):
+    # Sum the share over every rank's src_view in rank order (bit-identical on every rank), then
+    # store it into every rank's dst_view, starting with the next rank so that the ranks'
+    # stores spread over the destinations instead of all hitting rank 0 first.
+    acc = tl.zeros(src_ptrs.shape, acc_ty)
+    for p in tl.static_range(ctx.world_size):
+        acc = acc + load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
+    result = acc.to(dst_ty)
+    for i in tl.static_range(ctx.world_size):
+        store(dst_ptrs, result, ctx.rank, (ctx.rank + i + 1) % ctx.world_size, ctx.heap_bases, mask=mine)
 
 
 @triton.jit
@@ -224,9 +226,9 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     """Every rank reduces its share of the tile's rows, then writes it to every rank (two shots).
 
     Per tile: signal every peer "my ``src_view`` tile is ready" and wait for every peer's; then
-    reduce this rank's share of the rows (:func:`two_shot_share`): read them from every rank's
-    ``src_view`` (this one's too), sum in rank order, store the sum into every rank's
-    ``dst_view``; then tell every peer "done" (your share of my tile is written, and I no longer
+    reduce this rank's share of the rows (``two_shot_rows`` on the host says which): read them
+    from every rank's ``src_view`` (this one's too), sum in rank order, store the sum into every
+    rank's ``dst_view``; then tell every peer "done" (your share of my tile is written, and I no longer
     read your ``src_view``) and wait for every peer's "done". Each element is read once from
     every rank and written once to every rank, and every rank's program works on every tile: the
     least memory traffic of the all-reduces, spread over all programs.
@@ -261,15 +263,21 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
-        # The share depends on the row only: the mask stays constant along each row, so the
-        # loads and stores keep their vector width.
-        mine = mask & two_shot_share(tile, t, ctx.rank, ctx.world_size)[:, None]
-        acc = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_ty)
-        for p in tl.static_range(ctx.world_size):
-            acc = acc + load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
-        result = acc.to(dst_ty)
-        for i in tl.static_range(ctx.world_size):
-            store(dst_ptrs, result, ctx.rank, (ctx.rank + i) % ctx.world_size, ctx.heap_bases, mask=mine)
+        share = (ctx.rank + t) % ctx.world_size
+        if tile.BLOCK_M % ctx.world_size == 0:
+            # Equal shares: a share is itself a tile of BLOCK_M / W rows, so every thread of the
+            # program has elements of it (masking the full tile instead would leave (W-1)/W of
+            # the threads idle and cut the bytes in flight per program by W).
+            part = TileView(tile.pid_m * ctx.world_size + share, tile.pid_n, tile.BLOCK_M // ctx.world_size,
+                            tile.BLOCK_N)
+            part_dst, part_mask = dst_view.frame(part)
+            _reduce_share_to_all(ctx, src_view.frame(part)[0], part_dst, part_mask, acc_ty, dst_ty)
+        else:
+            # Ragged shares (W does not divide BLOCK_M): the full tile, masked to the share's
+            # rows. The mask is constant along each row, so accesses keep their vector width.
+            rows_per_share: tl.constexpr = (tile.BLOCK_M + ctx.world_size - 1) // ctx.world_size
+            mine = mask & ((tl.arange(0, tile.BLOCK_M) // rows_per_share) == share)[:, None]
+            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t)
     if ctx.tracing.enabled:

@@ -42,7 +42,7 @@ def barrier_words(slots: int) -> int:
 def two_shot_rows(tile_id: int, BLOCK_M: int, world_size: int, rank: int) -> range:
     """The rows (0 .. ``BLOCK_M - 1`` within the tile) of tile ``tile_id`` that ``rank`` reduces
     in ``all_reduce_two_shot``: share ``(rank + tile_id) % world_size`` of ``world_size``
-    contiguous shares of ``ceil(BLOCK_M / world_size)`` rows (the device rule, two_shot_share)."""
+    contiguous shares of ``ceil(BLOCK_M / world_size)`` rows (the rule the kernel follows)."""
     _positive(f"two_shot_rows({tile_id}, {BLOCK_M}, {world_size}, {rank})", BLOCK_M=BLOCK_M, world_size=world_size)
     if not 0 <= rank < world_size:
         raise IrisUsageError(f"two_shot_rows(..., world_size={world_size}, rank={rank}): rank must be in "
