@@ -83,24 +83,6 @@ def all_reduce_bench(context, src, dst, locks, M, N, stride_src, stride_dst, ran
                 ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
 
 
-def resident_programs_per_sm(kernel, device) -> int:
-    """How many programs of the compiled ``kernel`` one SM holds at once (registers, warps,
-    shared memory), from the kernel's metadata and the device's limits."""
-    kernel._init_handles()  # loads the module: fills in n_regs
-    props = torch.cuda.get_device_properties(device)
-    warps = kernel.metadata.num_warps
-    regs_per_sm = getattr(props, "regs_per_multiprocessor", 65536)
-    threads_per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-    smem_per_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * KiB) - KiB  # 1 KiB reserved per SM
-    # registers are allocated per warp in units of 256
-    regs_per_warp = -(-max(kernel.n_regs, 1) * 32 // 256) * 256
-    by_regs = regs_per_sm // (regs_per_warp * warps)
-    by_threads = threads_per_sm // (32 * warps)
-    shared = kernel.metadata.shared
-    by_smem = smem_per_sm // (shared + KiB) if shared else 32  # + the 1 KiB the driver reserves per block
-    return max(1, min(by_regs, by_threads, by_smem, 32))
-
-
 class Launch:
     """A kernel launch with fixed arguments, cheap to repeat.
 
@@ -442,7 +424,7 @@ def run(args) -> dict:
                 programs = args.programs
                 if cuda:
                     probe = Launch(all_reduce_bench, (1,), launch_args, launch_kwargs).compile()
-                    per_sm = resident_programs_per_sm(probe, dev)
+                    per_sm = iris.runtime.programs_per_sm(probe, dev)
                     point.setdefault("kernel", {})[variant] = {"regs": probe.n_regs, "spills": probe.n_spills,
                                                                "shared": probe.metadata.shared,
                                                                "resident_per_sm": per_sm}

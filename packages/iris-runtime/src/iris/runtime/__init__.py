@@ -30,6 +30,7 @@ from ._factories import SUPPORTED_DTYPES
 from ._heap import SymmetricHeap
 from ._iris import DEFAULT_HEAP_SIZE, Iris, iris
 from ._logging import logger, set_log_level
+from ._residency import programs_per_sm
 from ._tracing import Tracing
 from ._version import __version__
 
@@ -54,5 +55,6 @@ __all__ = [
     "format_bytes",
     "iris",
     "logger",
+    "programs_per_sm",
     "set_log_level",
 ]
