@@ -90,3 +90,24 @@ def test_programs_per_sm_rejects_what_is_not_compiled():
 
     with pytest.raises(IrisUsageError, match=r"programs_per_sm\(\): got function, not a compiled Triton kernel"):
         programs_per_sm(lambda: None, None)
+
+
+def test_programs_per_sm_loads_a_kernel_that_never_ran(monkeypatch):
+    """``kernel.warmup`` returns a CompiledKernel whose n_regs appears only once its module is
+    loaded (Triton does that at the first launch): programs_per_sm must load it, not refuse it."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from iris.runtime._residency import programs_per_sm
+
+    class NotYetLoaded:
+        metadata = SimpleNamespace(num_warps=4, shared=0)
+
+        def _init_handles(self):
+            self.n_regs = 255
+
+    props = SimpleNamespace(regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
+                            shared_memory_per_multiprocessor=233472)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    assert programs_per_sm(NotYetLoaded(), None) == 2

@@ -27,12 +27,12 @@ _SMEM_RESERVED_PER_BLOCK = KiB  # the driver keeps 1 KiB of shared memory per re
 def _compiled_resources(compiled, call: str) -> tuple[int, int, int]:
     """(registers per thread, warps, shared bytes) of a Triton ``CompiledKernel``."""
     metadata = getattr(compiled, "metadata", None)
-    if metadata is None or not hasattr(compiled, "n_regs"):
+    if metadata is None or not hasattr(metadata, "num_warps"):
         raise IrisUsageError(
             f"{call}: got {type(compiled).__name__}, not a compiled Triton kernel; pass what a launch "
             f"returns, e.g. compiled = kernel[grid](...), or kernel.warmup(..., grid=(1,))")
-    if hasattr(compiled, "_init_handles"):
-        compiled._init_handles()  # loads the module, which fills in n_regs
+    if not hasattr(compiled, "n_regs"):
+        compiled._init_handles()  # loads the module, which fills in n_regs (lazy until the first launch)
     return max(int(compiled.n_regs), 1), int(metadata.num_warps), int(metadata.shared)
 
 
