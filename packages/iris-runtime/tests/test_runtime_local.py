@@ -92,22 +92,46 @@ def test_programs_per_sm_rejects_what_is_not_compiled():
         programs_per_sm(lambda: None, None)
 
 
-def test_programs_per_sm_loads_a_kernel_that_never_ran(monkeypatch):
-    """``kernel.warmup`` returns a CompiledKernel whose n_regs appears only once its module is
-    loaded (Triton does that at the first launch): programs_per_sm must load it, not refuse it."""
+class _NotYetLoaded:
+    """Like the CompiledKernel that ``kernel.warmup`` returns: ``n_regs`` appears only once the
+    module is loaded (Triton does that at the first launch)."""
+
+    def __init__(self, regs, warps):
+        from types import SimpleNamespace
+
+        self.metadata = SimpleNamespace(num_warps=warps, shared=0)
+        self._regs = regs
+
+    def _init_handles(self):
+        self.n_regs = self._regs
+
+
+@pytest.fixture
+def h200(monkeypatch):
     from types import SimpleNamespace
 
     import torch
 
+    props = SimpleNamespace(regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
+                            shared_memory_per_multiprocessor=233472, multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    return props
+
+
+def test_programs_per_sm_loads_a_kernel_that_never_ran(h200):
     from iris.runtime._residency import programs_per_sm
 
-    class NotYetLoaded:
-        metadata = SimpleNamespace(num_warps=4, shared=0)
+    assert programs_per_sm(_NotYetLoaded(255, 4), None) == 2
 
-        def _init_handles(self):
-            self.n_regs = 255
 
-    props = SimpleNamespace(regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
-                            shared_memory_per_multiprocessor=233472)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
-    assert programs_per_sm(NotYetLoaded(), None) == 2
+def test_resident_grid_shares_the_gpu_between_ranks(h200):
+    from iris.runtime._residency import resident_grid
+
+    assert resident_grid(_NotYetLoaded(255, 4), 10**6, None, 4) == 2 * 132 // 4
+    assert resident_grid(_NotYetLoaded(255, 4), 10, None, 4) == 10
+    assert resident_grid(_NotYetLoaded(32, 4), 10**6, None, 8) == 16 * 132 // 8
+    with pytest.raises(IrisUsageError, match=r"resident_grid\(\): got object, not a compiled Triton kernel"):
+        resident_grid(object(), 5, None, 1)
+    # 16 warps of 255 registers do not fit on an SM at all
+    with pytest.raises(IrisUsageError, match=r"resident_grid\(\): 2 ranks share None, which holds 0 programs"):
+        resident_grid(_NotYetLoaded(255, 16), 5, None, 2)

@@ -37,8 +37,13 @@ def _compiled_resources(compiled, call: str) -> tuple[int, int, int]:
 
 
 def programs_per_sm(compiled, device: torch.device) -> int:
-    """How many programs of ``compiled`` one multiprocessor of ``device`` holds at once."""
-    regs, warps, shared = _compiled_resources(compiled, "programs_per_sm()")
+    """How many programs of ``compiled`` (a Triton ``CompiledKernel``: what a launch or
+    ``kernel.warmup`` returns) one multiprocessor of ``device`` holds at once."""
+    return _programs_per_sm(compiled, device, "programs_per_sm()")
+
+
+def _programs_per_sm(compiled, device: torch.device, call: str) -> int:
+    regs, warps, shared = _compiled_resources(compiled, call)
     return fit_per_sm(regs, warps, shared, torch.cuda.get_device_properties(device))
 
 
@@ -62,7 +67,7 @@ def resident_grid(compiled, num_work: int, device: torch.device, ranks_on_device
     ``num_work`` is the most programs that have work (e.g. the tile count); the result never
     exceeds it. Raises :class:`IrisUsageError` when not even one program per rank fits.
     """
-    per_sm = programs_per_sm(compiled, device)
+    per_sm = _programs_per_sm(compiled, device, "resident_grid()")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     fits = per_sm * sms // ranks_on_device
     if fits < 1:
