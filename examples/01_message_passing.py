@@ -62,14 +62,15 @@ def message(producer, round_no, offs):
 @triton.jit
 def send_block(ctx, inbox, staging, ready, ack, block, n, r, max_spins, rank, consumer, USE_PUT: tl.constexpr,
                BLOCK: tl.constexpr):
-    """Producer side of one block in round ``r``; returns how many things went wrong (0 or n)."""
+    """Producer side of one block in round ``r``; returns the count of what went wrong (a timed-out
+    wait counts as the whole block, an unexpected flag value as 1)."""
     bad = 0
     offs = block * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     # The consumer has finished reading round r - 1 of this block once it acked it.
     if r > 1:
         if not wait_for(ctx, ack + block, r - 1, max_spins):
-            bad += n  # timed out: count the whole block as wrong
+            bad += BLOCK  # timed out: count the whole block as wrong
     values = message(rank, r, offs)
     if USE_PUT:
         tl.store(staging + offs, values, mask=mask)
@@ -95,7 +96,7 @@ def receive_block(ctx, inbox, ready, ack, block, n, r, max_spins, producer, BLOC
         got = tl.load(inbox + offs, mask=mask, other=0.0)
         bad += tl.sum(tl.where(mask & (got != message(producer, r, offs)), 1, 0))
     else:
-        bad += n
+        bad += BLOCK
     tl.debug_barrier()  # every thread has read the block before the producer may overwrite it
     ctx.atomic_cas(ack + block, r - 1, r, to_rank=producer, sem="release", scope="sys")
     return bad

@@ -108,18 +108,21 @@ class Iris(TensorFactories):
         Such a program only finishes if the one it waits for runs at the same time, so on a GPU
         every rank's launch must be resident at once. The result is the most programs of the
         compiled kernel ``compiled`` (what a launch or ``kernel.warmup(..., grid=(1,))`` returns)
-        that fit on this GPU when all :attr:`ranks_on_device` ranks launch it, capped at
+        that fit on this GPU when all ``ranks_on_device`` ranks launch it, capped at
         ``num_work`` (e.g. the tile count); loop over the work in the kernel (a persistent grid).
         On the cpu backend the interpreter runs a launch's programs one after another, so any
         grid works as long as a program waits only for programs of other ranks: it returns
         ``num_work`` and ``compiled`` may be None.
 
-        Collective: every rank calls it, and all get the same value (the smallest over the
-        ranks: register counts can differ between ranks' compilations, and a program's peers must
-        handle the same work as it does).
+        Example::
 
             compiled = exchange[(1,)](..., rounds=0)      # warm-up: builds the kernel
             grid = ctx.resident_grid(num_blocks, compiled)
+            exchange[(grid,)](..., rounds=20)
+
+        Collective: every rank calls it, and all get the same value (the smallest over the
+        ranks: register counts can differ between ranks' compilations, and a program's peers must
+        handle the same work as it does).
         """
         if isinstance(num_work, bool) or not isinstance(num_work, int) or num_work < 1:
             raise IrisUsageError(f"resident_grid(num_work={num_work!r}): pass a positive int, e.g. the tile count")
