@@ -23,8 +23,8 @@ kernel (a remote/local difference smaller than it is noise). The kernel configur
 program, warps) is chosen per op and dtype on the local kernel at the largest size, then used for
 both local and remote.
 
-Writes ``benchmarks/results/rma_bandwidth.json`` and ``.png`` (``--out``; a CPU run writes
-``rma_bandwidth_cpu.*`` so it never replaces GPU results). Without matplotlib (the GPU image has
+Writes ``benchmarks/results/rma_bandwidth.json``, ``.md`` (the table) and ``.png`` (``--out``; a
+CPU run writes ``rma_bandwidth_cpu.*`` so it never replaces GPU results). Without matplotlib (the GPU image has
 none) only the JSON is written; ``python benchmarks/rma_bandwidth.py --replot results.json``
 draws the plot anywhere. Goal (issue 3): remote >= 97% of local
 at >= 64 MiB, local >= 90% of torch's copy.
@@ -355,14 +355,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def goal_lines(summary: dict) -> list[str]:
+    """The goal verdicts printed under the table (none when no size reached 64 MiB)."""
+    lines = []
+    if summary.get("measured"):
+        lines.append(f"goal remote >= {GOAL_REMOTE_VS_LOCAL:g}% of local at >= 64 MiB: worst "
+                     f"{summary['remote_vs_local_min_pct']:.1f}% ({summary['remote_vs_local_worst']}) -> "
+                     f"{'met' if summary['remote_vs_local_met'] else 'NOT met'}")
+    if "local_vs_torch_min_pct" in summary:
+        lines.append(f"goal local >= {GOAL_LOCAL_VS_TORCH:g}% of torch copy_ at >= 64 MiB: worst "
+                     f"{summary['local_vs_torch_min_pct']:.1f}% ({summary['local_vs_torch_worst']}) -> "
+                     f"{'met' if summary['local_vs_torch_met'] else 'NOT met'}")
+    return lines
+
+
+def write_table(rows: list[dict], summary: dict, title: str, path: str) -> None:
+    """The printed table as a Markdown file (a text block under a title), for the docs."""
+    body = "\n".join([HEADER, *map(format_row, rows), *goal_lines(summary)])
+    with open(path, "w") as f:
+        f.write(f"{title} (`benchmarks/rma_bandwidth.py`):\n\n```text\n{body}\n```\n")
+
+
 def replot(path: str) -> None:
     with open(path) as f:
         results = json.load(f)
     meta = results["meta"]
-    out = os.path.splitext(path)[0] + ".png"
+    stem = os.path.splitext(path)[0]
     title = f"iris.device RMA bandwidth, {meta['device']}, {meta['world_size']} ranks ({meta['backend']})"
-    if plot(results["rows"], out, title):
-        print(f"wrote {out}")
+    write_table(results["rows"], results["goals"], title, stem + ".md")
+    print(f"wrote {stem}.md")
+    if plot(results["rows"], stem + ".png", title):
+        print(f"wrote {stem}.png")
 
 
 def main(argv=None) -> None:
@@ -405,14 +428,8 @@ def main(argv=None) -> None:
     ctx.barrier()  # the peer idles here while rank 0 measures
     if ctx.rank == 0:
         summary = goals(rows)
-        if summary["measured"]:
-            print(f"goal remote >= {GOAL_REMOTE_VS_LOCAL:g}% of local at >= 64 MiB: worst "
-                  f"{summary['remote_vs_local_min_pct']:.1f}% ({summary['remote_vs_local_worst']}) -> "
-                  f"{'met' if summary['remote_vs_local_met'] else 'NOT met'}")
-        if "local_vs_torch_min_pct" in summary:
-            print(f"goal local >= {GOAL_LOCAL_VS_TORCH:g}% of torch copy_ at >= 64 MiB: worst "
-                  f"{summary['local_vs_torch_min_pct']:.1f}% ({summary['local_vs_torch_worst']}) -> "
-                  f"{'met' if summary['local_vs_torch_met'] else 'NOT met'}")
+        for line in goal_lines(summary):
+            print(line)
         default_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    "rma_bandwidth" if on_gpu else "rma_bandwidth_cpu")
         out = args.out or default_out
@@ -426,8 +443,9 @@ def main(argv=None) -> None:
         with open(out + ".json", "w") as f:
             json.dump({"meta": meta, "goals": summary, "rows": rows}, f, indent=1)
         title = f"iris.device RMA bandwidth, {device_name}, {ctx.world_size} ranks ({backend})"
+        write_table(rows, summary, title, out + ".md")
         plotted = plot(rows, out + ".png", title)
-        print(f"wrote {out}.json" + (f" and {out}.png" if plotted else ""), flush=True)
+        print(f"wrote {out}.json, {out}.md" + (f" and {out}.png" if plotted else ""), flush=True)
     ctx.close()
 
 

@@ -27,6 +27,8 @@ def test_rma_bandwidth_quick(tmp_path):
     ops = {row["op"] for row in rows}
     assert {"load", "store", "get", "put", "copy"} <= ops, ops
     assert all(row["remote_gbps"] > 0 and row["local_gbps"] > 0 for row in rows)
+    table = (tmp_path / "rma.md").read_text()  # the printed table, for the docs' results page
+    assert "remote GB/s" in table and table.count("\n") >= len(rows) + 3, table
 
 
 @pytest.mark.multirank
