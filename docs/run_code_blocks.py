@@ -5,9 +5,16 @@ Rules, so that no example in the docs goes stale:
 - A ```` ```python ```` block runs as a script of its own, in a fresh process, on one rank.
 - A block preceded by ``<!-- docs-run: ranks=N -->`` runs on N ranks:
   ``mpiexec -n N python -m mpi4py block.py`` (the launcher of ``iris.runtime.testing``).
+- A ``bash`` block preceded by ``<!-- docs-run: shell -->`` runs with ``bash -e`` in a fresh
+  directory that links every top-level entry of the repository (so ``python examples/run.py``
+  works and nothing is written into the checkout); ``python`` is this interpreter, and ``mpirun``
+  the MPI launcher next to it. Options after ``shell``: ``previous=NAME`` writes the previous
+  Python block of the page to ``NAME`` first; ``copy=SRC:NAME`` copies the repository file
+  ``SRC`` to ``NAME`` first.
 - A block preceded by ``<!-- docs-run: skip REASON -->`` is not run; the reason is printed.
-  Shell commands, program output and fragments that only make sense inside a kernel are marked
-  this way. Any other block (a ``bash`` block with no marker, say) is an error: mark it.
+  Installation, GPU-only commands, program output and fragments that only make sense inside a
+  kernel are marked this way. Any other block (a ``bash`` block with no marker, say) is an error:
+  mark it.
 - Directives written as fences (```` ```{toctree} ````, ```` ```{eval-rst} ```` ...) are not
   code blocks; ```` ```{code-block} python ```` is one.
 
@@ -24,6 +31,7 @@ import dataclasses
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +44,7 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*(.*?)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-run:\s*(.*?)\s*-->\s*$")
 CODE_DIRECTIVES = ("{code-block}", "{code}", "{sourcecode}")
 PYTHON = ("python", "py", "python3")
+SHELL = ("bash", "sh", "shell", "console")
 TIMEOUT_S = 300
 
 
@@ -98,21 +107,31 @@ def default_files() -> list[str]:
     return files
 
 
-def plan(block: Block) -> tuple[str, int | None]:
-    """("skip", reason) / ("run", ranks) / ("error", message) for a block."""
+def plan(block: Block) -> tuple[str, object]:
+    """("skip", reason) / ("run", ranks) / ("shell", options) / ("error", message) for a block."""
     marker = block.marker
     if marker.startswith("skip"):
         reason = marker[4:].strip(" :") or "no reason given"
         return "skip", reason
+    if marker.split()[:1] == ["shell"]:
+        if block.language not in SHELL:
+            return "error", f"'docs-run: shell' on a {block.language or 'plain'} block; it is for bash blocks"
+        options = {}
+        for item in marker.split()[1:]:
+            key, _, value = item.partition("=")
+            if key not in ("previous", "copy") or not value:
+                return "error", f"unknown shell option {item!r}; use previous=NAME or copy=SRC:NAME"
+            options.setdefault(key, []).append(value)
+        return "shell", options
     ranks = None
     if marker:
         m = re.fullmatch(r"ranks\s*=\s*(\d+)", marker)
         if not m:
-            return "error", f"unknown docs-run marker {marker!r}; use 'ranks=N' or 'skip REASON'"
+            return "error", f"unknown docs-run marker {marker!r}; use 'ranks=N', 'shell [...]' or 'skip REASON'"
         ranks = int(m.group(1))
     if block.language not in PYTHON:
-        return "error", (f"a {block.language or 'plain'} block with no marker; put "
-                         f"'<!-- docs-run: skip REASON -->' on the line above it (shell command, output, ...)")
+        return "error", (f"a {block.language or 'plain'} block with no marker; put '<!-- docs-run: shell -->' "
+                         f"or '<!-- docs-run: skip REASON -->' on the line above it")
     return "run", ranks
 
 
@@ -133,9 +152,7 @@ def run_block(block: Block, ranks: int | None, workdir: str) -> tuple[bool, str,
     script = os.path.join(workdir, f"block_{os.path.basename(block.path)}_{block.line}.py")
     with open(script, "w", encoding="utf-8") as fh:
         fh.write(block.code)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if USE_CHECKOUT:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH", "")] + SOURCES))
+    env = block_env()
     if ranks is None:
         cmd = [sys.executable, script]
     else:
@@ -151,6 +168,57 @@ def run_block(block: Block, ranks: int | None, workdir: str) -> tuple[bool, str,
     return proc.returncode == 0, proc.stdout + proc.stderr, time.monotonic() - start
 
 
+def block_env() -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if USE_CHECKOUT:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH", "")] + SOURCES))
+    return env
+
+
+def shell_dir(block: Block, options: dict, previous: Block | None, workdir: str) -> str:
+    """A fresh directory for a shell block: links to the repository's top-level entries, the
+    files its options ask for, and a ``python`` that is this interpreter."""
+    where = tempfile.mkdtemp(prefix="shell-", dir=workdir)
+    for name in os.listdir(ROOT):
+        if not name.startswith("."):
+            os.symlink(os.path.join(ROOT, name), os.path.join(where, name))
+    for name in options.get("previous", []):
+        if previous is None:
+            raise ValueError(f"previous={name}: no Python block above this one on the page")
+        with open(os.path.join(where, name), "w", encoding="utf-8") as fh:
+            fh.write(previous.code)
+    for item in options.get("copy", []):
+        src, _, name = item.partition(":")
+        shutil.copyfile(os.path.join(ROOT, src), os.path.join(where, name or os.path.basename(src)))
+    shims = os.path.join(where, ".bin")
+    os.mkdir(shims)
+    for name in ("python", "python3"):
+        # a script, not a link: a linked venv interpreter would not find its pyvenv.cfg
+        path = os.path.join(shims, name)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        os.chmod(path, 0o755)
+    return where
+
+
+def run_shell(block: Block, options: dict, previous: Block | None, workdir: str) -> tuple[bool, str, float]:
+    try:
+        where = shell_dir(block, options, previous, workdir)
+    except (OSError, ValueError) as exc:
+        return False, str(exc), 0.0
+    env = block_env()
+    # this interpreter first, then the scripts next to it (mpich's mpirun in a virtual environment)
+    env["PATH"] = os.pathsep.join([os.path.join(where, ".bin"), os.path.dirname(sys.executable), env.get("PATH", "")])
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=where, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return False, f"timed out after {TIMEOUT_S} s\n{out}", time.monotonic() - start
+    return proc.returncode == 0, proc.stdout + proc.stderr, time.monotonic() - start
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/**/*.md)")
@@ -159,11 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     files = [os.path.abspath(f) for f in args.files] or default_files()
-    blocks = [b for f in files for b in find_blocks(f) if args.k in b.where]
+    all_blocks = [b for f in files for b in find_blocks(f)]
     failures, ran, skipped = [], 0, []
     with tempfile.TemporaryDirectory(prefix="iris-docs-") as workdir:
-        for block in blocks:
+        previous: dict[str, Block] = {}  # per page, the last Python block that runs (previous=NAME)
+        for block in all_blocks:
             action, detail = plan(block)
+            if action == "run":
+                previous[block.path] = block
+            if args.k not in block.where:
+                continue
             if action == "skip":
                 skipped.append(block)
                 print(f"SKIP {block.where} ({block.language or 'plain'}): {detail}", flush=True)
@@ -172,11 +245,15 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(block)
                 print(f"ERROR {block.where}: {detail}", flush=True)
                 continue
-            label = f"{detail} ranks" if detail else "1 process"
+            label = "bash" if action == "shell" else (f"{detail} ranks" if detail else "1 process")
             if args.list:
                 print(f"RUN  {block.where} on {label}")
                 continue
-            ok, output, seconds = run_block(block, detail, workdir)
+            if action == "shell":
+                before = previous.get(block.path)
+                ok, output, seconds = run_shell(block, detail, before, workdir)
+            else:
+                ok, output, seconds = run_block(block, detail, workdir)
             ran += 1
             print(f"{'PASS' if ok else 'FAIL'} {block.where} on {label} ({seconds:.1f} s)", flush=True)
             if not ok:
