@@ -231,7 +231,9 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     rank's ``dst_view``; then tell every peer "done" (your share of my tile is written, and I no longer
     read your ``src_view``) and wait for every peer's "done". Each element is read once from
     every rank and written once to every rank, and every rank's program works on every tile: the
-    least memory traffic of the all-reduces, spread over all programs.
+    least memory traffic of the all-reduces, spread over all programs. Pick ``BLOCK_M`` a multiple
+    of the world size: a share is then a tile of ``BLOCK_M / W`` rows that all threads work on
+    (otherwise the full tile is masked down to the share, and most threads idle).
 
     Granularity: per program. ``tile``: a :class:`Tile` or a :class:`TileView`. Memory
     semantics: flags released and acquired at system scope. ``locks``: int32, ``LOCK_WORDS`` per
