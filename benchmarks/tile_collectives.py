@@ -19,11 +19,11 @@ Writes ``benchmarks/results/tile_collectives_<W>ranks.json`` (``..._quick.json``
 and a plot next to it (when matplotlib is installed), and prints a table. Run it under MPS on one
 GPU: without MPS the ranks' kernels take turns and the flags make every call wait for a time slice.
 Every rank's programs must be resident at the same time (a program waits for the same tile's
-program on the other ranks): the default grid is what stays resident, per SM (from the compiled
-kernel's registers and shared memory) x SMs / world size programs per rank; ``--programs``,
-``--warps``, ``--block-m`` and ``--row-bytes`` tune it. Launches after the first go straight to the
-compiled kernel (see ``Launch``): through Triton's launcher a launch costs more host time than a
-small all-reduce takes on the GPU.
+program on the other ranks): the default grid is ``ctx.resident_grid``, what stays resident per
+SM (from the compiled kernel's registers, warps and shared memory) x SMs / ranks sharing the GPU;
+``--programs``, ``--warps``, ``--block-m`` and ``--row-bytes`` tune it. Launches after the first go
+straight to the compiled kernel (see ``Launch``): through Triton's launcher a launch costs more
+host time than a small all-reduce takes on the GPU.
 """
 
 from __future__ import annotations
@@ -369,7 +369,6 @@ def run(args) -> dict:
     heap = iris.runtime.iris(heap_size=heap_size)
     W, rank, dev = heap.world_size, heap.rank, heap.device
     cuda = dev.type == "cuda"
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count if cuda else 2
     timer = Timer(heap)
     notes = []
     bandwidth = copy_bandwidth(heap, args.quick)
@@ -429,7 +428,9 @@ def run(args) -> dict:
                                                                "shared": probe.metadata.shared,
                                                                "resident_per_sm": per_sm}
                 if programs is None:
-                    programs = max(1, (per_sm if cuda else 1) * sms // W)
+                    # GPU: what stays resident with every rank on this GPU running it (collective);
+                    # the interpreter runs programs one after another: one is enough
+                    programs = heap.resident_grid(tiles, probe) if cuda else 1
                 grid = (min(tiles, programs),)
                 point["grid"][variant] = grid[0]
                 call = Launch(all_reduce_bench, grid, launch_args, launch_kwargs)
