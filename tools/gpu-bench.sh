@@ -17,6 +17,7 @@ restart_mps() { timeout 20 bash -c "echo quit | nvidia-cuda-mps-control" 2>/dev/
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}
+want() { [[ " ${EX_ONLY:-00 01 02 03} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
 status=0
 summary=()
 step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; summary+=("$(printf '%-16s %4s %5s s' "$name" "$rc" "$((SECONDS - t0))")"); [ "$rc" = 0 ] || status=1; if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then restart_mps; fi; }
@@ -26,8 +27,7 @@ for s in $stages; do
     collectives) for w in ${COLL_WORLDS:-2 4 8}; do step "collectives_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/tile_collectives.py ${COLL_ARGS:-}; done ;;
     trace) step trace_demo $MPI -n 4 python3 -m mpi4py benchmarks/trace_demo.py --out docs/tracing
            step trace_overhead python3 benchmarks/trace_overhead.py --out benchmarks/results/trace_overhead.md ;;
-    examples) for w in ${EX_WORLDS:-2 4 8}; do  # EX_ONLY="02 03": a subset
-        want() { [[ " ${EX_ONLY:-00 01 02 03} " == *" $1 "* ]]; }
+    examples) for w in ${EX_WORLDS:-2 4 8}; do
         want 00 && step "ex00_$w" $MPI -n "$w" python3 -m mpi4py examples/00_hello_heap.py --n 1048576
         want 01 && step "ex01_$w" $MPI -n "$w" python3 -m mpi4py examples/01_message_passing.py --n 1048576 --block 8192 --rounds 20
         want 02 && step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5

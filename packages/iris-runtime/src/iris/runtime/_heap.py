@@ -28,6 +28,8 @@ class SymmetricHeap(abc.ABC):
     bases: list[int]
     #: Device the local block (and kernels) live on.
     device: torch.device
+    #: Ranks of this node whose blocks (and kernels) are on ``device``, this one included.
+    ranks_on_device: int
 
     @abc.abstractmethod
     def local_buffer(self) -> torch.Tensor:

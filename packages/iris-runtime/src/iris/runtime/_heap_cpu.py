@@ -47,6 +47,7 @@ class SharedMemoryHeap(SymmetricHeap):
             )
         self.size = size
         self.device = torch.device("cpu")
+        self.ranks_on_device = boot.local_size
         self._comm = boot.comm
         # allgather, not bcast: it returns only once every rank is here, so no file exists before
         # all ranks reached the heap's set-up (a rank failing earlier leaves nothing behind).

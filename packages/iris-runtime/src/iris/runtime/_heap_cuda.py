@@ -73,6 +73,7 @@ class CudaIpcHeap(SymmetricHeap):
         count = torch.cuda.device_count()
         index = boot.local_rank % count
         self.device = torch.device("cuda", index)
+        self.ranks_on_device = len(range(index, boot.local_size, count))  # local ranks r with r % count == index
         self.size = size
         torch.cuda.set_device(self.device)
         _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")

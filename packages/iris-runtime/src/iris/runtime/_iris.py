@@ -68,7 +68,7 @@ class Iris(TensorFactories):
 
             self._heap = SharedMemoryHeap(self.heap_size + layout.SIGNAL_PAD_BYTES, boot)
         self.device = self._heap.device
-        self.ranks_on_device = self._count_ranks_on_device(boot, self.backend)
+        self.ranks_on_device = self._heap.ranks_on_device
         self._buffer = self._heap.local_buffer()
         self._base = self._heap.bases[self.rank]
         self._allocator = SymmetricAllocator(self.heap_size)
@@ -91,16 +91,6 @@ class Iris(TensorFactories):
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise RankError(f"{call}: rank {rank!r} is outside [0, {self.world_size}); pass 0 .. {self.world_size - 1}")
         return rank
-
-    @staticmethod
-    def _count_ranks_on_device(boot, backend: str) -> int:
-        # Local ranks pick GPU local_rank % device_count (see _heap_cuda); on the cpu backend every
-        # rank of the node shares the one device.
-        if backend != "cuda" or boot.local_size == 1:
-            return boot.local_size
-        count = torch.cuda.device_count()
-        mine = boot.local_rank % count
-        return sum(1 for r in range(boot.local_size) if r % count == mine)
 
     def resident_grid(self, num_work: int, compiled=None) -> int:
         """Programs per rank for a launch whose programs wait for programs of other ranks.
