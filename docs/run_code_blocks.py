@@ -175,7 +175,7 @@ def block_env() -> dict:
     return env
 
 
-def shell_dir(block: Block, options: dict, previous: Block | None, workdir: str) -> str:
+def shell_dir(options: dict, previous: Block | None, workdir: str) -> str:
     """A fresh directory for a shell block: links to the repository's top-level entries, the
     files its options ask for, and a ``python`` that is this interpreter."""
     where = tempfile.mkdtemp(prefix="shell-", dir=workdir)
@@ -203,7 +203,7 @@ def shell_dir(block: Block, options: dict, previous: Block | None, workdir: str)
 
 def run_shell(block: Block, options: dict, previous: Block | None, workdir: str) -> tuple[bool, str, float]:
     try:
-        where = shell_dir(block, options, previous, workdir)
+        where = shell_dir(options, previous, workdir)
     except (OSError, ValueError) as exc:
         return False, str(exc), 0.0
     env = block_env()
