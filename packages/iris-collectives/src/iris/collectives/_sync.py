@@ -3,8 +3,8 @@
 Every cross-rank flag here is an int32 counter that only grows. A writer publishes with an
 ``atomic_add(..., sem="release", scope="sys")`` after a CTA barrier (so the stores of every
 thread of the program are ordered before it); a reader polls with volatile loads until the
-counter reaches its target, then confirms with an acquire load at system scope and a CTA barrier
-(so every thread's later loads see what the writers published). Because counters never go back,
+counter reaches its target with acquire loads at system scope in every thread, then passes a CTA
+barrier (so every thread's later loads see what the writers published). Because counters never go back,
 nothing has to be reset between calls: the n-th call waits for ``n * expected`` and a peer that is
 already one call ahead only adds to the count, which the proofs in each collective's docstring
 account for.
@@ -138,20 +138,42 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
         iris.collectives.signal(flags + slot, ctx.rank, peer, ctx.heap_bases)  # on the producer
         iris.collectives.wait_at_least(flags + slot, 1)                       # on the consumer
     """
-    seen = tl.load(flag, volatile=True)
-    if DEBUG:
-        start = device_clock_ns()
-    while seen < target:
-        pause()
-        if DEBUG:
-            check_wait_time(start, call, what, rank, peer, index, seen, target)
+    if INTERPRETER:
+        # No inline PTX here: poll with volatile loads, then confirm with an acquire read.
         seen = tl.load(flag, volatile=True)
-    # The volatile polls are relaxed; this acquire load (an atomic add of 0, whose result must be
-    # used or the compiler drops it) orders the reads that follow after the peers' releases.
-    seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-    while seen < target:
+        if DEBUG:
+            start = device_clock_ns()
+        while seen < target:
+            pause()
+            if DEBUG:
+                check_wait_time(start, call, what, rank, peer, index, seen, target)
+            seen = tl.load(flag, volatile=True)
         seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    else:
+        # Every thread polls with an acquire load, so the poll that sees the target is also the
+        # acquire: one L2 round trip when the peers are already there. (A relaxed poll followed
+        # by an acquire read, which Triton makes thread 0's load plus a shared-memory broadcast
+        # between two CTA barriers, costs a second round trip and the barriers on every wait.)
+        seen = load_acquire_sys(flag)
+        if DEBUG:
+            start = device_clock_ns()
+        while seen < target:
+            if DEBUG:
+                check_wait_time(start, call, what, rank, peer, index, seen, target)
+            seen = load_acquire_sys(flag)
     tl.debug_barrier()
+
+
+@triton.jit
+def load_acquire_sys(flag):
+    """Load the int32 word at ``flag`` with acquire semantics at system scope
+    (``ld.acquire.sys.global.b32``; GPU only, the interpreter has no inline PTX).
+
+    Granularity: every thread of the program loads (a scalar ``flag`` gives each thread the same
+    word). Memory semantics: acquire, system scope: the calling thread's later reads see every
+    write that a peer released before the value it returns (peers on other GPUs included)."""
+    return tl.inline_asm_elementwise("ld.acquire.sys.global.b32 $0, [$1];", "=r,l", [flag], dtype=tl.int32,
+                                     is_pure=False, pack=1)
 
 
 @triton.jit
