@@ -39,14 +39,28 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
     return triton.compile(src, target=TARGET, options=options).asm["ptx"]
 
 
-def single_thread_stores(ptx: str) -> int:
-    """Global stores guarded by the predicate Triton gives one-thread operations (the one on the
-    acquire loads of the wait loops; data masks never guard those). A scalar ``tl.store``
-    compiles to one of these while the matching scalar ``tl.load`` runs in every thread: a
-    load-then-store counter update races between warps (a warp that loads after the store sees
-    the new value)."""
-    single = set(re.findall(r"@(%p\d+) ld\.global\.sys\.acquire", ptx))
-    return sum(1 for p in re.findall(r"@(%p\d+) st\.global", ptx) if p in single)
+def one_thread_predicates(ptx: str) -> set:
+    """Predicates true in thread 0 of the program (or of a warp) only: Triton guards a scalar store
+    or atomic with ``setp.eq %p, (%tid.x & mask), 0``, possibly and-ed with other predicates."""
+    tids = set(re.findall(r"mov\.u32\s+(%r\d+), %tid\.x;", ptx))
+    masked = {dst for dst, src in re.findall(r"and\.b32\s+(%r\d+), (%r\d+), \d+;", ptx) if src in tids}
+    one = {p for p, r in re.findall(r"setp\.eq\.[bsu]32\s+(%p\d+), (%r\d+), 0;", ptx) if r in masked | tids}
+    conjunctions = re.findall(r"and\.pred\s+(%p\d+), (%p\d+), (%p\d+);", ptx)
+    grown = True
+    while grown:  # a conjunction with a one-thread predicate holds in that thread at most
+        new = {p for p, a, b in conjunctions if p not in one and (a in one or b in one)}
+        one |= new
+        grown = bool(new)
+    return one
+
+
+def single_thread_ops(ptx: str, op: str) -> int:
+    """Global ``op`` instructions (``st`` or ``atom``) that run in thread 0 only. A scalar
+    ``tl.store`` compiles to one of these while the matching scalar ``tl.load`` runs in every
+    thread: a load-then-store counter update races between warps (a warp that loads after the
+    store sees the new value)."""
+    one = one_thread_predicates(ptx)
+    return sum(1 for p in re.findall(rf"@(%p\d+) {op}\.global", ptx) if p in one)
 
 
 def summary(ptx: str) -> dict:
@@ -60,7 +74,10 @@ def summary(ptx: str) -> dict:
         "traps": ptx.count("trap;"),
         "prints": ptx.count("vprintf"),
         "bar_sync": ptx.count("bar.sync"),
-        "single_thread_stores": single_thread_stores(ptx),
+        "single_thread_stores": single_thread_ops(ptx, "st"),
+        "single_thread_atomics": single_thread_ops(ptx, "atom"),
+        "acquire_polls_all_threads": len(re.findall(r"^\s*ld\.acquire\.sys\.global\.b32", ptx, re.M)),
+        "volatile_loads": ptx.count("ld.volatile"),
         "release_fences_sys": ptx.count("fence.acq_rel.sys"),
         "relaxed_sys_atomics": len(re.findall(r"atom\.global\.sys\.relaxed\.add\.u32", ptx)),
     }

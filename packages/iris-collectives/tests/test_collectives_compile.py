@@ -67,9 +67,20 @@ def test_private_counters_are_updated_by_one_atomic(compiled):
     # thread) lets a late warp read the new value and wait for the next call's target forever: the
     # GPU hang of 0.1.0 with several tiles per program. Counters go through one atomic instead.
     for key, r in compiled["results"].items():
+        if key.split("/")[0] in LOCKING:
+            # the detector sees the one-thread predicate (the counters' and flags' atomics use it)
+            assert r["single_thread_atomics"] > 0, (key, r)
         if "/trace/" in key:
             continue  # the trace buffer's end-time store is a single-thread store by design
         assert r["single_thread_stores"] == 0, (key, r)
+
+
+def test_waits_poll_with_acquire_loads_in_every_thread(compiled):
+    # One L2 round trip per poll and no thread-0 acquire + broadcast: every thread polls with
+    # ld.acquire.sys (unpredicated), and no relaxed volatile poll is left.
+    for key, r in compiled["results"].items():
+        if key.split("/")[0] in LOCKING or key.startswith("all_gather"):
+            assert r["acquire_polls_all_threads"] > 0 and r["volatile_loads"] == 0, (key, r)
 
 
 def test_data_paths_use_vector_loads(compiled):
