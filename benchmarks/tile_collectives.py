@@ -4,10 +4,19 @@ memory all-reduces and against the bytes-moved floor, several ranks on one GPU.
     mpirun --allow-run-as-root --oversubscribe -n 4 python3 -m mpi4py benchmarks/tile_collectives.py
     mpirun -n 2 python3 -m mpi4py benchmarks/tile_collectives.py --quick      # CPU backend, tiny
 
-Each variant is one kernel over an M x N tensor (rows of ``--block-n`` elements, tiles of
-``--block-m`` rows, a persistent grid) whose programs load their tile of the input and call the
-collective on it. Times are per call: every rank launches ``iters`` calls back to back (the
-collectives synchronise among themselves through their flags), the slowest rank's average counts.
+Each variant is one kernel over an M x N tensor (rows of ``--row-bytes`` bytes, tiles of a few
+rows, a persistent grid) whose programs load their tile of the input and call the collective on it.
+Times are per call: every rank launches ``iters`` calls back to back (the collectives synchronise
+among themselves through their flags), the slowest rank's average counts. The variants in
+``--tune`` (two-shot by default) are measured at every tile shape of ``--shapes`` (rows per tile x
+warps) and the fastest counts; the table names it. ``--calls-per-launch K`` runs K all-reduces in
+each launch, one after another, as a kernel that reduces several tensors would: the time per
+all-reduce without the launch. On the GPU the iris kernels are launched as programmatic dependent
+launches (Hopper; ``--no-pdl`` for plain ones): a launch waits on the GPU (``gdc_wait``) until the
+previous one on the stream is complete before it touches memory, and lets the next one start once
+its programs are past their last tile (``gdc_launch_dependents``), so the next launch is set up
+while this one ends. The time of an empty kernel launched back to back by every rank is printed
+too: with several ranks on one GPU under MPS every launch costs about that much.
 
 Peers on the same GPU (``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, a gloo process group):
 ``torch.ops.symm_mem.one_shot_all_reduce_out`` and ``two_shot_all_reduce_``. The floor is the least
@@ -15,13 +24,14 @@ memory traffic of an all-reduce of S bytes per rank with W ranks on one GPU: eve
 and every output written once, ``2 * W * S`` bytes, at the copy bandwidth torch reaches on this GPU
 (measured here, read + write bytes per second).
 
-Writes ``benchmarks/results/tile_collectives_<W>ranks.json`` (``..._quick.json`` with ``--quick``)
-and a plot next to it (when matplotlib is installed), and prints a table. Run it under MPS on one
+Writes ``benchmarks/results/tile_collectives_<W>ranks.json`` (``..._x<K>`` with
+``--calls-per-launch K``, ``..._quick`` with ``--quick``), a Markdown table and a plot next to it
+(when matplotlib is installed), and prints the table. Run it under MPS on one
 GPU: without MPS the ranks' kernels take turns and the flags make every call wait for a time slice.
 Every rank's programs must be resident at the same time (a program waits for the same tile's
 program on the other ranks): the default grid is ``ctx.resident_grid``, what stays resident per
 SM (from the compiled kernel's registers, warps and shared memory) x SMs / ranks sharing the GPU;
-``--programs``, ``--warps``, ``--block-m`` and ``--row-bytes`` tune it. Launches after the first go
+``--programs``, ``--grid``, ``--shapes`` and ``--row-bytes`` tune it. Launches after the first go
 straight to the compiled kernel (see ``Launch``): through Triton's launcher a launch costs more
 host time than a small all-reduce takes on the GPU.
 """
@@ -29,6 +39,7 @@ host time than a small all-reduce takes on the GPU.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import socket
@@ -44,6 +55,7 @@ if "--quick" in sys.argv:
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import iris.collectives as ic  # imports iris.runtime first: the backend is chosen before any kernel
 import iris.runtime
@@ -58,13 +70,22 @@ QUICK_SIZES = [4 * KiB, 16 * KiB]
 
 @triton.jit
 def all_reduce_bench(context, src, dst, locks, M, N, stride_src, stride_dst, rank: tl.constexpr,
-                     world_size: tl.constexpr, VARIANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One all-reduce of ``src`` into ``dst`` (M x N) with the variant ``VARIANT``; persistent grid."""
+                     world_size: tl.constexpr, VARIANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     CALLS: tl.constexpr = 1, PDL: tl.constexpr = False):
+    """``CALLS`` all-reduces of ``src`` into ``dst`` (M x N), one after another, with the variant
+    ``VARIANT``; persistent grid. ``PDL``: launched as a programmatic dependent launch (Hopper):
+    wait for the previous launch on the stream to finish before touching memory, and let the next
+    one start once every program of this one is past its last tile."""
+    if PDL:
+        gdc_wait()
     ctx = ic.DeviceContext.initialize(context, rank, world_size)
     src_view = ic.TensorView(src, M, N, stride_src, 1)
     dst_view = ic.TensorView(dst, M, N, stride_dst, 1)
     tiles_n = src_view.num_tiles_n(BLOCK_N)
-    for t in range(tl.program_id(0), src_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+    # this program's tiles in one call (the grid is at most the tile count, so at least one)
+    per_call = tl.cdiv(src_view.num_tiles(BLOCK_M, BLOCK_N) - tl.program_id(0), tl.num_programs(0))
+    for i in range(CALLS * per_call):  # the same tiles in every call, calls one after another
+        t = tl.program_id(0) + (i % per_call) * tl.num_programs(0)
         pid_m, pid_n = ic.tile_coords(t, tiles_n)
         view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
         # ring and two-shot read this rank's input from src_view themselves (no tile.data)
@@ -81,6 +102,14 @@ def all_reduce_bench(context, src, dst, locks, M, N, stride_src, stride_dst, ran
                 ctx.all_reduce_spinlock(tile, dst_view, locks)
             else:
                 ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def empty_kernel(x):
+    """Does nothing: timing its launches gives what a launch costs before any work."""
+    pass
 
 
 class Launch:
@@ -117,8 +146,12 @@ class Launch:
             from triton import knobs
             from triton.runtime import driver
 
-            names = self.fn.arg_names
-            values = list(self.args) + [self.kwargs[n] for n in names[len(self.args):]]
+            # every parameter in order: positional, then keywords, then defaults of the rest
+            params = self.fn.params
+            values = list(self.args) + [self.kwargs[p.name] if p.name in self.kwargs else p.default
+                                        for p in params[len(self.args):]]
+            if any(v is inspect.Parameter.empty for v in values):
+                return None
             kernel = self.kernel
             device = driver.active.get_current_device()
             stream = driver.active.get_current_stream(device)
@@ -134,6 +167,26 @@ class Launch:
             return launch
         except Exception:  # another Triton version: keep the normal launch
             return None
+
+
+def balanced_grid(tiles: int, most: int) -> int:
+    """The fewest programs (at most ``most``) that cover ``tiles`` tiles in as few rounds as
+    ``most`` programs do: every program then loops over the same number of tiles, give or take one
+    in the last round."""
+    rounds = -(-tiles // most)
+    return -(-tiles // rounds)
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'8x4,32x8' -> [(8, 4), (32, 8)] (rows per tile, warps)."""
+    shapes = []
+    for item in text.split(","):
+        rows, _, warps = item.strip().partition("x")
+        if not (rows.isdigit() and warps.isdigit()) or int(warps) not in (1, 2, 4, 8, 16, 32):
+            raise argparse.ArgumentTypeError(f"tile shape {item!r}: write ROWSxWARPS, e.g. 8x4 (warps 1-32, a power "
+                                             f"of two)")
+        shapes.append((int(rows), int(warps)))
+    return shapes
 
 
 def parse_size(text: str) -> int:
@@ -155,15 +208,29 @@ def parse_args(argv=None):
     p.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS), help=",".join(VARIANTS))
     p.add_argument("--dtypes", type=lambda s: s.split(","), default=list(DTYPES), help="fp32,bf16")
     p.add_argument("--quick", action="store_true", help="tiny sizes, few iterations (runs on the CPU backend)")
-    p.add_argument("--block-m", type=int, default=8, help="rows per tile")
     p.add_argument("--row-bytes", type=int, default=4096,
-                   help="bytes per row (the tensor is M x N with N = row-bytes / element size; a tile is "
-                        "block-m rows, so fp32 and bf16 tiles hold the same bytes)")
-    p.add_argument("--warps", type=int, default=4, help="num_warps of the kernels")
+                   help="bytes per row (the tensor is M x N with N = row-bytes / element size, so fp32 and bf16 "
+                        "tiles of the same rows hold the same bytes)")
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("8x4,16x4,32x8,64x16"),
+                   help="tile shapes as ROWSxWARPS (rows per tile, num_warps), comma-separated; every variant in "
+                        "--tune is measured at each and the fastest counts, the others use the first")
+    p.add_argument("--tune", type=lambda s: s.split(",") if s else [], default=["two_shot"],
+                   help="variants measured at every shape of --shapes (default two_shot; '' for none)")
+    p.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
+                   help="GPU: launch the iris kernels as programmatic dependent launches (Hopper; default): the "
+                        "next launch on the stream is set up while this one runs, its programs start as this "
+                        "one's finish and wait on the GPU until it is complete. --no-pdl: plain launches")
+    p.add_argument("--calls-per-launch", type=int, default=1,
+                   help="all-reduces per kernel launch, one after another (times are per all-reduce); above 1 "
+                        "it shows a collective's cost inside a kernel that runs several, without the launch")
     p.add_argument("--programs", type=int, default=None,
                    help="programs per rank (default: as many as stay resident with every rank's kernel on the GPU "
                         "at once, i.e. programs per SM x SMs / world size). A program waits for the same tile's "
                         "program on the other ranks, so world size x programs must fit on the GPU")
+    p.add_argument("--grid", choices=("balanced", "resident"), default="balanced",
+                   help="with the default --programs: 'resident' launches as many programs as stay resident; "
+                        "'balanced' the fewest that need the same number of rounds over the tiles, so every "
+                        "program gets the same number of tiles (no last round run by a few programs alone)")
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--no-torch", action="store_true", help="skip the torch symm_mem peer")
@@ -174,7 +241,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.sizes is None:
         args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
-    unknown = [v for v in args.variants if v not in VARIANTS] + [d for d in args.dtypes if d not in DTYPES]
+    if args.calls_per_launch < 1:
+        p.error(f"--calls-per-launch {args.calls_per_launch}: pass 1 or more")
+    unknown = [v for v in args.tune + args.variants if v not in VARIANTS] + [d for d in args.dtypes if d not in DTYPES]
     if unknown:
         p.error(f"unknown variants/dtypes {unknown}; variants: {VARIANTS}, dtypes: {tuple(DTYPES)}")
     return args
@@ -237,6 +306,15 @@ class Timer:
         iters = int(min(max(budget / max(once, 1e-7), 5), 500))
         iters = self.heap.comm.allreduce(iters, op=max_op())  # the same count on every rank
         return self(fn, iters), iters
+
+
+def empty_launch_seconds(heap, timer, args) -> float:
+    """Seconds per launch of a kernel that does nothing, every rank launching back to back at once:
+    the part of every time in the table that no single-launch all-reduce avoids (with several
+    ranks on one GPU under MPS it grows with the ranks)."""
+    call = Launch(empty_kernel, (1,), (torch.zeros(1, device=heap.device),), {})
+    seconds, _ = timer.calibrated(call, args.time_per_point, args.quick)
+    return seconds
 
 
 def max_op():
@@ -363,6 +441,56 @@ def expected_sum(numel: int, world: int, dtype, device) -> torch.Tensor:
     return ((torch.arange(numel, device=device) % 13) * world + world * (world - 1) // 2).to(dtype)
 
 
+def measure_variant(heap, timer, args, variant: str, src, block_m: int, block_n: int, warps: int, what: str) -> dict:
+    """One variant at one tile shape: a checked launch on a zeroed destination, then the timing.
+    Returns microseconds per call, whether the result was right, and how it was launched."""
+    W, rank, dev, cuda = heap.world_size, heap.rank, heap.device, heap.device.type == "cuda"
+    M, N = src.shape
+    tiles = ic.num_tiles(M, N, block_m, block_n)
+    # atomic and spinlock add into the destination (fp32 for bf16 data), zeroed first; each of
+    # the launch's calls adds the sum once more
+    adds = variant in ("atomic", "spinlock")
+    out_dtype = torch.float32 if adds and src.dtype == torch.bfloat16 else src.dtype
+    dst = heap.zeros(M, N, dtype=out_dtype)
+    # one lock array per collective and tiling (its counters belong to that collective)
+    locks = heap.zeros(ic.lock_words(M, N, block_m, block_n), dtype=torch.int32)
+    launch_args = (heap.get_device_context(), src, dst, locks, M, N, src.stride(0), dst.stride(0))
+    launch_kwargs = dict(rank=rank, world_size=W, VARIANT=VARIANT_IDS[variant], BLOCK_M=block_m, BLOCK_N=block_n,
+                         CALLS=args.calls_per_launch, num_warps=warps)
+    if args.pdl and cuda:
+        launch_kwargs.update(PDL=True, launch_pdl=True)
+    out = {}
+    programs = args.programs
+    if cuda:
+        probe = Launch(all_reduce_bench, (1,), launch_args, launch_kwargs).compile()
+        per_sm = iris.runtime.programs_per_sm(probe, dev)  # first: it loads the kernel, which sets n_regs
+        out["kernel"] = {"regs": probe.n_regs, "spills": probe.n_spills, "shared": probe.metadata.shared,
+                         "resident_per_sm": per_sm}
+    if programs is None:
+        # GPU: what stays resident with every rank on this GPU running it (collective); the
+        # interpreter runs programs one after another: one is enough
+        programs = heap.resident_grid(tiles, probe) if cuda else 1
+        if args.grid == "balanced":
+            programs = balanced_grid(tiles, programs)
+    grid = (min(tiles, programs),)
+    call = Launch(all_reduce_bench, grid, launch_args, launch_kwargs)
+    heap.barrier()
+    call()  # one checked launch on a zeroed destination
+    timer.finish_or_exit(what, args.hang_seconds)
+    heap.barrier()
+    want = expected_sum(M * N, W, out_dtype, dev).view(M, N) * (args.calls_per_launch if adds else 1)
+    ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank
+    # The timed launches add into the destination without zeroing it in between (atomic,
+    # spinlock): the values are not checked there and the work is the same.
+    seconds, iters = timer.calibrated(call, args.time_per_point, args.quick)
+    out.update(us=seconds * 1e6 / args.calls_per_launch, correct=ok, iters=iters, grid=grid[0],
+               launch="direct" if call.direct is not None else "triton", host_us=timer.host_seconds * 1e6)
+    heap.barrier()
+    heap.free(locks)
+    heap.free(dst)
+    return out
+
+
 def run(args) -> dict:
     max_bytes = max(args.sizes)
     heap_size = 3 * max_bytes + 64 * MiB
@@ -372,13 +500,15 @@ def run(args) -> dict:
     timer = Timer(heap)
     notes = []
     bandwidth = copy_bandwidth(heap, args.quick)
+    empty_us = empty_launch_seconds(heap, timer, args) * 1e6
 
     def result_of(rows):
         return {
             "world_size": W, "backend": heap.backend,
             "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
-            "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or "resident",
-            "num_warps": args.warps,
+            "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or args.grid,
+            "shapes": [f"{m}x{w}" for m, w in args.shapes], "tuned": args.tune,
+            "calls_per_launch": args.calls_per_launch, "empty_launch_us": empty_us, "pdl": bool(args.pdl and cuda),
             "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
                      "written once, all ranks on one GPU)",
             "notes": notes, "points": rows,
@@ -396,61 +526,37 @@ def run(args) -> dict:
     for dname in args.dtypes:
         dtype = DTYPES[dname]
         esize = torch.empty((), dtype=dtype).element_size()
-        block_n = args.row_bytes // esize
-        block_m = args.block_m
-        if args.quick:
-            block_n, block_m = 64, 8
+        block_n = 64 if args.quick else args.row_bytes // esize
         for nbytes in args.sizes:
             numel = max(nbytes // esize // block_n, 1) * block_n
             M, N = numel // block_n, block_n
-            tiles = ic.num_tiles(M, N, block_m, block_n)
             src = heap.zeros(M, N, dtype=dtype)
             src.copy_(input_pattern(numel, rank, dtype, dev).view(M, N))
-            dst_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
             floor = 2 * W * numel * esize / bandwidth
-            point = {"dtype": dname, "bytes_per_rank": numel * esize, "M": M, "N": N, "block": [block_m, block_n],
+            point = {"dtype": dname, "bytes_per_rank": numel * esize, "M": M, "N": N, "block": {}, "shape": {},
                      "grid": {}, "floor_us": floor * 1e6, "times_us": {}, "correct": {}, "iters": {}}
             for variant in args.variants:
-                vid = VARIANT_IDS[variant]
-                # atomic and spinlock add into the destination: fp32 for bf16 data, zeroed first
-                out_dtype = dst_dtype if variant in ("atomic", "spinlock") else dtype
-                dst = heap.zeros(M, N, dtype=out_dtype)
-                # one lock array per collective and tiling (its counters belong to that collective)
-                locks = heap.zeros(ic.lock_words(M, N, block_m, block_n), dtype=torch.int32)
-                launch_args = (heap.get_device_context(), src, dst, locks, M, N, src.stride(0), dst.stride(0))
-                launch_kwargs = dict(rank=rank, world_size=W, VARIANT=vid, BLOCK_M=block_m, BLOCK_N=block_n,
-                                     num_warps=args.warps)
-                programs = args.programs
-                if cuda:
-                    probe = Launch(all_reduce_bench, (1,), launch_args, launch_kwargs).compile()
-                    per_sm = iris.runtime.programs_per_sm(probe, dev)
-                    point.setdefault("kernel", {})[variant] = {"regs": probe.n_regs, "spills": probe.n_spills,
-                                                               "shared": probe.metadata.shared,
-                                                               "resident_per_sm": per_sm}
-                if programs is None:
-                    # GPU: what stays resident with every rank on this GPU running it (collective);
-                    # the interpreter runs programs one after another: one is enough
-                    programs = heap.resident_grid(tiles, probe) if cuda else 1
-                grid = (min(tiles, programs),)
-                point["grid"][variant] = grid[0]
-                call = Launch(all_reduce_bench, grid, launch_args, launch_kwargs)
-                heap.barrier()
-                call()  # one checked call on a zeroed destination
-                timer.finish_or_exit(f"{variant} ({human(numel * esize)} {dname})", args.hang_seconds)
-                heap.barrier()
-                want = expected_sum(numel, W, out_dtype, dev).view(M, N)
-                ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank
-                # The timed calls add into the destination without zeroing it in between (atomic,
-                # spinlock): the values are not checked there and the work is the same.
-                seconds, iters = timer.calibrated(call, args.time_per_point, args.quick)
-                point["times_us"][variant] = seconds * 1e6
-                point["correct"][variant] = ok
-                point["iters"][variant] = iters
-                point.setdefault("launch", {})[variant] = "direct" if call.direct is not None else "triton"
-                point.setdefault("host_us", {})[variant] = timer.host_seconds * 1e6
-                heap.barrier()
-                heap.free(locks)
-                heap.free(dst)
+                tried = {}
+                for block_m, warps in (args.shapes if variant in args.tune else args.shapes[:1]):
+                    tried[f"{block_m}x{warps}"] = measure_variant(heap, timer, args, variant, src, block_m, block_n,
+                                                                  warps, f"{variant} ({human(numel * esize)} {dname})")
+                # the fastest shape with a right result (or the first shape when none was right)
+                right = [k for k, r in tried.items() if r["correct"]] or list(tried)[:1]
+                shape = min(right, key=lambda k: tried[k]["us"])
+                best = tried[shape]
+                point["times_us"][variant] = best["us"]
+                point["correct"][variant] = best["correct"]
+                point["iters"][variant] = best["iters"]
+                point["grid"][variant] = best["grid"]
+                point["shape"][variant] = shape
+                point["block"][variant] = [int(shape.split("x")[0]), block_n]
+                point.setdefault("launch", {})[variant] = best["launch"]
+                point.setdefault("host_us", {})[variant] = best["host_us"]
+                if "kernel" in best:
+                    point.setdefault("kernel", {})[variant] = best["kernel"]
+                if len(tried) > 1:
+                    point.setdefault("shapes_us", {})[variant] = {k: r["us"] if r["correct"] else None
+                                                                  for k, r in tried.items()}
             if peer.group_name is not None:
                 try:
                     measure_torch(peer, timer, heap, point, numel, dtype, args)
@@ -458,6 +564,9 @@ def run(args) -> dict:
                     notes.append(f"torch symm_mem failed at {human(numel * esize)} {dname}: "
                                  f"{type(exc).__name__}: {exc}")
             rows.append(point)
+            if cuda and "triton" in point["launch"].values() and not any("Triton's launcher" in n for n in notes):
+                notes.append("some launches went through Triton's launcher (the direct launch did not fit this "
+                             "Triton): tens of microseconds of host time each, so small sizes are host-bound")
             if rank == 0:  # what is measured so far survives a hang later on (finish_or_exit)
                 write_json(result_of(rows), partial_path(args, W))
             heap.barrier()
@@ -466,8 +575,14 @@ def run(args) -> dict:
     return result_of(rows)
 
 
+def result_stem(args, world_size: int) -> str:
+    """Path of the results without extension: tile_collectives_<W>ranks[_x<calls per launch>][_quick]."""
+    calls = f"_x{args.calls_per_launch}" if args.calls_per_launch > 1 else ""
+    return os.path.join(args.out, f"tile_collectives_{world_size}ranks{calls}{'_quick' if args.quick else ''}")
+
+
 def partial_path(args, world_size: int) -> str:
-    return os.path.join(args.out, f"tile_collectives_{world_size}ranks{'_quick' if args.quick else ''}.partial.json")
+    return result_stem(args, world_size) + ".partial.json"
 
 
 def write_json(result: dict, path: str) -> None:
@@ -481,10 +596,14 @@ def table(result: dict) -> str:
     for dname in sorted({p["dtype"] for p in result["points"]}):
         points = [p for p in result["points"] if p["dtype"] == dname]
         columns = list(dict.fromkeys(k for p in points for k in p["times_us"]))
-        header = f"{'bytes/rank':>10} " + " ".join(f"{c:>15}" for c in columns) + f" {'floor':>9} {'best':>14} " \
+        header = f"{'bytes/rank':>10} " + " ".join(f"{c:>15}" for c in columns) + f" {'floor':>9} {'best':>19} " \
             f"{'best/floor':>10} {'best/torch':>10}"
-        lines += [f"{dname}, {result['world_size']} ranks, {result['device']}, times in us per call "
-                  f"(* = wrong result)", header]
+        calls = result.get("calls_per_launch", 1)
+        per = f"per all-reduce, {calls} in each launch" if calls > 1 else "per call"
+        if result.get("pdl"):
+            per += " (programmatic dependent launches)"
+        lines += [f"{dname}, {result['world_size']} ranks, {result['device']}, times in us {per} "
+                  f"(* = wrong result; best: variant and tile shape ROWSxWARPS)", header]
         for p in points:
             times = p["times_us"]
             ours = {k: v for k, v in times.items() if not k.startswith("torch") and p["correct"].get(k)}
@@ -494,9 +613,13 @@ def table(result: dict) -> str:
                              for c in columns)
             ratio_floor = f"{ours[best] / p['floor_us']:>10.2f}" if best else f"{'-':>10}"
             ratio_torch = f"{ours[best] / min(theirs):>10.2f}" if best and theirs else f"{'-':>10}"
-            lines.append(f"{human(p['bytes_per_rank']):>10} {cells} {p['floor_us']:>9.1f} {best or '-':>14} "
+            best_text = f"{best} {p['shape'][best]}" if best else "-"
+            lines.append(f"{human(p['bytes_per_rank']):>10} {cells} {p['floor_us']:>9.1f} {best_text:>19} "
                          f"{ratio_floor} {ratio_torch}")
         lines.append("")
+    if result.get("empty_launch_us") is not None:
+        lines.append(f"note: a kernel that does nothing, launched back to back by all {result['world_size']} ranks at "
+                     f"once, takes {result['empty_launch_us']:.1f} us per launch")
     for note in result["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -541,7 +664,7 @@ def main(argv=None) -> None:
     if MPI.COMM_WORLD.Get_rank() != 0:
         return
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"tile_collectives_{result['world_size']}ranks{'_quick' if args.quick else ''}")
+    stem = result_stem(args, result["world_size"])
     why_no_plot = plot(result, stem + ".png")
     if why_no_plot:
         result["notes"].append(why_no_plot)
