@@ -47,8 +47,8 @@ def test_benchmark_several_calls_per_launch(tmp_path):
     # three ranks, three all-reduces per launch: the ones that add into the destination must hold
     # three times the sum after the checked launch, the others the sum
     run_ranks(3, BENCHMARK, "--quick", "--calls-per-launch", "3", "--dtypes", "fp32", "--sizes", "4K",
-              "--variants", "two_shot,one_shot,spinlock,atomic", "--shapes", "8x4", "--out", str(tmp_path),
-              timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
+              "--variants", "two_shot,one_shot,spinlock,atomic", "--shapes", "8x4", "--no-torch",
+              "--out", str(tmp_path), timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
     result = json.loads((tmp_path / "tile_collectives_3ranks_x3_quick.json").read_text())
     assert result["calls_per_launch"] == 3
     (point,) = result["points"]
