@@ -32,6 +32,17 @@ def test_rma_bandwidth_quick(tmp_path):
 
 
 @pytest.mark.multirank
+def test_peer_traffic_quick(tmp_path):
+    # three ranks: tiles go to and come from every peer; each mode checks where its values came from
+    proc = run_ranks(3, os.path.join(BENCH, "peer_traffic.py"), "--quick", "--sizes", "1", "--out", str(tmp_path),
+                     timeout=600)
+    result = json.loads((tmp_path / "peer_traffic_3ranks_quick.json").read_text())
+    (row,) = result["rows"]
+    assert all(row[mode]["correct"] and row[mode]["us"] > 0 for mode in ("local", "read", "write")), row
+    assert "read/local" in proc.stdout and "read/local" in (tmp_path / "peer_traffic_3ranks_quick.md").read_text()
+
+
+@pytest.mark.multirank
 def test_trace_overhead_quick(tmp_path):
     out = tmp_path / "overhead.md"
     proc = run_ranks(2, os.path.join(BENCH, "trace_overhead.py"), "--quick", "--out", str(out), timeout=600)

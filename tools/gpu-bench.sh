@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
-# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
+# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
 # (no argument: all; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers). Results go
 # to benchmarks/results/ and docs/tracing/; logs to $OUT if set.
 set -uo pipefail
@@ -25,6 +25,7 @@ for s in $stages; do
   case $s in
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
     collectives) for w in ${COLL_WORLDS:-2 4 8}; do step "collectives_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/tile_collectives.py ${COLL_ARGS:-}; done ;;
+    peer) for w in ${COLL_WORLDS:-2 4 8}; do step "peer_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/peer_traffic.py ${PEER_ARGS:-}; done ;;
     trace) step trace_demo $MPI -n 4 python3 -m mpi4py benchmarks/trace_demo.py --out docs/tracing
            step trace_overhead python3 benchmarks/trace_overhead.py --out benchmarks/results/trace_overhead.md ;;
     examples) for w in ${EX_WORLDS:-2 4 8}; do
