@@ -42,9 +42,9 @@ def compile_kernel(fn, signature: dict, constexprs: dict) -> str:
 def facts(ptx: str) -> str:
     """Counts of system-scope memory operations by semantics (PTX spells ``atom.global.sys.release``
     for some and ``atom.global.release.sys`` for others; an acquire atomic add of 0 may become an
-    ``ld.global.sys.acquire``)."""
-    ops = re.findall(r"\b(?:atom|red|ld|st)\.global\.([\w.]+)", ptx)
-    qualifiers = [set(op.split(".")) for op in ops]
+    ``ld.global.sys.acquire``, and the collectives' waits poll with ``ld.acquire.sys.global``)."""
+    ops = re.findall(r"\b(?:atom|red|ld|st)\.([\w.]+)", ptx)
+    qualifiers = [q for q in (set(op.split(".")) for op in ops) if "global" in q]
     count = {sem: sum("sys" in q and sem in q for q in qualifiers) for sem in ("release", "acquire", "relaxed")}
     # The collectives release with one system-scope fence before relaxed adds (see signal_all).
     return (f"sys.release={count['release']} sys.fence={ptx.count('fence.acq_rel.sys')} "
