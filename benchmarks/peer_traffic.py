@@ -4,11 +4,12 @@
     mpirun -n 2 python3 -m mpi4py benchmarks/peer_traffic.py --quick      # CPU backend, tiny
 
 Every rank copies S bytes at the same time, one 16 KiB tile per step of a persistent grid, in
-three ways: ``local`` reads and writes its own heap; ``read`` reads tile t from rank
+four ways: ``local`` reads and writes its own heap; ``read`` reads tile t from rank
 (rank + t) % W through the translated pointers of ``iris.device.load`` and writes it locally;
 ``write`` reads locally and stores tile t into rank (rank + t) % W's heap. So ``read`` and
-``write`` touch every rank's heap through every process's peer mappings, as a two-shot
-all-reduce does, with no flags at all. GB/s counts the bytes read plus written by all ranks
+``write`` touch every rank's heap through every process's peer mappings; ``share`` moves data
+exactly as a two-shot all-reduce does (this rank's slice of tile t read from every rank, summed,
+written to every rank), with no flags at all. GB/s counts the bytes read plus written by all ranks
 (2 x W x S per call). Written to find out whether the all-reduces' slowdown at 8 ranks and
 >= 128 MiB per rank (``benchmarks/NOTES.md``) is in the collectives or in the memory traffic.
 
@@ -33,26 +34,52 @@ import triton.language as tl
 import iris.device
 import iris.runtime
 
-MODES = {"local": 0, "read": 1, "write": 2}
+MODES = {"local": 0, "read": 1, "write": 2, "share": 3}
 MiB = 1 << 20
 
 
 @triton.jit
 def spread_copy(heap_bases, src, dst, num_tiles, rank: tl.constexpr, world_size: tl.constexpr, MODE: tl.constexpr,
-                BLOCK: tl.constexpr):
+                BLOCK: tl.constexpr, SPAN: tl.constexpr):
     """Copy ``src`` to ``dst`` tile by tile; tile t goes through rank (rank + t) % world_size's heap
-    (MODE 1: read there, MODE 2: write there) or stays local (MODE 0). Persistent grid."""
+    (MODE 1: read there, MODE 2: write there) or stays local (MODE 0). MODE 3 moves data as a
+    two-shot all-reduce does, without its flags: this rank's share (a 1/world_size slice, at
+    most ``SPAN`` elements) of tile t is read from every rank, summed and written to every rank.
+    Persistent grid."""
     for t in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        offs = t * BLOCK + tl.arange(0, BLOCK)
-        peer = (rank + t) % world_size
-        if MODE == 1:
-            values = iris.device.load(src + offs, rank, peer, heap_bases)
+        if MODE == 3:
+            _reduce_share(heap_bases, src, dst, t, rank, world_size, BLOCK, SPAN)
         else:
-            values = tl.load(src + offs)
-        if MODE == 2:
-            iris.device.store(dst + offs, values, rank, peer, heap_bases)
-        else:
-            tl.store(dst + offs, values)
+            _copy_tile(heap_bases, src, dst, t, rank, world_size, MODE, BLOCK)
+
+
+@triton.jit
+def _reduce_share(heap_bases, src, dst, t, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr,
+                  SPAN: tl.constexpr):
+    LENGTH: tl.constexpr = (BLOCK + world_size - 1) // world_size
+    i = tl.arange(0, SPAN)
+    mask = (i < LENGTH) & (rank * LENGTH + i < BLOCK)
+    offs = t * BLOCK + rank * LENGTH + i
+    acc = tl.zeros([SPAN], tl.float32)
+    for p in tl.static_range(world_size):
+        acc += iris.device.load(src + offs, rank, p, heap_bases, mask=mask, other=0)
+    for k in tl.static_range(world_size):
+        iris.device.store(dst + offs, acc, rank, (rank + k + 1) % world_size, heap_bases, mask=mask)
+
+
+@triton.jit
+def _copy_tile(heap_bases, src, dst, t, rank: tl.constexpr, world_size: tl.constexpr, MODE: tl.constexpr,
+               BLOCK: tl.constexpr):
+    offs = t * BLOCK + tl.arange(0, BLOCK)
+    peer = (rank + t) % world_size
+    if MODE == 1:
+        values = iris.device.load(src + offs, rank, peer, heap_bases)
+    else:
+        values = tl.load(src + offs)
+    if MODE == 2:
+        iris.device.store(dst + offs, values, rank, peer, heap_bases)
+    else:
+        tl.store(dst + offs, values)
 
 
 def parse_args(argv=None):
@@ -83,19 +110,25 @@ def measure(heap, args, mode: str, size: int) -> tuple[float, bool]:
     else:
         grid = 2
     tiles = numel // block
+    heap.barrier()  # every rank's src filled and dst zeroed before any peer reads or writes them
 
     def call():
         spread_copy[(min(grid, tiles),)](heap.get_heap_bases(), src, dst, tiles, heap.rank, heap.world_size,
-                                         MODES[mode], block, num_warps=8)
+                                         MODES[mode], block, triton.next_power_of_2(-(-block // heap.world_size)),
+                                         num_warps=8)
 
     call()
     heap.barrier()
     # tile t came from rank (rank + t) % W (read), or was written by the rank q with
     # (q + t) % W == rank (write); every value is its source rank + 1
     t = torch.arange(numel, device=src.device) // block
-    source = {"local": torch.full_like(t, heap.rank), "read": (heap.rank + t) % heap.world_size,
-              "write": (heap.rank - t) % heap.world_size}[mode]
-    correct = heap.comm.allreduce(int(not torch.equal(dst, (source + 1).to(dst.dtype)))) == 0
+    if mode == "share":  # every element is the sum over ranks of rank + 1
+        want = torch.full_like(dst, sum(r + 1 for r in range(heap.world_size)))
+    else:
+        source = {"local": torch.full_like(t, heap.rank), "read": (heap.rank + t) % heap.world_size,
+                  "write": (heap.rank - t) % heap.world_size}[mode]
+        want = (source + 1).to(dst.dtype)
+    correct = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0
     if cuda:
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -139,13 +172,13 @@ def main(argv=None) -> None:
         return
     header = f"{'S/rank':>10} " + " ".join(f"{m + ' us':>12} {m + ' GB/s':>12}" for m in MODES)
     lines = [f"{W} ranks on one {device}: every rank copies S bytes at once; GB/s = bytes read + written by all "
-             f"ranks (* = wrong result)", header + f" {'read/local':>10} {'write/local':>11}"]
+             f"ranks (* = wrong result)", header + f" {'read/local':>10} {'write/local':>11} {'share/local':>11}"]
     for r in rows:
         size = f"{r['bytes_per_rank'] / MiB:g} MiB"
         cells = " ".join(f"{r[m]['us']:>12.1f} {r[m]['GBps']:>11.1f}{'' if r[m]['correct'] else '*'}"
                          for m in MODES)
-        lines.append(f"{size:>10} {cells} {r['read']['GBps'] / r['local']['GBps']:>10.2f} "
-                     f"{r['write']['GBps'] / r['local']['GBps']:>11.2f}")
+        ratio = {m: r[m]["GBps"] / r["local"]["GBps"] for m in MODES}
+        lines.append(f"{size:>10} {cells} {ratio['read']:>10.2f} {ratio['write']:>11.2f} {ratio['share']:>11.2f}")
     text = "\n".join(lines)
     print(text)
     os.makedirs(args.out, exist_ok=True)
