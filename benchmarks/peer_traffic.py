@@ -4,12 +4,14 @@
     mpirun -n 2 python3 -m mpi4py benchmarks/peer_traffic.py --quick      # CPU backend, tiny
 
 Every rank copies S bytes at the same time, one 16 KiB tile per step of a persistent grid, in
-four ways: ``local`` reads and writes its own heap; ``read`` reads tile t from rank
+five ways: ``local`` reads and writes its own heap; ``read`` reads tile t from rank
 (rank + t) % W through the translated pointers of ``iris.device.load`` and writes it locally;
 ``write`` reads locally and stores tile t into rank (rank + t) % W's heap. So ``read`` and
 ``write`` touch every rank's heap through every process's peer mappings; ``share`` moves data
 exactly as a two-shot all-reduce does (this rank's slice of tile t read from every rank, summed,
-written to every rank), with no flags at all. GB/s counts the bytes read plus written by all ranks
+written to every rank), with no flags at all; ``owner`` moves the same bytes in whole tiles
+(rank t % W reduces tile t: reads it from every rank, writes the sum to every rank), the layout
+to try if ``share`` is slow. GB/s counts the bytes read plus written by all ranks
 (2 x W x S per call). Written to find out whether the all-reduces' slowdown at 8 ranks and
 >= 128 MiB per rank (``benchmarks/NOTES.md``) is in the collectives or in the memory traffic.
 
@@ -34,7 +36,7 @@ import triton.language as tl
 import iris.device
 import iris.runtime
 
-MODES = {"local": 0, "read": 1, "write": 2, "share": 3}
+MODES = {"local": 0, "read": 1, "write": 2, "share": 3, "owner": 4}
 MiB = 1 << 20
 
 
@@ -45,12 +47,26 @@ def spread_copy(heap_bases, src, dst, num_tiles, rank: tl.constexpr, world_size:
     (MODE 1: read there, MODE 2: write there) or stays local (MODE 0). MODE 3 moves data as a
     two-shot all-reduce does, without its flags: this rank's share (a 1/world_size slice, at
     most ``SPAN`` elements) of tile t is read from every rank, summed and written to every rank.
-    Persistent grid."""
+    MODE 4 moves the same bytes with whole tiles: rank t % world_size reduces tile t (reads it from
+    every rank, writes the sum to every rank). Persistent grid."""
+    if MODE == 4:
+        for t in range(tl.program_id(0) * world_size + rank, num_tiles, tl.num_programs(0) * world_size):
+            _reduce_tile(heap_bases, src, dst, t, rank, world_size, BLOCK)
     for t in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
         if MODE == 3:
             _reduce_share(heap_bases, src, dst, t, rank, world_size, BLOCK, SPAN)
-        else:
+        elif MODE < 3:
             _copy_tile(heap_bases, src, dst, t, rank, world_size, MODE, BLOCK)
+
+
+@triton.jit
+def _reduce_tile(heap_bases, src, dst, t, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr):
+    offs = t * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    for p in tl.static_range(world_size):
+        acc += iris.device.load(src + offs, rank, p, heap_bases)
+    for k in tl.static_range(world_size):
+        iris.device.store(dst + offs, acc, rank, (rank + k + 1) % world_size, heap_bases)
 
 
 @triton.jit
@@ -122,7 +138,7 @@ def measure(heap, args, mode: str, size: int) -> tuple[float, bool]:
     # tile t came from rank (rank + t) % W (read), or was written by the rank q with
     # (q + t) % W == rank (write); every value is its source rank + 1
     t = torch.arange(numel, device=src.device) // block
-    if mode == "share":  # every element is the sum over ranks of rank + 1
+    if mode in ("share", "owner"):  # every element is the sum over ranks of rank + 1
         want = torch.full_like(dst, sum(r + 1 for r in range(heap.world_size)))
     else:
         source = {"local": torch.full_like(t, heap.rank), "read": (heap.rank + t) % heap.world_size,
@@ -171,14 +187,15 @@ def main(argv=None) -> None:
     if heap.rank != 0:
         return
     header = f"{'S/rank':>10} " + " ".join(f"{m + ' us':>12} {m + ' GB/s':>12}" for m in MODES)
+    header += " " + " ".join(f"{m + '/local':>11}" for m in MODES if m != "local")
     lines = [f"{W} ranks on one {device}: every rank copies S bytes at once; GB/s = bytes read + written by all "
-             f"ranks (* = wrong result)", header + f" {'read/local':>10} {'write/local':>11} {'share/local':>11}"]
+             f"ranks (* = wrong result)", header]
     for r in rows:
         size = f"{r['bytes_per_rank'] / MiB:g} MiB"
         cells = " ".join(f"{r[m]['us']:>12.1f} {r[m]['GBps']:>11.1f}{'' if r[m]['correct'] else '*'}"
                          for m in MODES)
         ratio = {m: r[m]["GBps"] / r["local"]["GBps"] for m in MODES}
-        lines.append(f"{size:>10} {cells} {ratio['read']:>10.2f} {ratio['write']:>11.2f} {ratio['share']:>11.2f}")
+        lines.append(f"{size:>10} {cells} " + " ".join(f"{ratio[m]:>11.2f}" for m in MODES if m != "local"))
     text = "\n".join(lines)
     print(text)
     os.makedirs(args.out, exist_ok=True)

@@ -38,7 +38,8 @@ def test_peer_traffic_quick(tmp_path):
                      timeout=600)
     result = json.loads((tmp_path / "peer_traffic_3ranks_quick.json").read_text())
     (row,) = result["rows"]
-    assert all(row[mode]["correct"] and row[mode]["us"] > 0 for mode in ("local", "read", "write", "share")), row
+    modes = ("local", "read", "write", "share", "owner")
+    assert all(row[mode]["correct"] and row[mode]["us"] > 0 for mode in modes), row
     assert "read/local" in proc.stdout and "read/local" in (tmp_path / "peer_traffic_3ranks_quick.md").read_text()
 
 
