@@ -1,13 +1,14 @@
 """Flags between ranks: signal, wait, per-call epochs, and the device-side barrier.
 
-Every cross-rank flag here is an int32 counter that only grows. A writer publishes with an
-``atomic_add(..., sem="release", scope="sys")`` after a CTA barrier (so the stores of every
-thread of the program are ordered before it); a reader polls with volatile loads until the
-counter reaches its target with acquire loads at system scope in every thread, then passes a CTA
-barrier (so every thread's later loads see what the writers published). Because counters never go back,
-nothing has to be reset between calls: the n-th call waits for ``n * expected`` and a peer that is
-already one call ahead only adds to the count, which the proofs in each collective's docstring
-account for.
+Every cross-rank flag here is an int32 counter that only grows. A writer publishes after a CTA
+barrier (so the stores of every thread of the program are ordered before it) with a release add
+at system scope, or, for several peers at once on the GPU, one system-scope fence followed by
+relaxed adds. A reader polls until the counter reaches its target: on the GPU with acquire loads
+at system scope in every thread, under the interpreter with volatile loads and then one acquire
+read; then it passes a CTA barrier (so every thread's later loads see what the writers
+published). Because counters never go back, nothing has to be reset between calls: the n-th
+call waits for ``n * expected`` and a peer that is already one call ahead only adds to the count,
+which the proofs in each collective's docstring account for.
 
 Wait loops are bounded in debug mode (``IRIS_DEBUG=1``): after ``IRIS_DEBUG_TIMEOUT_S`` seconds
 (default 60) the kernel fails with a message naming the call, the rank, the peer, the flag and
@@ -259,6 +260,8 @@ def enter_tile(tile, dst_view, locks):
     (1 for the first call; see :func:`next_epoch`). Per program."""
     t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
     record = locks + t * LOCK_WORDS_C
+    # next_epoch(record + EPOCH), written out: under the interpreter every nested jit call costs
+    # about 0.2 ms, and this runs once per tile and call
     return t, record, advance(record + EPOCH, 1) + 1
 
 
