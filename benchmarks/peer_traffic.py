@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 if "--quick" in sys.argv:
     os.environ.setdefault("IRIS_BACKEND", "cpu")
@@ -32,6 +33,7 @@ if "--quick" in sys.argv:
 import torch
 import triton
 import triton.language as tl
+from mpi4py import MPI
 
 import iris.device
 import iris.runtime
@@ -156,15 +158,11 @@ def measure(heap, args, mode: str, size: int) -> tuple[float, bool]:
         end.synchronize()
         seconds = start.elapsed_time(end) / 1e3 / args.iters
     else:
-        import time
-
         heap.barrier()
         t0 = time.perf_counter()
         call()
         seconds = time.perf_counter() - t0
     heap.barrier()
-    from mpi4py import MPI
-
     seconds = heap.comm.allreduce(seconds, op=MPI.MAX)
     heap.free(dst)
     heap.free(src)

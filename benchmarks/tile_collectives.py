@@ -190,6 +190,11 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
+def shape_name(shape: tuple[int, int]) -> str:
+    """(8, 4) -> '8x4', as --shapes spells it."""
+    return f"{shape[0]}x{shape[1]}"
+
+
 def parse_size(text: str) -> int:
     text = text.strip().upper().removesuffix("B")
     for suffix, scale in (("K", KiB), ("M", MiB), ("G", 1 << 30)):
@@ -508,7 +513,7 @@ def run(args) -> dict:
             "world_size": W, "backend": heap.backend,
             "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
             "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or args.grid,
-            "shapes": [f"{m}x{w}" for m, w in args.shapes], "tuned": args.tune,
+            "shapes": [shape_name(shape) for shape in args.shapes], "tuned": args.tune,
             "calls_per_launch": args.calls_per_launch, "empty_launch_us": empty_us, "pdl": bool(args.pdl and cuda),
             "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
                      "written once, all ranks on one GPU)",
@@ -537,10 +542,9 @@ def run(args) -> dict:
             point = {"dtype": dname, "bytes_per_rank": numel * esize, "M": M, "N": N, "block": {}, "shape": {},
                      "grid": {}, "floor_us": floor * 1e6, "times_us": {}, "correct": {}, "iters": {}}
             for variant in args.variants:
-                tried = {}
-                for block_m, warps in (args.shapes if variant in args.tune else args.shapes[:1]):
-                    tried[f"{block_m}x{warps}"] = measure_variant(heap, timer, args, variant, src, block_m, block_n,
-                                                                  warps, f"{variant} ({human(numel * esize)} {dname})")
+                tried = {shape: measure_variant(heap, timer, args, variant, src, shape[0], block_n, shape[1],
+                                                f"{variant} ({human(numel * esize)} {dname})")
+                         for shape in (args.shapes if variant in args.tune else args.shapes[:1])}
                 # the fastest shape with a right result (or the first shape when none was right)
                 right = [k for k, r in tried.items() if r["correct"]] or list(tried)[:1]
                 shape = min(right, key=lambda k: tried[k]["us"])
@@ -549,14 +553,14 @@ def run(args) -> dict:
                 point["correct"][variant] = best["correct"]
                 point["iters"][variant] = best["iters"]
                 point["grid"][variant] = best["grid"]
-                point["shape"][variant] = shape
-                point["block"][variant] = [int(shape.split("x")[0]), block_n]
+                point["shape"][variant] = shape_name(shape)
+                point["block"][variant] = [shape[0], block_n]
                 point.setdefault("launch", {})[variant] = best["launch"]
                 point.setdefault("host_us", {})[variant] = best["host_us"]
                 if "kernel" in best:
                     point.setdefault("kernel", {})[variant] = best["kernel"]
                 if len(tried) > 1:
-                    point.setdefault("shapes_us", {})[variant] = {k: r["us"] if r["correct"] else None
+                    point.setdefault("shapes_us", {})[variant] = {shape_name(k): r["us"] if r["correct"] else None
                                                                   for k, r in tried.items()}
             if peer.group_name is not None:
                 try:
