@@ -142,6 +142,17 @@ class Launch:
         self.direct = self._direct()
         return None
 
+    def graphed(self, count: int):
+        """Capture ``count`` of these launches, one after another, in one CUDA graph; returns its
+        replay. Launched from the graph, the kernels skip the host's launch path and go to the GPU
+        together (captured through Triton's launcher: the direct launch holds the stream it
+        found at its first call, not the capture stream)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+            for _ in range(count):
+                self.fn[self.grid](*self.args, **self.kwargs)
+        return graph.replay
+
     def _direct(self):
         try:
             from triton import knobs
@@ -229,6 +240,9 @@ def parse_args(argv=None):
     p.add_argument("--calls-per-launch", type=int, default=1,
                    help="all-reduces per kernel launch, one after another (times are per all-reduce); above 1 "
                         "it shows a collective's cost inside a kernel that runs several, without the launch")
+    p.add_argument("--graph", type=int, default=0, metavar="LAUNCHES",
+                   help="GPU: capture this many launches in one CUDA graph and time its replays (what a program "
+                        "that replays graphs pays per launch); 0 (default): every launch from the host")
     p.add_argument("--programs", type=int, default=None,
                    help="programs per rank (default: as many as stay resident with every rank's kernel on the GPU "
                         "at once, i.e. programs per SM x SMs / world size). A program waits for the same tile's "
@@ -258,9 +272,10 @@ def parse_args(argv=None):
 class Timer:
     """Seconds per call of ``fn``, the slowest rank's, with every rank calling back to back."""
 
-    def __init__(self, heap):
+    def __init__(self, heap, hang_seconds: float = 60.0):
         self.heap = heap
         self.cuda = heap.device.type == "cuda"
+        self.hang_seconds = hang_seconds
         self.host_seconds = 0.0
 
     def sync(self):
@@ -284,7 +299,7 @@ class Timer:
                 os._exit(3)
             time.sleep(0.001)
 
-    def __call__(self, fn, iters: int) -> float:
+    def __call__(self, fn, iters: int, what: str = "a timed call") -> float:
         self.heap.barrier()
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -294,6 +309,7 @@ class Timer:
                 fn()
             self.host_seconds = (time.perf_counter() - t0) / iters  # launch cost on the host
             end.record()
+            self.finish_or_exit(f"{what}, timed {iters} times", self.hang_seconds)
             end.synchronize()
             seconds = start.elapsed_time(end) / 1e3 / iters
         else:
@@ -303,15 +319,15 @@ class Timer:
             seconds = (time.perf_counter() - t0) / iters
         return self.heap.comm.allreduce(seconds, op=max_op())
 
-    def calibrated(self, fn, budget: float, quick: bool) -> tuple[float, int]:
+    def calibrated(self, fn, budget: float, quick: bool, what: str = "a timed call") -> tuple[float, int]:
         """Warm up, pick an iteration count that fills ``budget`` seconds, measure."""
         fn()
         if quick:
-            return self(fn, 1), 1
-        once = self(fn, 2)
+            return self(fn, 1, what), 1
+        once = self(fn, 2, what)
         iters = int(min(max(budget / max(once, 1e-7), 5), 500))
         iters = self.heap.comm.allreduce(iters, op=max_op())  # the same count on every rank
-        return self(fn, iters), iters
+        return self(fn, iters, what), iters
 
 
 def empty_launch_seconds(heap, timer, args) -> float:
@@ -319,8 +335,18 @@ def empty_launch_seconds(heap, timer, args) -> float:
     the part of every time in the table that no single-launch all-reduce avoids (with several
     ranks on one GPU under MPS it grows with the ranks)."""
     call = Launch(empty_kernel, (1,), (torch.zeros(1, device=heap.device),), {})
-    seconds, _ = timer.calibrated(call, args.time_per_point, args.quick)
-    return seconds
+    launches = graph_launches(args, heap)
+    if launches > 1:
+        call()  # compiled before the capture
+        timer.sync()
+        call = call.graphed(launches)
+    seconds, _ = timer.calibrated(call, args.time_per_point, args.quick, "an empty kernel")
+    return seconds / launches
+
+
+def graph_launches(args, heap) -> int:
+    """Launches per timed call: ``--graph``'s count on the GPU, else 1."""
+    return args.graph if args.graph > 0 and heap.device.type == "cuda" else 1
 
 
 def max_op():
@@ -430,7 +456,8 @@ def measure_torch(peer, timer, heap, point, numel, dtype, args):
         def call(op=op):
             op(buf, out)
 
-        seconds, iters = timer.calibrated(call, args.time_per_point, args.quick)
+        seconds, iters = timer.calibrated(call, args.time_per_point, args.quick,
+                                          f"{op_name} ({human(numel * buf.element_size())} {dtype})")
         point["times_us"][op_name] = seconds * 1e6
         point.setdefault("host_us", {})[op_name] = timer.host_seconds * 1e6
         point["iters"][op_name] = iters
@@ -488,8 +515,11 @@ def measure_variant(heap, timer, args, variant: str, src, block_m: int, block_n:
     ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank
     # The timed launches add into the destination without zeroing it in between (atomic,
     # spinlock): the values are not checked there and the work is the same.
-    seconds, iters = timer.calibrated(call, args.time_per_point, args.quick)
-    out.update(us=seconds * 1e6 / args.calls_per_launch, correct=ok, iters=iters, grid=grid[0],
+    launches = graph_launches(args, heap)
+    timed = call.graphed(launches) if launches > 1 else call
+    seconds, iters = timer.calibrated(timed, args.time_per_point, args.quick, f"{what} {block_m}x{warps}" +
+                                      (f" in CUDA graphs of {launches} launches" if launches > 1 else ""))
+    out.update(us=seconds * 1e6 / args.calls_per_launch / launches, correct=ok, iters=iters, grid=grid[0],
                launch="direct" if call.direct is not None else "triton", host_us=timer.host_seconds * 1e6)
     heap.barrier()
     heap.free(locks)
@@ -503,7 +533,7 @@ def run(args) -> dict:
     heap = iris.runtime.iris(heap_size=heap_size)
     W, rank, dev = heap.world_size, heap.rank, heap.device
     cuda = dev.type == "cuda"
-    timer = Timer(heap)
+    timer = Timer(heap, args.hang_seconds)
     notes = []
     bandwidth = copy_bandwidth(heap, args.quick)
     empty_us = empty_launch_seconds(heap, timer, args) * 1e6
@@ -514,12 +544,17 @@ def run(args) -> dict:
             "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
             "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or args.grid,
             "shapes": [shape_name(shape) for shape in args.shapes], "tuned": args.tune,
-            "calls_per_launch": args.calls_per_launch, "empty_launch_us": empty_us, "pdl": bool(args.pdl and cuda),
+            "calls_per_launch": args.calls_per_launch, "graph_launches": graph_launches(args, heap),
+            "empty_launch_us": empty_us, "pdl": bool(args.pdl and cuda),
             "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
                      "written once, all ranks on one GPU)",
             "notes": notes, "points": rows,
         }
 
+    if graph_launches(args, heap) > 1 and not args.no_torch:
+        args.no_torch = True
+        notes.append(f"{args.graph} launches per CUDA graph (--graph); torch symm_mem is not captured (compare "
+                     f"with the table without --graph)")
     peer = TorchPeer(heap, enabled=not args.no_torch and W <= args.torch_max_ranks)
     if not args.no_torch and W > args.torch_max_ranks:
         peer.reason = (f"torch symm_mem skipped at {W} ranks (--torch-max-ranks {args.torch_max_ranks}): with 8 ranks "
@@ -573,21 +608,23 @@ def run(args) -> dict:
                 notes.append("some launches went through Triton's launcher (the direct launch did not fit this "
                              "Triton): tens of microseconds of host time each, so small sizes are host-bound")
             if rank == 0:  # what is measured so far survives a hang later on (finish_or_exit)
-                write_json(result_of(rows), partial_path(args, W))
+                write_json(result_of(rows), partial_path(args, W, graph_launches(args, heap)))
             heap.barrier()
             heap.free(src)
     heap.close()
     return result_of(rows)
 
 
-def result_stem(args, world_size: int) -> str:
-    """Path of the results without extension: tile_collectives_<W>ranks[_x<calls per launch>][_quick]."""
+def result_stem(args, world_size: int, graph_launches: int = 1) -> str:
+    """Path of the results without extension:
+    tile_collectives_<W>ranks[_x<calls per launch>][_graph<launches per graph>][_quick]."""
     calls = f"_x{args.calls_per_launch}" if args.calls_per_launch > 1 else ""
+    calls += f"_graph{graph_launches}" if graph_launches > 1 else ""
     return os.path.join(args.out, f"tile_collectives_{world_size}ranks{calls}{'_quick' if args.quick else ''}")
 
 
-def partial_path(args, world_size: int) -> str:
-    return result_stem(args, world_size) + ".partial.json"
+def partial_path(args, world_size: int, graph_launches: int = 1) -> str:
+    return result_stem(args, world_size, graph_launches) + ".partial.json"
 
 
 def write_json(result: dict, path: str) -> None:
@@ -607,6 +644,8 @@ def table(result: dict) -> str:
         per = f"per all-reduce, {calls} in each launch" if calls > 1 else "per call"
         if result.get("pdl"):
             per += " (programmatic dependent launches)"
+        if result.get("graph_launches", 1) > 1:
+            per += f", {result['graph_launches']} launches per CUDA graph"
         lines += [f"{dname}, {result['world_size']} ranks, {result['device']}, times in us {per} "
                   f"(* = wrong result; best: variant and tile shape ROWSxWARPS)", header]
         for p in points:
@@ -669,13 +708,14 @@ def main(argv=None) -> None:
     if MPI.COMM_WORLD.Get_rank() != 0:
         return
     os.makedirs(args.out, exist_ok=True)
-    stem = result_stem(args, result["world_size"])
+    stem = result_stem(args, result["world_size"], result["graph_launches"])
     why_no_plot = plot(result, stem + ".png")
     if why_no_plot:
         result["notes"].append(why_no_plot)
     write_json(result, stem + ".json")
-    if os.path.exists(partial_path(args, result["world_size"])):
-        os.remove(partial_path(args, result["world_size"]))
+    partial = partial_path(args, result["world_size"], result["graph_launches"])
+    if os.path.exists(partial):
+        os.remove(partial)
     text = table(result)
     with open(stem + ".md", "w") as f:  # the docs show it as the results table
         f.write(f"Tile all-reduce, {result['world_size']} ranks on {result['device']} "

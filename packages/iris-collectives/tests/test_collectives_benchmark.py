@@ -45,12 +45,16 @@ def test_benchmark_quick_mode(tmp_path):
 @pytest.mark.skipif(not os.path.exists(BENCHMARK), reason="benchmarks/ is not part of this checkout (sdist)")
 def test_benchmark_several_calls_per_launch(tmp_path):
     # three ranks, three all-reduces per launch: the ones that add into the destination must hold
-    # three times the sum after the checked launch, the others the sum
+    # three times the sum after the checked launch, the others the sum. On the GPU the timed
+    # launches are replayed from CUDA graphs of two launches (--graph; the CPU backend ignores it).
     run_ranks(3, BENCHMARK, "--quick", "--calls-per-launch", "3", "--dtypes", "fp32", "--sizes", "4K",
-              "--variants", "two_shot,one_shot,spinlock,atomic", "--shapes", "8x4", "--no-torch",
+              "--variants", "two_shot,one_shot,spinlock,atomic", "--shapes", "8x4", "--no-torch", "--graph", "2",
               "--out", str(tmp_path), timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
-    result = json.loads((tmp_path / "tile_collectives_3ranks_x3_quick.json").read_text())
-    assert result["calls_per_launch"] == 3
+    (path,) = tmp_path.glob("tile_collectives_3ranks_x3*_quick.json")
+    result = json.loads(path.read_text())
+    graphs = 1 if result["backend"] == "cpu" else 2
+    assert result["calls_per_launch"] == 3 and result["graph_launches"] == graphs
+    assert path.name == f"tile_collectives_3ranks_x3{'_graph2' if graphs > 1 else ''}_quick.json"
     (point,) = result["points"]
     assert set(point["correct"]) == {"two_shot", "one_shot", "spinlock", "atomic"} and all(point["correct"].values())
 
