@@ -19,13 +19,21 @@ def main() -> int:
     parser.add_argument("example", nargs="?", default=FLAGSHIP, help="file in examples/")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the example")
     opts = parser.parse_args()
+    # This process only launches the job; it must not be an MPI process itself. Importing
+    # iris.runtime imports mpi4py.MPI, which would initialise MPI here, and under Open MPI that
+    # sets environment variables that make the nested mpiexec exit 1 without a word.
+    import mpi4py
+
+    mpi4py.rc.initialize = mpi4py.rc.finalize = False
     from iris.runtime.testing import launcher
 
     script = opts.example if os.path.isabs(opts.example) else os.path.join(HERE, opts.example)
     extra = opts.args[1:] if opts.args[:1] == ["--"] else opts.args
     cmd = launcher() + ["-n", str(opts.n), sys.executable, "-m", "mpi4py", script, *extra]
     print("$", " ".join(cmd), flush=True)
-    return subprocess.call(cmd)
+    # os.environ is Python's copy of the environment as it started: whatever a library set at the
+    # C level since (MPI does, when it initialises) does not reach the job.
+    return subprocess.call(cmd, env=dict(os.environ))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def launcher() -> list[str]:
     if exe is None:
         raise RuntimeError("no mpiexec found: pip install mpich (or set IRIS_MPIEXEC)")
     cmd = [exe]
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    # env: Python's copy of the environment, without what an initialised MPI in this process may
+    # have set at the C level (Open MPI's variables make a nested mpiexec fail)
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, env=dict(os.environ)).stdout
     if "Open MPI" in version or "OpenRTE" in version:
         cmd += ["--oversubscribe"]
         if os.geteuid() == 0:
