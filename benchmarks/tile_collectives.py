@@ -16,7 +16,9 @@ launches (Hopper; ``--no-pdl`` for plain ones): a launch waits on the GPU (``gdc
 previous one on the stream is complete before it touches memory, and lets the next one start once
 its programs are past their last tile (``gdc_launch_dependents``), so the next launch is set up
 while this one ends. The time of an empty kernel launched back to back by every rank is printed
-too: with several ranks on one GPU under MPS every launch costs about that much.
+too: with several ranks on one GPU under MPS every launch costs about that much. ``--graph N``
+captures N launches in one CUDA graph and times its replays: the host then launches nothing per
+call (the empty launch shows what is left on the GPU).
 
 Peers on the same GPU (``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, a gloo process group):
 ``torch.ops.symm_mem.one_shot_all_reduce_out`` and ``two_shot_all_reduce_``. The floor is the least
@@ -25,9 +27,10 @@ and every output written once, ``2 * W * S`` bytes, at the copy bandwidth torch 
 (measured here, read + write bytes per second).
 
 Writes ``benchmarks/results/tile_collectives_<W>ranks.json`` (``..._x<K>`` with
-``--calls-per-launch K``, ``..._quick`` with ``--quick``), a Markdown table and a plot next to it
-(when matplotlib is installed), and prints the table. Run it under MPS on one
-GPU: without MPS the ranks' kernels take turns and the flags make every call wait for a time slice.
+``--calls-per-launch K``, ``..._graph<N>`` with ``--graph N``, ``..._quick`` with ``--quick``), a
+Markdown table and a plot next to it (when matplotlib is installed), and prints the table. Run it
+under MPS on one GPU: without MPS the ranks' kernels take turns and the flags make every call wait
+for a time slice.
 Every rank's programs must be resident at the same time (a program waits for the same tile's
 program on the other ranks): the default grid starts from ``ctx.resident_grid``, what stays
 resident per SM (from the compiled kernel's registers, warps and shared memory) x SMs / ranks
@@ -257,12 +260,14 @@ def parse_args(argv=None):
     p.add_argument("--torch-max-ranks", type=int, default=4,
                    help="measure torch's all-reduces only up to this many ranks (more ranks on one GPU hung)")
     p.add_argument("--hang-seconds", type=float, default=60.0,
-                   help="end the job when a checked call has not finished after this long (GPU)")
+                   help="end the job when a checked or timed call has not finished after this long (GPU)")
     args = p.parse_args(argv)
     if args.sizes is None:
         args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
     if args.calls_per_launch < 1:
         p.error(f"--calls-per-launch {args.calls_per_launch}: pass 1 or more")
+    if args.graph < 0 or args.graph == 1:
+        p.error(f"--graph {args.graph}: pass the launches per CUDA graph (2 or more), or 0 for none")
     unknown = [v for v in args.tune + args.variants if v not in VARIANTS] + [d for d in args.dtypes if d not in DTYPES]
     if unknown:
         p.error(f"unknown variants/dtypes {unknown}; variants: {VARIANTS}, dtypes: {tuple(DTYPES)}")
