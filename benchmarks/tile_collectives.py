@@ -542,10 +542,11 @@ def run(args) -> dict:
     notes = []
     bandwidth = copy_bandwidth(heap, args.quick)
     empty_us = empty_launch_seconds(heap, timer, args) * 1e6
+    gpus = len(set(heap.comm.allgather(dev.index))) if cuda else 0
 
     def result_of(rows):
         return {
-            "world_size": W, "backend": heap.backend,
+            "world_size": W, "backend": heap.backend, "gpus": gpus,
             "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
             "copy_bandwidth_GBps": bandwidth / 1e9, "programs_per_rank": args.programs or args.grid,
             "shapes": [shape_name(shape) for shape in args.shapes], "tuned": args.tune,
@@ -568,6 +569,9 @@ def run(args) -> dict:
         notes.append(peer.reason)
     if not cuda:
         notes.append("cpu backend (Triton's interpreter): times show the code path works, not performance")
+    elif heap.ranks_on_device < W:
+        notes.append(f"{heap.ranks_on_device} of the {W} ranks per GPU: the floor assumes every rank on one GPU "
+                     f"(HBM-bound); with ranks on several GPUs the links between them bound it, not this floor")
     rows = []
     for dname in args.dtypes:
         dtype = DTYPES[dname]
@@ -613,29 +617,36 @@ def run(args) -> dict:
                 notes.append("some launches went through Triton's launcher (the direct launch did not fit this "
                              "Triton): tens of microseconds of host time each, so small sizes are host-bound")
             if rank == 0:  # what is measured so far survives a hang later on (finish_or_exit)
-                write_json(result_of(rows), partial_path(args, W, graph_launches(args, heap)))
+                write_json(result_of(rows), partial_path(args, result_of(rows)))
             heap.barrier()
             heap.free(src)
     heap.close()
     return result_of(rows)
 
 
-def result_stem(args, world_size: int, graph_launches: int = 1) -> str:
-    """Path of the results without extension:
-    tile_collectives_<W>ranks[_x<calls per launch>][_graph<launches per graph>][_quick]."""
+def result_stem(args, result: dict) -> str:
+    """Path of the results without extension: tile_collectives_<W>ranks[_<G>gpus][_x<calls per
+    launch>][_graph<launches per graph>][_quick] (``_<G>gpus`` when the ranks used several GPUs)."""
+    gpus = f"_{result['gpus']}gpus" if result.get("gpus", 0) > 1 else ""
     calls = f"_x{args.calls_per_launch}" if args.calls_per_launch > 1 else ""
-    calls += f"_graph{graph_launches}" if graph_launches > 1 else ""
-    return os.path.join(args.out, f"tile_collectives_{world_size}ranks{calls}{'_quick' if args.quick else ''}")
+    calls += f"_graph{result['graph_launches']}" if result.get("graph_launches", 1) > 1 else ""
+    quick = "_quick" if args.quick else ""
+    return os.path.join(args.out, f"tile_collectives_{result['world_size']}ranks{gpus}{calls}{quick}")
 
 
-def partial_path(args, world_size: int, graph_launches: int = 1) -> str:
-    return result_stem(args, world_size, graph_launches) + ".partial.json"
+def partial_path(args, result: dict) -> str:
+    return result_stem(args, result) + ".partial.json"
 
 
 def write_json(result: dict, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def devices(result: dict) -> str:
+    """``NVIDIA H200``, or ``2 x NVIDIA H200`` when the ranks used several GPUs."""
+    return f"{result['gpus']} x {result['device']}" if result.get("gpus", 0) > 1 else result["device"]
 
 
 def table(result: dict) -> str:
@@ -651,7 +662,7 @@ def table(result: dict) -> str:
             per += " (programmatic dependent launches)"
         if result.get("graph_launches", 1) > 1:
             per += f", {result['graph_launches']} launches per CUDA graph"
-        lines += [f"{dname}, {result['world_size']} ranks, {result['device']}, times in us {per} "
+        lines += [f"{dname}, {result['world_size']} ranks, {devices(result)}, times in us {per} "
                   f"(* = wrong result; best: variant and tile shape ROWSxWARPS)", header]
         for p in points:
             times = p["times_us"]
@@ -696,7 +707,7 @@ def plot(result: dict, path: str) -> str | None:
         ax.set_yscale("log")
         ax.set_xlabel("bytes per rank")
         ax.set_ylabel("us per all-reduce")
-        ax.set_title(f"{dname}, {result['world_size']} ranks, {result['device']}")
+        ax.set_title(f"{dname}, {result['world_size']} ranks, {devices(result)}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -713,17 +724,17 @@ def main(argv=None) -> None:
     if MPI.COMM_WORLD.Get_rank() != 0:
         return
     os.makedirs(args.out, exist_ok=True)
-    stem = result_stem(args, result["world_size"], result["graph_launches"])
+    stem = result_stem(args, result)
     why_no_plot = plot(result, stem + ".png")
     if why_no_plot:
         result["notes"].append(why_no_plot)
     write_json(result, stem + ".json")
-    partial = partial_path(args, result["world_size"], result["graph_launches"])
+    partial = partial_path(args, result)
     if os.path.exists(partial):
         os.remove(partial)
     text = table(result)
     with open(stem + ".md", "w") as f:  # the docs show it as the results table
-        f.write(f"Tile all-reduce, {result['world_size']} ranks on {result['device']} "
+        f.write(f"Tile all-reduce, {result['world_size']} ranks on {devices(result)} "
                 f"(`benchmarks/tile_collectives.py`):\n\n```text\n{text}\n```\n")
     print(text)
     print(f"wrote {stem}.json" + ("" if why_no_plot else f" and {stem}.png"), flush=True)

@@ -146,8 +146,13 @@ def fill_local(out, value, BLOCK: tl.constexpr):
 def scenario_resident_grid(ctx):
     from iris.runtime._residency import programs_per_sm
 
-    # Every test rank runs on this node and, on cuda, on the one GPU the test machines have.
-    assert ctx.ranks_on_device == ctx.world_size, (ctx.ranks_on_device, ctx.world_size)
+    # Every test rank runs on this node; on cuda local rank r uses GPU r % device_count, so a
+    # GPU holds every device_count-th rank (all of them on a one-GPU machine).
+    if ctx.backend == "cpu":
+        assert ctx.ranks_on_device == ctx.world_size, (ctx.ranks_on_device, ctx.world_size)
+    else:
+        sharing = len(range(ctx.device.index, ctx.world_size, torch.cuda.device_count()))
+        assert ctx.ranks_on_device == sharing, (ctx.ranks_on_device, sharing, torch.cuda.device_count())
     out = ctx.zeros(BLOCK, dtype=torch.float32)
     compiled = fill_local[(1,)](out, 3.0, BLOCK)
     assert out.tolist() == [3.0] * BLOCK
@@ -155,7 +160,7 @@ def scenario_resident_grid(ctx):
         assert ctx.resident_grid(1000, compiled) == 1000  # the interpreter: any grid
     else:
         props = torch.cuda.get_device_properties(ctx.device)
-        fits = programs_per_sm(compiled, ctx.device) * props.multi_processor_count // ctx.world_size
+        fits = programs_per_sm(compiled, ctx.device) * props.multi_processor_count // ctx.ranks_on_device
         grid = ctx.resident_grid(10**6, compiled)
         assert 1 <= grid <= fits, (grid, fits)
         assert ctx.comm.allgather(grid) == [grid] * ctx.world_size, "ranks got different grids"
