@@ -15,8 +15,8 @@ to try if ``share`` is slow. GB/s counts the bytes read plus written by all rank
 (2 x W x S per call). Written to find out whether the all-reduces' slowdown at 8 ranks and
 >= 128 MiB per rank (``benchmarks/NOTES.md``) is in the collectives or in the memory traffic.
 
-Writes ``benchmarks/results/peer_traffic_<W>ranks.json`` and ``.md`` (``_quick`` with
-``--quick``) and prints the table.
+Writes ``benchmarks/results/peer_traffic_<W>ranks.json``, ``.md`` and ``.png`` (GB/s per mode
+against the size; no plot without matplotlib) (``_quick`` with ``--quick``) and prints the table.
 """
 
 from __future__ import annotations
@@ -51,14 +51,15 @@ def spread_copy(heap_bases, src, dst, num_tiles, rank: tl.constexpr, world_size:
     most ``SPAN`` elements) of tile t is read from every rank, summed and written to every rank.
     MODE 4 moves the same bytes with whole tiles: rank t % world_size reduces tile t (reads it from
     every rank, writes the sum to every rank). Persistent grid."""
-    if MODE == 4:
+    if MODE == 4:  # this rank's tiles only: t % world_size == rank
         for t in range(tl.program_id(0) * world_size + rank, num_tiles, tl.num_programs(0) * world_size):
             _reduce_tile(heap_bases, src, dst, t, rank, world_size, BLOCK)
-    for t in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        if MODE == 3:
-            _reduce_share(heap_bases, src, dst, t, rank, world_size, BLOCK, SPAN)
-        elif MODE < 3:
-            _copy_tile(heap_bases, src, dst, t, rank, world_size, MODE, BLOCK)
+    else:
+        for t in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+            if MODE == 3:
+                _reduce_share(heap_bases, src, dst, t, rank, world_size, BLOCK, SPAN)
+            else:
+                _copy_tile(heap_bases, src, dst, t, rank, world_size, MODE, BLOCK)
 
 
 @triton.jit
@@ -169,6 +170,31 @@ def measure(heap, args, mode: str, size: int) -> tuple[float, bool]:
     return seconds, correct
 
 
+def plot(rows: list[dict], title: str, path: str) -> bool:
+    """GB/s of every mode against the bytes per rank; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    sizes = [r["bytes_per_rank"] / MiB for r in rows]
+    for mode in (m for m in MODES if all(m in r for r in rows)):  # older results lack some modes
+        ax.plot(sizes, [r[mode]["GBps"] for r in rows], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("MiB per rank")
+    ax.set_ylabel("GB/s, all ranks (read + written)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     heap = iris.runtime.iris(heap_size=2 * max(args.sizes) + 64 * MiB)
@@ -202,7 +228,9 @@ def main(argv=None) -> None:
         json.dump({"world_size": W, "device": device, "rows": rows}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(f"Peer-mapped traffic, {W} ranks (`benchmarks/peer_traffic.py`):\n\n```text\n{text}\n```\n")
-    print(f"wrote {stem}.json and {stem}.md", flush=True)
+    plotted = plot(rows, f"peer-mapped traffic, {W} ranks on one {device}", stem + ".png")
+    print(f"wrote {stem}.json, {stem}.md" + (f" and {stem}.png" if plotted else " (no matplotlib: no plot)"),
+          flush=True)
 
 
 if __name__ == "__main__":

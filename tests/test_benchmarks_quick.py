@@ -41,6 +41,7 @@ def test_peer_traffic_quick(tmp_path):
     modes = ("local", "read", "write", "share", "owner")
     assert all(row[mode]["correct"] and row[mode]["us"] > 0 for mode in modes), row
     assert "read/local" in proc.stdout and "read/local" in (tmp_path / "peer_traffic_3ranks_quick.md").read_text()
+    assert (tmp_path / "peer_traffic_3ranks_quick.png").exists() or "no matplotlib" in proc.stdout
 
 
 @pytest.mark.multirank
