@@ -159,9 +159,14 @@ def run_block(block: Block, ranks: int | None, workdir: str) -> tuple[bool, str,
         from iris.runtime.testing import launcher
 
         cmd = launcher() + ["-n", str(ranks), sys.executable, "-m", "mpi4py", script]
+    return run_timed(cmd, workdir, env)
+
+
+def run_timed(cmd: list[str], cwd: str, env: dict) -> tuple[bool, str, float]:
+    """Run ``cmd`` under the block timeout: (exit 0, its output, seconds)."""
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return False, f"timed out after {TIMEOUT_S} s\n{out}", time.monotonic() - start
@@ -209,14 +214,7 @@ def run_shell(block: Block, options: dict, previous: Block | None, workdir: str)
     env = block_env()
     # this interpreter first, then the scripts next to it (mpich's mpirun in a virtual environment)
     env["PATH"] = os.pathsep.join([os.path.join(where, ".bin"), os.path.dirname(sys.executable), env.get("PATH", "")])
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=where, env=env,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return False, f"timed out after {TIMEOUT_S} s\n{out}", time.monotonic() - start
-    return proc.returncode == 0, proc.stdout + proc.stderr, time.monotonic() - start
+    return run_timed(["bash", "-e", "-o", "pipefail", "-c", block.code], where, env)
 
 
 def main(argv: list[str] | None = None) -> int:
