@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
-# (no argument: all; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers). Results go
-# to benchmarks/results/ and docs/tracing/; logs to $OUT if set.
+# (no argument: rma collectives trace examples; peer, an investigation of the memory traffic, only
+# when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers). Results go to
+# benchmarks/results/ and docs/tracing/; logs to $OUT if set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
