@@ -29,10 +29,11 @@ from ._atomics import (
 from ._context import DeviceContext, DeviceContextMethods
 from ._debug import DEBUG, debug_enabled
 from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
-from ._interpreter import INTERPRETER, aggregate, interpreter_enabled
+from ._interpreter import INTERPRETER, interpreter_enabled
 from ._memory import copy, get, load, put, store
 from ._tracing import EVENT_IDS, EVENT_NAMES, DeviceTracing, TraceEvent, device_clock_ns, device_sm_id
 from ._translate import translate
+from ._triton_compat import aggregate
 from ._version import __version__
 
 __all__ = [

@@ -13,9 +13,9 @@ import triton.language as tl
 from . import _atomics as atomics
 from . import _memory as memory
 from ._debug import DEBUG, check_context
-from ._interpreter import aggregate
 from ._layout import HEAP_BASES_C
 from ._tracing import DeviceTracing, TraceEvent
+from ._triton_compat import aggregate
 
 
 class DeviceContextMethods:

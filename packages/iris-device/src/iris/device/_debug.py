@@ -32,9 +32,7 @@ def debug_enabled() -> bool:
 
 if debug_enabled():
     os.environ.setdefault("TRITON_DEBUG", "1")
-    _knobs = getattr(triton, "knobs", None)
-    if _knobs is not None:
-        _knobs.runtime.debug = True
+    triton.knobs.runtime.debug = True
 
 #: Compile-time flag: in-kernel rank and address checks are compiled in.
 DEBUG: tl.constexpr = tl.constexpr(debug_enabled())

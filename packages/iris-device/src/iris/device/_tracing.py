@@ -9,7 +9,7 @@ Enabled per kernel at compile time (``DeviceContext.initialize(..., tracing=True
 import triton
 import triton.language as tl
 
-from ._interpreter import INTERPRETER, aggregate
+from ._interpreter import INTERPRETER
 from ._layout import (
     EVENT_ADDRESS_C,
     EVENT_BYTES_C,
@@ -29,6 +29,7 @@ from ._layout import (
     TRACE_MAX_EVENTS_C,
 )
 from ._translate import _pointee_bytes
+from ._triton_compat import aggregate
 
 #: Event names by id, for the host side (export, summary). Ids are stable across releases.
 EVENT_NAMES = {
