@@ -41,10 +41,16 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
 
 def one_thread_predicates(ptx: str) -> set:
     """Predicates true in thread 0 of the program (or of a warp) only: Triton guards a scalar store
-    or atomic with ``setp.eq %p, (%tid.x & mask), 0``, possibly and-ed with other predicates."""
+    or atomic with ``setp.eq %p, (%tid.x & mask), 0`` or ``setp.eq %p, (%tid.x & 31) | (%tid.x >> 5), 0``,
+    possibly and-ed with other predicates."""
     tids = set(re.findall(r"mov\.u32\s+(%r\d+), %tid\.x;", ptx))
     masked = {dst for dst, src in re.findall(r"and\.b32\s+(%r\d+), (%r\d+), \d+;", ptx) if src in tids}
-    one = {p for p, r in re.findall(r"setp\.eq\.[bsu]32\s+(%p\d+), (%r\d+), 0;", ptx) if r in masked | tids}
+    # Triton 3.9 tests lane | warp == 0: (tid & 31) | (tid >> 5), zero in thread 0 alone
+    shifted = {dst for dst, src in re.findall(r"shr\.u32\s+(%r\d+), (%r\d+), \d+;", ptx) if src in tids}
+    lane_or_warp = {dst for dst, a, b in re.findall(r"or\.b32\s+(%r\d+), (%r\d+), (%r\d+);", ptx)
+                    if {a, b} & masked and {a, b} & shifted}
+    zero_in_one = masked | tids | lane_or_warp
+    one = {p for p, r in re.findall(r"setp\.eq\.[bsu]32\s+(%p\d+), (%r\d+), 0;", ptx) if r in zero_in_one}
     conjunctions = re.findall(r"and\.pred\s+(%p\d+), (%p\d+), (%p\d+);", ptx)
     grown = True
     while grown:  # a conjunction with a one-thread predicate holds in that thread at most
@@ -55,7 +61,7 @@ def one_thread_predicates(ptx: str) -> set:
 
 
 def single_thread_ops(ptx: str, op: str) -> int:
-    """Global ``op`` instructions (``st`` or ``atom``) that run in thread 0 only. A scalar
+    """Global ``op`` instructions (``st``, or ``atom|red`` for atomics) that run in thread 0 only. A scalar
     ``tl.store`` compiles to one of these while the matching scalar ``tl.load`` runs in every
     thread: a load-then-store counter update races between warps (a warp that loads after the
     store sees the new value)."""
@@ -64,6 +70,8 @@ def single_thread_ops(ptx: str, op: str) -> int:
 
 
 def summary(ptx: str) -> dict:
+    # ``red`` is an atomic whose old value is unused; Triton 3.9 emits it where 3.6 emits ``atom``
+    # (same qualifiers, same ordering), so both count as atomics everywhere below.
     atoms = re.findall(r"\b(atom|red)\.([\w.]+)", ptx)
     return {
         "ld_v4": len(re.findall(r"ld\.global(\.\w+)*\.v4\.", ptx)),
@@ -75,11 +83,11 @@ def summary(ptx: str) -> dict:
         "prints": ptx.count("vprintf"),
         "bar_sync": ptx.count("bar.sync"),
         "single_thread_stores": single_thread_ops(ptx, "st"),
-        "single_thread_atomics": single_thread_ops(ptx, "atom"),
+        "single_thread_atomics": single_thread_ops(ptx, "(?:atom|red)"),
         "acquire_polls_all_threads": len(re.findall(r"^\s*ld\.acquire\.sys\.global\.b32", ptx, re.M)),
         "volatile_loads": ptx.count("ld.volatile"),
         "release_fences_sys": ptx.count("fence.acq_rel.sys"),
-        "relaxed_sys_atomics": len(re.findall(r"atom\.global\.sys\.relaxed\.add\.u32", ptx)),
+        "relaxed_sys_atomics": len(re.findall(r"(?:atom|red)\.global\.sys\.relaxed\.add\.u32", ptx)),
     }
 
 
