@@ -3,6 +3,8 @@ docs and the demo (the main job). ``nox`` alone runs all of them but the demo.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -11,35 +13,79 @@ nox.options.error_on_missing_interpreters = True
 
 PACKAGES = ["iris-device", "iris-runtime", "iris-collectives"]
 CONSTRAINTS = "constraints/cpu-test.txt"
-# Third-party packages of the CPU test environment (versions pinned in CONSTRAINTS).
-TEST_DEPS = ["torch", "triton", "numpy", "mpich", "mpi4py", "pytest"]
+# Third-party packages of the CPU test environment (versions pinned in CONSTRAINTS, Triton and numpy
+# in one constraints/triton-<X.Y>.txt per tested Triton line).
+TEST_DEPS = ["torch", "mpich", "mpi4py", "pytest"]
 
 
-def install(session: nox.Session, *packages: str, extra: tuple[str, ...] = ()) -> None:
-    """Install the pinned CPU environment, then our packages from their folders (no deps: the
-    siblings come from here, not from an index)."""
-    session.install("-c", CONSTRAINTS, *TEST_DEPS, *extra)
+def _version_key(line: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in line.split("."))
+
+
+#: Tested Triton lines, oldest first: {"3.6": "constraints/triton-3.6.txt", ...}. The lowest is the
+#: GPU machine's; the newest is the newest release the packages admit. CI runs the first and last.
+TRITON_PINS = dict(sorted(((path.stem.removeprefix("triton-"), str(path))
+                           for path in Path("constraints").glob("triton-*.txt")),
+                          key=lambda item: _version_key(item[0])))
+TRITON_LOWEST, TRITON_NEWEST = next(iter(TRITON_PINS)), next(reversed(TRITON_PINS))
+TRITONS = sorted({TRITON_LOWEST, TRITON_NEWEST}, key=_version_key)
+
+
+def triton_choice(session: nox.Session, default: str) -> tuple[list[str], list[str]]:
+    """What to install for Triton (and numpy, which its interpreter needs), and the posargs left.
+
+    ``-- --triton=X.Y`` takes a tested line's pins, ``--triton=3.8.0`` that exact release (numpy
+    newest), ``--triton=latest`` the newest Triton on the index: how to try a release before
+    adding its constraints file and widening the packages' range.
+    """
+    choice, rest = default, []
+    for arg in session.posargs:
+        if arg.startswith("--triton="):
+            choice = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if choice in TRITON_PINS:
+        return ["-c", TRITON_PINS[choice], "triton", "numpy"], rest
+    if choice == "latest":
+        return ["--upgrade", "triton", "numpy"], rest
+    if not all(part.isdigit() for part in choice.split(".")):
+        session.error(f"--triton={choice}: give a version (3.8.0), a tested line ({', '.join(TRITON_PINS)}) or latest")
+    return [f"triton=={choice}", "numpy"], rest
+
+
+def install(session: nox.Session, *packages: str, triton: str = TRITON_LOWEST,
+            extra: tuple[str, ...] = ()) -> list[str]:
+    """Install the pinned CPU environment with the chosen Triton, then our packages from their
+    folders (no deps: the siblings come from here, not from an index). Returns the posargs that
+    are not ``--triton=``."""
+    triton_args, rest = triton_choice(session, triton)
+    session.install("-c", CONSTRAINTS, *TEST_DEPS, *extra, *triton_args)
     session.install("--no-deps", *(f"packages/{p}" for p in packages))
+    session.run("python", "-c", "import numpy, torch, triton; "
+                "print(f'triton {triton.__version__}, torch {torch.__version__}, numpy {numpy.__version__}')")
+    return rest
 
 
-def pytest(session: nox.Session, *args: str) -> None:
+def pytest(session: nox.Session, *args: str, posargs: list[str]) -> None:
     # Exit code 5 means no test was collected: legitimate for a filtered run (e.g. -k).
-    session.run("pytest", *args, *session.posargs, success_codes=[0, 5])
+    session.run("pytest", *args, *posargs, success_codes=[0, 5])
 
 
 @nox.session
-@nox.parametrize("package", [nox.param(p, id=p) for p in PACKAGES])
-def tests(session: nox.Session, package: str) -> None:
+@nox.parametrize("package, triton", [(p, t) for t in TRITONS for p in PACKAGES],
+                 ids=[f"{p}, triton-{t}" for t in TRITONS for p in PACKAGES])
+def tests(session: nox.Session, package: str, triton: str) -> None:
     """The tests of one package, on the cpu backend (Triton's interpreter, shared memory)."""
-    install(session, *PACKAGES, extra=("matplotlib",))
-    pytest(session, f"packages/{package}/tests")
+    rest = install(session, *PACKAGES, triton=triton, extra=("matplotlib",))
+    pytest(session, f"packages/{package}/tests", posargs=rest)
 
 
 @nox.session
-def multirank(session: nox.Session) -> None:
+@nox.parametrize("triton", TRITONS, ids=[f"triton-{t}" for t in TRITONS])
+def multirank(session: nox.Session, triton: str) -> None:
     """Cross-package integration tests, the examples and the benchmarks' quick modes, several ranks each."""
-    install(session, *PACKAGES, extra=("matplotlib",))
-    pytest(session, "tests")
+    rest = install(session, *PACKAGES, triton=triton, extra=("matplotlib",))
+    pytest(session, "tests", posargs=rest)
 
 
 @nox.session
@@ -53,7 +99,7 @@ def lint(session: nox.Session) -> None:
 def packaging(session: nox.Session) -> None:
     """Each package builds a wheel alone; iris-device needs neither torch, mpi4py nor the runtime."""
     # triton (only) for the check that iris.device imports with torch and mpi4py blocked.
-    session.install("-c", CONSTRAINTS, "build", "pip", "triton", "numpy")
+    session.install("-c", CONSTRAINTS, "-c", TRITON_PINS[TRITON_LOWEST], "build", "pip", "triton", "numpy")
     session.run("python", "tools/check_packaging.py", *PACKAGES)
 
 
@@ -69,5 +115,5 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: 4 ranks on whatever this machine has (GPU if usable, else the CPU)."""
-    install(session, *PACKAGES)
-    session.run("python", "examples/run.py", "-n", "4", *session.posargs)
+    rest = install(session, *PACKAGES)
+    session.run("python", "examples/run.py", "-n", "4", *rest)
