@@ -8,10 +8,13 @@ For each package (a folder under packages/), on a copy of the folder so the sour
 - checks the wheel: ``py.typed`` and ``_version.py`` present (and the version matches the wheel's),
   no ``iris/__init__.py`` (``iris`` is a PEP 420 namespace), nothing outside ``iris/<name>/``;
 - checks METADATA: iris-device requires triton only; a sibling (``iris-*``) requirement is a range
-  such as ``>=0.1,<0.2`` that admits the sibling's current version, never ``==``.
+  such as ``>=0.1,<0.2`` that admits the sibling's current version, never ``==``; the Triton range
+  admits every release pinned in ``constraints/triton-*.txt`` and not the minor release after the
+  newest of them.
 For iris-device, also:
 - ``pip install --dry-run --report`` of the package folder in a fresh venv (needs the network to
-  PyPI; ``--no-network`` skips it) must not install torch, mpi4py or iris-runtime;
+  PyPI; ``--no-network`` skips it) must not install torch, mpi4py or iris-runtime, and the Triton
+  it picks (the newest the range admits) must be a tested line;
 - ``import iris.device`` from the wheel's files works with torch and mpi4py blocked, and without
   the block it imports neither (nor iris.runtime).
 
@@ -141,6 +144,39 @@ def check_wheel(package: str, wheel: str, versions: dict[str, str], report: Repo
                    f"{req.name}{spec}{where}; {req.name} is {current}" + ("" if ranged else "; use >=X.Y,<X.Y+1"))
     if package != "iris-device" and not siblings:
         report.add(package, "siblings", False, "no iris-* requirement found in METADATA")
+    check_triton_range(package, unconditional, report)
+
+
+def tested_tritons() -> list[Version]:
+    """The Triton releases the test sessions pin, one per ``constraints/triton-<X.Y>.txt``."""
+    folder = os.path.join(ROOT, "constraints")
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("triton-") and name.endswith(".txt"):
+            with open(os.path.join(folder, name)) as f:
+                found += [Version(m) for m in re.findall(r"^triton==(\S+)", f.read(), re.M)]
+    return sorted(found)
+
+
+def check_triton_range(package: str, requirements: list, report: Report) -> None:
+    """The declared Triton range says what is tested: it admits every pinned test release and
+    stops before the minor release after the newest one (a newer Triton is admitted only once it
+    has a constraints file, i.e. once the sessions run on it)."""
+    tested = tested_tritons()
+    triton = [r for r in requirements if r.name.lower() == "triton"]
+    if not triton or not tested:
+        report.add(package, "triton range = tested", False,
+                   f"requirement {triton or 'missing'}; tested releases {tested or 'none (constraints/triton-*.txt)'}")
+        return
+    spec = triton[0].specifier
+    newest = tested[-1]
+    next_minor = Version(f"{newest.major}.{newest.minor + 1}")
+    admits_all = all(spec.contains(v, prereleases=True) for v in tested)
+    ok = admits_all and not spec.contains(next_minor, prereleases=True)
+    report.add(package, "triton range = tested", ok,
+               f"triton{spec}; tested {', '.join(map(str, tested))}" +
+               ("" if admits_all else "; a tested release is outside the range") +
+               ("" if not spec.contains(next_minor) else f"; admits {next_minor}, which no session tests"))
 
 
 def repo_versions() -> dict[str, str]:
@@ -173,10 +209,17 @@ def check_fresh_venv_resolution(source: str, workdir: str, report: Report) -> No
         return
     with open(report_path) as f:
         pip_report = json.load(f)
-    installed = sorted(item["metadata"]["name"].lower() for item in pip_report.get("install", []))
+    picked = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in pip_report.get("install", [])}
+    installed = sorted(picked)
     bad = sorted(set(installed) & FORBIDDEN_FOR_DEVICE)
     report.add("iris-device", "fresh venv install", not bad and "iris-device" in installed,
                f"pip would install {', '.join(installed)}" + (f"; FORBIDDEN: {bad}" if bad else ""))
+    # what a new kernel author gets: the newest Triton the range admits, which must be a tested line
+    tested_lines = {(v.major, v.minor) for v in tested_tritons()}
+    triton = Version(picked["triton"]) if "triton" in picked else None
+    report.add("iris-device", "fresh install's triton is tested", triton is not None and
+               (triton.major, triton.minor) in tested_lines,
+               f"pip picks triton {triton}; tested lines {sorted(tested_lines)}")
 
 
 IMPORT_PROBE = """
