@@ -43,11 +43,14 @@ host time than a small all-reduce takes on the GPU.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import inspect
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 
 os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
@@ -246,6 +249,11 @@ def parse_args(argv=None):
     p.add_argument("--graph", type=int, default=0, metavar="LAUNCHES",
                    help="GPU: capture this many launches in one CUDA graph and time its replays (what a program "
                         "that replays graphs pays per launch); 0 (default): every launch from the host")
+    p.add_argument("--capture-barrier", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --graph: every rank finishes its capture before any rank replays (default). "
+                        "Without it, 8 ranks on one H200 stalled in 5 of 5 runs: ranks that captured late never "
+                        "started their first replay while the others' programs waited for them "
+                        "(benchmarks/NOTES.md); --no-capture-barrier reproduces that")
     p.add_argument("--programs", type=int, default=None,
                    help="programs per rank (default: as many as stay resident with every rank's kernel on the GPU "
                         "at once, i.e. programs per SM x SMs / world size). A program waits for the same tile's "
@@ -274,6 +282,66 @@ def parse_args(argv=None):
     return args
 
 
+class Watchdog:
+    """Ends the job with a report when this rank makes no progress for ``seconds``, wherever it is.
+
+    ``finish_or_exit`` guards the calls it waits for; a rank stuck anywhere else (a barrier that
+    synchronises the device, a graph capture, a host call that waits for the GPU) would hang the
+    job in silence. A thread checks the time since the last :meth:`step`; past the limit it prints
+    the step, every thread's Python stack and the step's flags (the lock array, read on a side
+    stream so that the spinning kernel does not block the read), then exits with status 3.
+    ``kill -USR1`` dumps the stacks at any time without ending the job.
+    """
+
+    def __init__(self, rank: int, seconds: float):
+        self.rank, self.seconds = rank, seconds
+        self.what, self.since, self.flags = "start-up", time.monotonic(), None
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        if seconds > 0:
+            threading.Thread(target=self._watch, name="iris-bench-watchdog", daemon=True).start()
+
+    def step(self, what: str, flags=None) -> None:
+        """This rank starts ``what`` (and waits on ``flags``, a device tensor, if given)."""
+        self.what, self.since, self.flags = what, time.monotonic(), flags
+
+    def _watch(self) -> None:
+        while time.monotonic() - self.since <= self.seconds:
+            time.sleep(min(1.0, self.seconds / 4))
+        print(f"rank {self.rank}: no progress for {self.seconds:.0f} s in: {self.what}; ending the job. "
+              f"Python stacks of this rank:", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        if self.flags is not None:
+            print(f"rank {self.rank}: flags of {self.what}: {self._read(self.flags)}", file=sys.stderr, flush=True)
+        if self.rank == 0:  # what else runs on this machine (other jobs share the GPU under MPS)
+            import subprocess
+
+            for cmd in (["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
+                        ["ps", "-eo", "pid,etimes,stat,args", "--sort=start_time"]):
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    out = f"{cmd[0]}: {exc}"
+                print(f"rank 0: {' '.join(cmd[:2])}:\n{out[-4000:]}", file=sys.stderr, flush=True)
+        time.sleep(5)  # the other ranks' watchdogs report too before this exit tears the job down
+        os._exit(3)
+
+    @staticmethod
+    def _read(flags, timeout: float = 10.0) -> str:
+        """The flags as a short string, copied on a side stream; gives up after ``timeout``."""
+        box = []
+
+        def copy():
+            with torch.cuda.stream(torch.cuda.Stream(flags.device)):
+                values = flags.flatten()[:256].to("cpu").tolist()
+            nonzero = [(i, v) for i, v in enumerate(values) if v]
+            box.append(f"{flags.numel()} words; first 256 hold {len(nonzero)} non-zero: {nonzero[:48]}")
+
+        reader = threading.Thread(target=copy, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return box[0] if box else f"(the copy did not finish within {timeout:.0f} s)"
+
+
 class Timer:
     """Seconds per call of ``fn``, the slowest rank's, with every rank calling back to back."""
 
@@ -282,6 +350,8 @@ class Timer:
         self.cuda = heap.device.type == "cuda"
         self.hang_seconds = hang_seconds
         self.host_seconds = 0.0
+        # the interpreter is slow and cannot spin on the GPU: the watchdog only guards GPU runs
+        self.watchdog = Watchdog(heap.rank, hang_seconds if self.cuda else 0)
 
     def sync(self):
         if self.cuda:
@@ -304,8 +374,10 @@ class Timer:
                 os._exit(3)
             time.sleep(0.001)
 
-    def __call__(self, fn, iters: int, what: str = "a timed call") -> float:
+    def __call__(self, fn, iters: int, what: str = "a timed call", flags=None) -> float:
+        self.watchdog.step(f"{what}: barrier before timing (waits for this rank's GPU work)", flags)
         self.heap.barrier()
+        self.watchdog.step(f"{what}: timed {iters} times", flags)
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -324,15 +396,18 @@ class Timer:
             seconds = (time.perf_counter() - t0) / iters
         return self.heap.comm.allreduce(seconds, op=max_op())
 
-    def calibrated(self, fn, budget: float, quick: bool, what: str = "a timed call") -> tuple[float, int]:
-        """Warm up, pick an iteration count that fills ``budget`` seconds, measure."""
+    def calibrated(self, fn, budget: float, quick: bool, what: str = "a timed call",
+                   flags=None) -> tuple[float, int]:
+        """Warm up, pick an iteration count that fills ``budget`` seconds, measure. ``flags``: the
+        device words the calls wait on (shown if the watchdog fires)."""
+        self.watchdog.step(f"{what}: warm-up call", flags)
         fn()
         if quick:
-            return self(fn, 1, what), 1
-        once = self(fn, 2, what)
+            return self(fn, 1, what, flags), 1
+        once = self(fn, 2, what, flags)
         iters = int(min(max(budget / max(once, 1e-7), 5), 500))
         iters = self.heap.comm.allreduce(iters, op=max_op())  # the same count on every rank
-        return self(fn, iters, what), iters
+        return self(fn, iters, what, flags), iters
 
 
 def empty_launch_seconds(heap, timer, args) -> float:
@@ -512,18 +587,29 @@ def measure_variant(heap, timer, args, variant: str, src, block_m: int, block_n:
             programs = balanced_grid(tiles, programs)
     grid = (min(tiles, programs),)
     call = Launch(all_reduce_bench, grid, launch_args, launch_kwargs)
+    step = timer.watchdog.step
+    step(f"{what} {block_m}x{warps}: barrier before the checked launch")
     heap.barrier()
+    step(f"{what} {block_m}x{warps}: checked launch", locks)
     call()  # one checked launch on a zeroed destination
     timer.finish_or_exit(what, args.hang_seconds)
+    step(f"{what} {block_m}x{warps}: checking the result")
     heap.barrier()
     want = expected_sum(M * N, W, out_dtype, dev).view(M, N) * (args.calls_per_launch if adds else 1)
     ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank
     # The timed launches add into the destination without zeroing it in between (atomic,
     # spinlock): the values are not checked there and the work is the same.
     launches = graph_launches(args, heap)
-    timed = call.graphed(launches) if launches > 1 else call
+    if launches > 1:
+        step(f"{what} {block_m}x{warps}: capturing {launches} launches in a CUDA graph")
+        timed = call.graphed(launches)
+        if args.capture_barrier:  # see --capture-barrier: no rank replays while another captures
+            step(f"{what} {block_m}x{warps}: barrier after the capture")
+            heap.barrier()
+    else:
+        timed = call
     seconds, iters = timer.calibrated(timed, args.time_per_point, args.quick, f"{what} {block_m}x{warps}" +
-                                      (f" in CUDA graphs of {launches} launches" if launches > 1 else ""))
+                                      (f" in CUDA graphs of {launches} launches" if launches > 1 else ""), locks)
     out.update(us=seconds * 1e6 / args.calls_per_launch / launches, correct=ok, iters=iters, grid=grid[0],
                launch="direct" if call.direct is not None else "triton", host_us=timer.host_seconds * 1e6)
     heap.barrier()

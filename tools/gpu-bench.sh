@@ -13,7 +13,7 @@ export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps_pipe} CUDA_MP
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" benchmarks/results
 nvidia-cuda-mps-control -d 2>/dev/null && trap 'echo quit | nvidia-cuda-mps-control' EXIT
 # A job killed while its kernels spin leaves MPS refusing new clients ("device(s) is/are busy or
-# unavailable"): restart the daemon after a step that timed out, so later steps still run.
+# unavailable"): restart the daemon after a step that failed or timed out, so later steps still run.
 restart_mps() { timeout 20 bash -c "echo quit | nvidia-cuda-mps-control" 2>/dev/null; sleep 2; nvidia-cuda-mps-control -d 2>/dev/null && echo "=== MPS restarted"; }
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
@@ -21,7 +21,9 @@ stages=${*:-rma collectives trace examples}
 want() { [[ " ${EX_ONLY:-00 01 02 03} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
 status=0
 summary=()
-step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; summary+=("$(printf '%-16s %4s %5s s' "$name" "$rc" "$((SECONDS - t0))")"); [ "$rc" = 0 ] || status=1; if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then restart_mps; fi; }
+# A step past STEP_TIMEOUT gets SIGUSR1 first (mpirun passes it to the ranks; the benchmarks dump
+# their Python stacks on it), and SIGKILL 10 s later.
+step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout -s USR1 -k 10 "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; summary+=("$(printf '%-16s %4s %5s s' "$name" "$rc" "$((SECONDS - t0))")"); [ "$rc" = 0 ] || { status=1; restart_mps; }; }
 for s in $stages; do
   case $s in
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
