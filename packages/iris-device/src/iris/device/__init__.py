@@ -31,6 +31,7 @@ from ._debug import DEBUG, debug_enabled
 from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
 from ._interpreter import INTERPRETER, interpreter_enabled
 from ._memory import copy, get, load, put, store
+from ._rounding import round_to
 from ._tracing import EVENT_IDS, EVENT_NAMES, DeviceTracing, TraceEvent, device_clock_ns, device_sm_id
 from ._translate import translate
 from ._triton_compat import aggregate
@@ -68,6 +69,7 @@ __all__ = [
     "interpreter_enabled",
     "load",
     "put",
+    "round_to",
     "store",
     "translate",
 ]
