@@ -17,7 +17,7 @@ also keeps a grid that is not all resident from deadlocking).
 import triton
 import triton.language as tl
 
-from iris.device import DEBUG, TraceEvent, atomic_add, atomic_cas, atomic_xchg, device_clock_ns, load, store
+from iris.device import DEBUG, TraceEvent, atomic_add, atomic_cas, atomic_xchg, device_clock_ns, load, round_to, store
 
 from ._dtypes import accumulator_type, atomic_destination_type, check_lock_array
 from ._sync import (
@@ -77,7 +77,7 @@ def all_reduce_atomic(ctx, tile, dst_view):
     dst_ptrs, mask = dst_view.frame(tile)
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
-    contribution = tile.data.to(dst_ty)
+    contribution = round_to(tile.data, dst_ty)
     for i in tl.static_range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size
         atomic_add(dst_ptrs, contribution, ctx.rank, peer, ctx.heap_bases, mask=mask, sem="relaxed", scope="sys")
@@ -150,7 +150,7 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
     # relaxed add would do for this rank alone, as in the other collectives). One thread adds and
     # every thread gets the same result (see _sync.advance).
     epoch = tl.atomic_add(record + EPOCH, 1, sem="release", scope="sys") + 1
-    contribution = tile.data.to(dst_ty)
+    contribution = round_to(tile.data, dst_ty)
     for i in tl.static_range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size
         if i > 0:
@@ -195,13 +195,13 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
     if ctx.world_size == 1:
-        tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
+        tl.store(dst_ptrs, round_to(tile.data.to(acc_ty), dst_view.ptr.dtype.element_ty), mask=mask)
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
         acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
-        tl.store(dst_ptrs, acc.to(dst_view.ptr.dtype.element_ty), mask=mask)
+        tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t)
     if ctx.tracing.enabled:
@@ -216,7 +216,7 @@ def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, ds
     acc = tl.zeros(src_ptrs.shape, acc_ty)
     for p in tl.static_range(ctx.world_size):
         acc = acc + load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
-    result = acc.to(dst_ty)
+    result = round_to(acc, dst_ty)
     for i in tl.static_range(ctx.world_size):
         store(dst_ptrs, result, ctx.rank, (ctx.rank + i + 1) % ctx.world_size, ctx.heap_bases, mask=mine)
 
@@ -260,7 +260,7 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
     if ctx.world_size == 1:
-        tl.store(dst_ptrs, tl.load(src_ptrs, mask=mask, other=0).to(acc_ty).to(dst_ty), mask=mask)
+        tl.store(dst_ptrs, round_to(tl.load(src_ptrs, mask=mask, other=0).to(acc_ty), dst_ty), mask=mask)
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)

@@ -9,7 +9,7 @@ pull (``gather``) one tile and return. Ordering against the peers is the caller'
 import triton
 import triton.language as tl
 
-from iris.device import TraceEvent, load, store
+from iris.device import TraceEvent, load, round_to, store
 
 from ._views import INDEX_TYPE
 
@@ -50,7 +50,7 @@ def all_gather(ctx, tile, dst_view, dim: tl.constexpr):
     ptrs = dst_view.ptr + rows[:, None] * dst_view.stride_m + cols[None, :] * dst_view.stride_n
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, ptrs, tile.pid_m, tile.pid_n, mask)
-    data = tile.data.to(dst_view.ptr.dtype.element_ty)
+    data = round_to(tile.data, dst_view.ptr.dtype.element_ty)
     for i in tl.static_range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size
         store(ptrs, data, ctx.rank, peer, ctx.heap_bases, mask=mask)
@@ -111,6 +111,6 @@ def all_to_all(ctx, tile, src_view, dst_view, N_per_rank: tl.constexpr):
     for i in tl.static_range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size
         block = tl.load(src_rows + (peer * N_per_rank + cols[None, :]) * src_view.stride_n, mask=mask)
-        store(dst_base, block.to(dst_view.ptr.dtype.element_ty), ctx.rank, peer, ctx.heap_bases, mask=mask)
+        store(dst_base, round_to(block, dst_view.ptr.dtype.element_ty), ctx.rank, peer, ctx.heap_bases, mask=mask)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

@@ -4,7 +4,7 @@
 import triton
 import triton.language as tl
 
-from iris.device import TraceEvent
+from iris.device import TraceEvent, round_to
 
 from ._all_reduce import _sum_in_rank_order
 from ._dtypes import accumulator_type, check_lock_array
@@ -49,14 +49,14 @@ def reduce_scatter(ctx, tile, src_view, dst_view, locks):
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
     if ctx.world_size == 1:
-        tl.store(dst_ptrs, tile.data.to(acc_ty).to(dst_view.ptr.dtype.element_ty), mask=mask)
+        tl.store(dst_ptrs, round_to(tile.data.to(acc_ty), dst_view.ptr.dtype.element_ty), mask=mask)
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         owner = reduce_scatter_owner(t, dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N), ctx.world_size)
         if owner == ctx.rank:
             wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
             acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
-            tl.store(dst_ptrs, acc.to(dst_view.ptr.dtype.element_ty), mask=mask)
+            tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
             signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         else:
             signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)

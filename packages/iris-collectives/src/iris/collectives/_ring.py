@@ -10,7 +10,7 @@ per tile index, so one ring call covers up to :data:`RING_MAX_TILES` tiles.
 import triton
 import triton.language as tl
 
-from iris.device import INTERPRETER, TraceEvent, store
+from iris.device import INTERPRETER, TraceEvent, round_to, store
 from iris.device import _layout as layout
 
 from ._dtypes import accumulator_type, int_type_of_width, pieces_per_partial
@@ -115,7 +115,7 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
     own = tl.load(src_view.frame(tile)[0], mask=mask, other=0).to(acc_ty)
     W: tl.constexpr = ctx.world_size
     if W == 1:
-        tl.store(dst_ptrs, own.to(dst_ty), mask=mask)
+        tl.store(dst_ptrs, round_to(own, dst_ty), mask=mask)
     else:
         pieces: tl.constexpr = pieces_per_partial(call, acc_ty, dst_ty)
         bits_ty: tl.constexpr = int_type_of_width(dst_ty.primitive_bitwidth)
@@ -163,7 +163,7 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
                 store(dst_ptrs, result, ctx.rank, right, ctx.heap_bases, mask=mask)
                 signal(record + ARRIVE, ctx.rank, right, ctx.heap_bases, CHECKED=False)
         else:
-            result = acc.to(dst_ty)
+            result = round_to(acc, dst_ty)
             tl.store(dst_ptrs, result, mask=mask)
             store(dst_ptrs, result, ctx.rank, right, ctx.heap_bases, mask=mask)
             signal(record + ARRIVE, ctx.rank, right, ctx.heap_bases, CHECKED=False)
