@@ -2,9 +2,11 @@
 
 Every result is compared with a reference computed on the host from the inputs of every rank,
 which each rank regenerates from seeds (no communication needed to know the answer). Outputs are
-poisoned before a kernel runs, so a kernel that skips work fails. Float results within the
-dtype's tolerance, integers exactly; the all-reduces that compute each sum once (one-shot,
-two-shot, ring) must also agree bit for bit across ranks.
+poisoned before a kernel runs, so a kernel that skips work fails. Float inputs are small multiples
+of a power of two, so every fp32 sum of them is exact in any order: each result must equal, bit for
+bit, torch's fp32 sum rounded once to the output dtype (round to nearest even, on every backend);
+the all-reduces that compute each sum once (one-shot, two-shot, ring) must also agree bit for bit
+across ranks.
 
 ``IRIS_TEST_REPEATS`` sets the number of back-to-back launches (default 100 on cuda, 20 on cpu).
 """
@@ -24,9 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collective_kernels as K
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32}
-# (rtol, atol) against the exactly rounded sum: one rounding of an fp32 sum to the dtype may land one
-# unit in the last place away from it.
-TOLERANCE = {torch.float32: (2e-6, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+# Float inputs: integers k with |k| < LIMIT, times SCALE. Each is exact in the dtype (as many
+# significant bits as its mantissa holds), and a sum of up to 8 of them needs at most 3 more bits,
+# which fp32 holds: every order of summation gives the same, exact fp32 sum, and narrowing that sum
+# to fp16 or bf16 has to round (ties included), which is what these tests check.
+EXACT_INPUTS = {torch.float32: (1 << 20, 2.0 ** -12), torch.float16: (1 << 11, 2.0 ** -8),
+                torch.bfloat16: (1 << 8, 2.0 ** -4)}
 POISON = {torch.float32: float("nan"), torch.float16: float("nan"), torch.bfloat16: float("nan"),
           torch.int32: -1234567}
 ONCE = (K.ONE_SHOT, K.TWO_SHOT, K.RING)  # each sum computed once (or in one order): equal on every rank
@@ -41,24 +46,32 @@ def rank_input(rank: int, shape, dtype, seed: int) -> torch.Tensor:
     """Rank ``rank``'s input, the same wherever it is generated (CPU generator)."""
     g = torch.Generator().manual_seed(seed * 1009 + rank * 7919 + 17)
     if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g) * 4).to(dtype)
+        limit, scale = EXACT_INPUTS[dtype]
+        values = torch.randint(-limit + 1, limit, shape, generator=g, dtype=torch.int64).to(torch.float32) * scale
+        exact = values.to(dtype)
+        assert torch.equal(exact.to(torch.float32), values), "EXACT_INPUTS must be exact in the dtype"
+        return exact
     return torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
 def reference_sum(inputs, dtype) -> torch.Tensor:
-    wide = torch.float64 if dtype.is_floating_point else torch.int64
-    return sum(x.to(wide) for x in inputs).to(dtype)
+    """The fp32 sum (exact for EXACT_INPUTS) rounded once to ``dtype`` by torch, to nearest even."""
+    if dtype.is_floating_point:
+        return sum(x.to(torch.float32) for x in inputs).to(dtype)
+    return sum(x.to(torch.int64) for x in inputs).to(dtype)
 
 
 def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bit for bit (NaN poison included): an element one unit in the last place off fails."""
     actual = actual.cpu()
-    if expected.dtype.is_floating_point:
-        rtol, atol = TOLERANCE[expected.dtype]
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
-                                   msg=lambda m: f"{what}: {m}")
-    else:
-        differ = int((actual != expected).sum())
-        assert differ == 0, f"{what}: {differ} elements differ\n{actual}\n{expected}"
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[expected.element_size()]
+    differ = actual.view(bits) != expected.view(bits)
+    count = int(differ.sum())
+    if count:
+        where = differ.nonzero()[:5].tolist()
+        pairs = [(actual[tuple(i)].item(), expected[tuple(i)].item()) for i in where]
+        raise AssertionError(f"{what}: {count} of {actual.numel()} elements differ from the reference in their "
+                             f"bits; first (got, expected) at {where}: {pairs}")
 
 
 def same_on_every_rank(ctx, tensor: torch.Tensor, what: str) -> None:
