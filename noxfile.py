@@ -35,8 +35,9 @@ def triton_choice(session: nox.Session, default: str) -> tuple[list[str], list[s
     """What to install for Triton (and numpy, which its interpreter needs), and the posargs left.
 
     ``-- --triton=X.Y`` takes a tested line's pins, ``--triton=3.8.0`` that exact release (numpy
-    newest), ``--triton=latest`` the newest Triton on the index: how to try a release before
-    adding its constraints file and widening the packages' range.
+    newest, which Triton 3.6's interpreter cannot use: take ``--triton=3.6`` for that line),
+    ``--triton=latest`` the newest Triton on the index: how to try a release before adding its
+    constraints file and widening the packages' range.
     """
     choice, rest = default, []
     for arg in session.posargs:
