@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 import iris.runtime  # noqa: F401  (chooses the backend before the kernels below are defined)
+from iris.collectives._sync import load_acquire_sys
 from iris.device import device_clock_ns
 
 
@@ -40,6 +41,19 @@ def spin_kernel(flag, nanoseconds):
     while now - start < nanoseconds:
         now = device_clock_ns()
     tl.store(flag, 1)
+
+
+@triton.jit
+def spin_polling_kernel(flag, nanoseconds):
+    """Spins like ``spin_kernel``, polling ``flag[1]`` (never set) with system-scope acquire loads
+    in every thread between two reads of the timer, as a collective's wait does."""
+    start = device_clock_ns()
+    now = start
+    seen = load_acquire_sys(flag + 1)
+    while (now - start < nanoseconds) & (seen == 0):
+        seen = load_acquire_sys(flag + 1)
+        now = device_clock_ns()
+    tl.store(flag, 1 + seen)
 
 
 @triton.jit
@@ -155,6 +169,10 @@ def main(argv=None) -> None:
     p.add_argument("--spinner-programs", type=lambda s: [int(x) for x in s.split(",")], default=[1, 132, 2112],
                    help="programs of the spinning kernel (4 warps each), comma-separated: 1 leaves the GPU almost "
                         "idle, one per SM puts a block on every SM, 16 per SM fills an H200")
+    p.add_argument("--poll", action="store_true",
+                   help="the spinning kernel polls a flag with ld.acquire.sys (as a collective's wait does) "
+                        "instead of only reading the timer; results get the suffix _poll")
+    p.add_argument("--only", default=None, help="comma-separated substrings: run only the host calls that match")
     p.add_argument("--out", default="benchmarks/results", help="folder for the results files")
     p.add_argument("--plot", metavar="JSON", help="only draw the plot of a results file written earlier")
     args = p.parse_args(argv)
@@ -172,17 +190,20 @@ def main(argv=None) -> None:
         sys.exit("mps_host_blocking.py: needs a CUDA GPU (it measures how processes share one)")
     device = torch.device("cuda", 0)  # both on the same GPU: that is what is measured
     torch.cuda.set_device(device)
-    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    flag = torch.zeros(2, dtype=torch.int32, device=device)
     spin_ns = int(args.spin * 1e9)
-    spin_kernel[(1,)](flag, 1000)  # compiled and loaded before anything is timed
+    spinner = spin_polling_kernel if args.poll else spin_kernel
+    spinner[(1,)](flag, 1000)  # compiled and loaded before anything is timed
     torch.cuda.synchronize(device)
     rows = []
     for programs in args.spinner_programs:
         for name, call in probes(device):
+            if args.only and not any(part in name for part in args.only.split(",")):
+                continue
             comm.Barrier()
             if comm.rank == 1:
                 flag.zero_()
-                spin_kernel[(programs,)](flag, spin_ns)
+                spinner[(programs,)](flag, spin_ns)
                 time.sleep(0.05)  # the kernel is on the GPU before the other process starts its call
                 comm.send(True, dest=0)
                 torch.cuda.synchronize(device)
@@ -199,13 +220,15 @@ def main(argv=None) -> None:
     if comm.rank != 0:
         return
     mps = _mps_active()
-    result = {"device": torch.cuda.get_device_name(device), "mps": mps, "spin_seconds": args.spin,
+    result = {"device": torch.cuda.get_device_name(device), "mps": mps, "spin_seconds": args.spin, "poll": args.poll,
               "torch": torch.__version__, "triton": triton.__version__, "rows": rows}
-    stem = os.path.join(args.out, "mps_host_blocking" + ("" if mps else "_nomps"))
+    stem = os.path.join(args.out, "mps_host_blocking" + ("" if mps else "_nomps") + ("_poll" if args.poll else ""))
     os.makedirs(args.out, exist_ok=True)
     sizes = args.spinner_programs
     lines = [f"# Seconds a host call of one process takes while another's kernel spins {args.spin:.1f} s "
-             f"({result['device']}, {'MPS' if mps else 'no MPS'}); '(waits)': it waited for that kernel", "",
+             f"({result['device']}, {'MPS' if mps else 'no MPS'}"
+             f"{', the spinner polls with ld.acquire.sys' if args.poll else ''}); '(waits)': it waited for that kernel",
+             "",
              "| host call | " + " | ".join(f"spinner of {n} programs" for n in sizes) + " |",
              "| --- |" + " --- |" * len(sizes)]
     for name in dict.fromkeys(r["call"] for r in rows):
