@@ -97,3 +97,21 @@ def test_rma_short_gpu_calls_are_timed_in_batches(monkeypatch):
     calls.clear()
     per_call_ms[0] = 2.0  # long enough alone: one sample, no batch
     assert rma.time_ms(kernel, torch.device("cuda"), quick=False) == 2.0 and len(calls) == 1
+
+
+@pytest.mark.parametrize("script, results", [("mps_host_blocking.py", "mps_host_blocking.json"),
+                                             ("mps_residency.py", "mps_residency_8ranks.json")])
+def test_gpu_probes_draw_their_committed_results(tmp_path, script, results):
+    # The MPS probes need a GPU to measure; their --plot path redraws a committed GPU result anywhere.
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (a test dependency of this session)")
+    copy = tmp_path / results
+    shutil.copy(os.path.join(BENCH, "results", results), copy)
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, script), "--plot", str(copy)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    png = copy.with_suffix(".png")
+    assert png.exists() and png.stat().st_size > 10_000, proc.stdout
