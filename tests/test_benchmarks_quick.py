@@ -6,6 +6,7 @@ to the end, check its own kernels' results, and write its results file.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -41,7 +42,10 @@ def test_peer_traffic_quick(tmp_path):
     modes = ("local", "read", "write", "share", "owner")
     assert all(row[mode]["correct"] and row[mode]["us"] > 0 for mode in modes), row
     assert "read/local" in proc.stdout and "read/local" in (tmp_path / "peer_traffic_3ranks_quick.md").read_text()
-    assert (tmp_path / "peer_traffic_3ranks_quick.png").exists() or "no matplotlib" in proc.stdout
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "no matplotlib" in proc.stdout, proc.stdout
+        pytest.skip("matplotlib is not installed, so the plot was not checked (table and JSON were)")
+    assert (tmp_path / "peer_traffic_3ranks_quick.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.multirank

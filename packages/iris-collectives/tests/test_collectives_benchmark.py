@@ -38,7 +38,11 @@ def test_benchmark_quick_mode(tmp_path):
         assert any("torch symm_mem" in n and "skipped" in n for n in result["notes"]), result["notes"]
     assert "best/floor" in proc.stdout
     png = tmp_path / "tile_collectives_2ranks_quick.png"
-    assert png.exists() or any("matplotlib" in n for n in result["notes"])
+    if importlib.util.find_spec("matplotlib") is None:
+        # the GPU image has no matplotlib: the benchmark must say so, and the plot is not checked
+        assert any("matplotlib" in n for n in result["notes"]), result["notes"]
+        pytest.skip("matplotlib is not installed, so the plot was not checked (table and JSON were)")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
 
 
 @pytest.mark.multirank
