@@ -4,6 +4,7 @@ hierarchy, and the public names."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import iris.runtime
 from iris.runtime import IrisBackendError, IrisError, IrisUsageError
@@ -135,3 +136,50 @@ def test_resident_grid_shares_the_gpu_between_ranks(h200):
     # 16 warps of 255 registers do not fit on an SM at all
     with pytest.raises(IrisUsageError, match=r"resident_grid\(\): 2 ranks share None, which holds 0 programs"):
         resident_grid(_NotYetLoaded(255, 16), 5, None, 2)
+
+
+@pytest.mark.parametrize("timeout_s", [-1, "300", True, float("nan")])
+def test_bad_watchdog_timeout(timeout_s):
+    with pytest.raises(IrisUsageError, match=r"timeout_s=.*seconds >= 0 \(0 switches the watchdog off"):
+        iris.runtime.iris(heap_size=1 << 20, timeout_s=timeout_s)
+
+
+def test_bad_watchdog_timeout_in_the_environment(monkeypatch):
+    from iris.device._watchdog import timeout_from_env
+
+    monkeypatch.setenv("IRIS_TIMEOUT_S", "five minutes")
+    with pytest.raises(IrisUsageError, match=r"IRIS_TIMEOUT_S='five minutes'.*seconds >= 0"):
+        timeout_from_env()
+    monkeypatch.setenv("IRIS_TIMEOUT_S", "0")
+    assert timeout_from_env() == 0.0
+    monkeypatch.delenv("IRIS_TIMEOUT_S")
+    assert timeout_from_env() == 300.0
+
+
+def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
+    from iris.device import _watchdog as device_watchdog
+    from iris.runtime._watchdog import Watchdog, describe
+
+    def words(state, call, flag, rank, peer, index, seen, target, waited_ns):
+        return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
+                index, seen, target, waited_ns]
+
+    timed_out = describe(words(1, "iris.collectives.all_reduce_one_shot", "arrivals", 2, -1, 7, 3, 4, 5_200_000_000),
+                         world_size=4, timeout_s=5)
+    for text in ("rank 2 waited 5.2 s in iris.collectives.all_reduce_one_shot on flag 'arrivals' of tile/slot 7",
+                 "it holds 3, expected >= 4", "still missing: 1 arrival(s) from the other 3 ranks", "(5 s)",
+                 "IRIS_TIMEOUT_S"):
+        assert text in timed_out, (text, timed_out)
+    drained = describe(words(2, "iris.collectives.all_reduce_ring", "credit", 0, 1, 0, 0, 1, 10**9), 2, 5)
+    assert "rank 0 stopped waiting after 1.0 s in iris.collectives.all_reduce_ring on flag 'credit'" in drained
+    assert "still missing: peer 1" in drained and "a wait timed out on some rank" in drained
+    assert "still missing: peer 0" in describe(words(1, "iris.collectives.device_barrier", "arrivals", 1, -1, 0, 1, 2,
+                                                     0), 2, 5)
+    # check() raises once a report is there; timeout 0 starts no thread, so nothing aborts here
+    dog = Watchdog(comm=None, rank=0, world_size=2, device=torch.device("cpu"), timeout_s=0)
+    dog.check("barrier()")
+    dog.record.copy_(torch.tensor(words(1, "iris.collectives.reduce_scatter", "done", 0, 1, 3, 0, 1, 3 * 10**9)))
+    with pytest.raises(iris.runtime.IrisTimeoutError, match=r"barrier\(\): iris watchdog: rank 0 waited 3.0 s in "
+                                                            r"iris.collectives.reduce_scatter on flag 'done'"):
+        dog.check("barrier()")
+    dog.close()

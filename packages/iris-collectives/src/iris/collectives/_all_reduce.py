@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG, TraceEvent, atomic_add, atomic_cas, atomic_xchg, device_clock_ns, load, round_to, store
+from iris.device._watchdog import WATCHDOG, watchdog_tick
 
 from ._dtypes import accumulator_type, atomic_destination_type, check_lock_array
 from ._sync import (
@@ -86,21 +87,31 @@ def all_reduce_atomic(ctx, tile, dst_view):
 
 
 @triton.jit
-def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index):
-    # Spin until the compare-and-swap 0 -> 1 on peer's mutex succeeds (acquire, system scope).
+def _try_lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases):
+    # One compare-and-swap 0 -> 1 on peer's mutex (acquire, system scope); returns the old value.
     if DEBUG:
-        old = atomic_cas(mutex, 0, 1, rank, peer, heap_bases, sem="acquire", scope="sys")
-        start = device_clock_ns()
-        while old != 0:
-            pause()
-            check_wait_time(start, "iris.collectives.all_reduce_spinlock", "mutex", rank, peer, index, -old, 0)
-            old = atomic_cas(mutex, 0, 1, rank, peer, heap_bases, sem="acquire", scope="sys")
+        return atomic_cas(mutex, 0, 1, rank, peer, heap_bases, sem="acquire", scope="sys")
     else:
-        remote = peer_flag(mutex, rank, peer, heap_bases)
-        old = tl.atomic_cas(remote, 0, 1, sem="acquire", scope="sys")
-        while old != 0:
-            pause()
-            old = tl.atomic_cas(remote, 0, 1, sem="acquire", scope="sys")
+        return tl.atomic_cas(peer_flag(mutex, rank, peer, heap_bases), 0, 1, sem="acquire", scope="sys")
+
+
+@triton.jit
+def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index):
+    # Spin until the compare-and-swap succeeds; bounded like every wait (see wait_at_least).
+    old = _try_lock(mutex, rank, peer, heap_bases)
+    if DEBUG:
+        start = device_clock_ns()
+    polls = 0
+    since = tl.full([], 0, tl.int64)
+    stop = 0
+    while (old != 0) & (stop == 0):
+        pause()
+        if DEBUG:
+            check_wait_time(start, "iris.collectives.all_reduce_spinlock", "mutex", rank, peer, index, -old, 0)
+        if WATCHDOG:
+            polls, since, stop = watchdog_tick(heap_bases, polls, since, "iris.collectives.all_reduce_spinlock",
+                                               "mutex", peer, index, -old, 0)
+        old = _try_lock(mutex, rank, peer, heap_bases)
     tl.debug_barrier()
 
 
@@ -155,13 +166,13 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
         peer = (ctx.rank + i) % ctx.world_size
         if i > 0:
             wait_at_least(peer_flag(record + EPOCH, ctx.rank, peer, ctx.heap_bases), epoch, call, "entered", ctx.rank,
-                          peer, t)
+                          peer, t, ctx.heap_bases)
         _lock(record + MUTEX, ctx.rank, peer, ctx.heap_bases, t)
         current = load(dst_ptrs, ctx.rank, peer, ctx.heap_bases, mask=mask, other=0)
         store(dst_ptrs, current + contribution, ctx.rank, peer, ctx.heap_bases, mask=mask)
         signal(record + ARRIVE, ctx.rank, peer, ctx.heap_bases)
         _unlock(record + MUTEX, ctx.rank, peer, ctx.heap_bases)
-    wait_at_least(record + ARRIVE, epoch * ctx.world_size, call, "arrivals", ctx.rank, -1, t)
+    wait_at_least(record + ARRIVE, epoch * ctx.world_size, call, "arrivals", ctx.rank, -1, t, ctx.heap_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)
 
@@ -199,11 +210,11 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
+        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t, ctx.heap_bases)
         acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
         tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t)
+        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t, ctx.heap_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)
 
@@ -264,7 +275,7 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
+        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t, ctx.heap_bases)
         share = (ctx.rank + t) % ctx.world_size
         if tile.BLOCK_M % ctx.world_size == 0:
             # Equal shares: a share is itself a tile of BLOCK_M / W rows, so every thread of the
@@ -281,6 +292,6 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
             mine = mask & ((tl.arange(0, tile.BLOCK_M) // rows_per_share) == share)[:, None]
             _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t)
+        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t, ctx.heap_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

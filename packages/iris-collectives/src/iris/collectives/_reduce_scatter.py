@@ -54,12 +54,12 @@ def reduce_scatter(ctx, tile, src_view, dst_view, locks):
         t, record, epoch = enter_tile(tile, dst_view, locks)
         owner = reduce_scatter_owner(t, dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N), ctx.world_size)
         if owner == ctx.rank:
-            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t)
+            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t, ctx.heap_bases)
             acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
             tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
             signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         else:
             signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
-            wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t)
+            wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t, ctx.heap_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

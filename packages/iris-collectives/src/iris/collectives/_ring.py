@@ -18,7 +18,7 @@ from ._errors import IrisUsageError
 from ._sync import ARRIVE, DONE, LOCK_WORDS, LOCK_WORDS_C, advance, host_scalar, signal, wait_at_least
 
 #: The most tiles one :func:`all_reduce_ring` call can use (its flags fill the signal pad).
-RING_MAX_TILES = layout.SIGNAL_PAD_BYTES // (4 * LOCK_WORDS)
+RING_MAX_TILES = (layout.SIGNAL_PAD_BYTES - layout.PAD_RESERVED_BYTES) // (4 * LOCK_WORDS)
 _RING_MAX_TILES: tl.constexpr = tl.constexpr(RING_MAX_TILES)
 _HEAP_SIZE: tl.constexpr = tl.constexpr(layout.HEAP_SIZE)
 # The ring's words in a tile's record: ARRIVE (0, peers count arrivals into this rank's tile),
@@ -66,7 +66,8 @@ def _send_partial(ctx, acc, piece: tl.constexpr, pieces: tl.constexpr, dst_bits_
                   record, credit_target, t):
     # Wait until the right neighbour lets us overwrite its dst tile, write one piece of the fp32 (or
     # wider) partial sum's bits into it, and tell it.
-    wait_at_least(record + CREDIT, credit_target, "iris.collectives.all_reduce_ring", "credit", ctx.rank, right, t)
+    wait_at_least(record + CREDIT, credit_target, "iris.collectives.all_reduce_ring", "credit", ctx.rank, right, t,
+                  ctx.heap_bases)
     width: tl.constexpr = dst_bits_ptrs.dtype.element_ty.primitive_bitwidth
     bits = acc.to(int_type_of_width(acc.dtype.primitive_bitwidth), bitcast=True)
     shift: tl.constexpr = width * (pieces - 1 - piece)
@@ -143,7 +144,7 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
             signal(record + CREDIT, ctx.rank, left, ctx.heap_bases, CHECKED=False)
             received = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_bits_ty)
             for piece in tl.static_range(pieces):
-                wait_at_least(record + ARRIVE, arrived + piece + 1, call, "partial", ctx.rank, left, t)
+                wait_at_least(record + ARRIVE, arrived + piece + 1, call, "partial", ctx.rank, left, t, ctx.heap_bases)
                 part = tl.load(dst_bits, mask=mask, other=0).to(acc_bits_ty)
                 if pieces > 1:
                     part = part & ((1 << dst_ty.primitive_bitwidth) - 1)
@@ -157,7 +158,7 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
             for piece in tl.static_range(pieces):
                 _send_partial(ctx, acc, piece, pieces, dst_bits, right, mask, record, credited + piece + 1, t)
             result_arrival = arrived + tl.where(pos != 0, pieces, 0) + 1
-            wait_at_least(record + ARRIVE, result_arrival, call, "result", ctx.rank, left, t)
+            wait_at_least(record + ARRIVE, result_arrival, call, "result", ctx.rank, left, t, ctx.heap_bases)
             if pos != W - 2:
                 result = tl.load(dst_ptrs, mask=mask)
                 store(dst_ptrs, result, ctx.rank, right, ctx.heap_bases, mask=mask)

@@ -10,8 +10,10 @@ published). Because counters never go back, nothing has to be reset between call
 call waits for ``n * expected`` and a peer that is already one call ahead only adds to the count,
 which the proofs in each collective's docstring account for.
 
-Wait loops are bounded in debug mode (``IRIS_DEBUG=1``): after ``IRIS_DEBUG_TIMEOUT_S`` seconds
-(default 60) the kernel fails with a message naming the call, the rank, the peer, the flag and
+Wait loops are bounded. In production by the watchdog (``IRIS_TIMEOUT_S``, default 300 s): the
+wait reports itself and stops, and the runtime ends the job with the report (see
+``iris.device._watchdog``). In debug mode (``IRIS_DEBUG=1``) also by ``IRIS_DEBUG_TIMEOUT_S``
+(default 60): the kernel fails with a message naming the call, the rank, the peer, the flag and
 the values. Under Triton's interpreter a waiting program gives up its CPU between polls.
 """
 
@@ -24,6 +26,7 @@ import triton.language as tl
 
 from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
 from iris.device._debug import host_scalar
+from iris.device._watchdog import WATCHDOG, watchdog_tick
 
 from ._errors import IrisWaitTimeoutError
 
@@ -124,7 +127,8 @@ def check_wait_time(start, call: tl.constexpr, what: tl.constexpr, rank, peer, i
 
 
 @triton.jit
-def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = None, rank=-1, peer=-1, index=-1):
+def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = None, rank=-1, peer=-1, index=-1,
+                  heap_bases=None):
     """Wait until the int32 counter at ``flag`` is ``>= target``.
 
     ``flag`` is usually this rank's memory (peers add to it with :func:`signal`), but any address
@@ -132,37 +136,49 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
     Memory semantics: acquire at system scope, then a CTA barrier, so every thread of the program
     sees the writes the signalling peers released. ``call``, ``what`` (names of the caller and of
     the flag), ``rank``, ``peer`` (-1: several) and ``index`` (tile or slot) only go into the
-    debug-mode timeout message.
+    timeout messages.
+
+    With ``heap_bases`` (the context's), the wait is bounded by the watchdog's timeout
+    (``IRIS_TIMEOUT_S``, see ``iris.device._watchdog``): past it the wait reports itself and returns
+    with the flag short of its target, and the runtime ends the job. Every wait of the collectives
+    passes it. Without it (or with ``IRIS_TIMEOUT_S=0``) the wait is unbounded outside debug mode.
 
     Example::
 
         iris.collectives.signal(flags + slot, ctx.rank, peer, ctx.heap_bases)  # on the producer
-        iris.collectives.wait_at_least(flags + slot, 1)                       # on the consumer
+        iris.collectives.wait_at_least(flags + slot, 1, heap_bases=ctx.heap_bases)  # on the consumer
     """
+    seen = poll(flag)
+    if DEBUG:
+        start = device_clock_ns()
+    polls = 0
+    since = tl.full([], 0, tl.int64)
+    stop = 0
+    while (seen < target) & (stop == 0):
+        pause()
+        if DEBUG:
+            check_wait_time(start, call, what, rank, peer, index, seen, target)
+        if WATCHDOG:
+            if heap_bases is not None:
+                polls, since, stop = watchdog_tick(heap_bases, polls, since, call, what, peer, index, seen, target)
+        seen = poll(flag)
     if INTERPRETER:
-        # No inline PTX here: poll with volatile loads, then confirm with an acquire read.
-        seen = tl.load(flag, volatile=True)
-        if DEBUG:
-            start = device_clock_ns()
-        while seen < target:
-            pause()
-            if DEBUG:
-                check_wait_time(start, call, what, rank, peer, index, seen, target)
-            seen = tl.load(flag, volatile=True)
+        # The interpreter polls with volatile loads: confirm with one acquire read.
         seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-    else:
-        # Every thread polls with an acquire load, so the poll that sees the target is also the
-        # acquire: one L2 round trip when the peers are already there. (A relaxed poll followed
-        # by an acquire read, which Triton makes thread 0's load plus a shared-memory broadcast
-        # between two CTA barriers, costs a second round trip and the barriers on every wait.)
-        seen = load_acquire_sys(flag)
-        if DEBUG:
-            start = device_clock_ns()
-        while seen < target:
-            if DEBUG:
-                check_wait_time(start, call, what, rank, peer, index, seen, target)
-            seen = load_acquire_sys(flag)
     tl.debug_barrier()
+
+
+@triton.jit
+def poll(flag):
+    """One poll of a wait: the int32 at ``flag``. On the GPU an acquire load at system scope in every
+    thread, so the poll that sees the target is also the acquire: one L2 round trip when the peers
+    are already there (a relaxed poll followed by an acquire read, which Triton makes thread 0's
+    load plus a shared-memory broadcast between two CTA barriers, costs a second round trip and the
+    barriers on every wait). Under the interpreter, which has no inline PTX, a volatile load."""
+    if INTERPRETER:
+        return tl.load(flag, volatile=True)
+    else:
+        return load_acquire_sys(flag)
 
 
 @triton.jit
@@ -306,6 +322,7 @@ def device_barrier(ctx, flags, epoch=None):
     else:
         generation = epoch
     signal_all(flags, ctx.rank, ctx.world_size, ctx.heap_bases, SELF=True)
-    wait_at_least(flags, generation * ctx.world_size, "iris.collectives.device_barrier", "arrivals", ctx.rank, -1, 0)
+    wait_at_least(flags, generation * ctx.world_size, "iris.collectives.device_barrier", "arrivals", ctx.rank, -1, 0,
+                  ctx.heap_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

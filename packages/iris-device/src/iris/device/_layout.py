@@ -7,7 +7,8 @@ device code that reads it.
      heap_base_0, ..., heap_base_{N-1},        # the spec's heap bases
      trace_enabled, trace_max_events,          # the spec's trace info ...
      trace_counter_ptr, trace_buffer_ptr,
-     heap_size]                                # ... then what Iris adds
+     heap_size,                                # ... then what Iris adds:
+     watchdog_timeout_ns, watchdog_record_ptr] # the bound on waits (0: none), its report
 
 ``heap_bases`` (what the free functions take) is the same tensor from index 2 on, so the
 header sits just before it and the trailer just after the N bases.
@@ -35,8 +36,12 @@ TRACE_COUNTER_PTR = 2
 TRACE_BUFFER_PTR = 3
 #: Heap size in bytes (every rank's heap has the same size).
 HEAP_SIZE = 4
+#: Longest a wait of iris.collectives may last, in ns; 0 when the watchdog is off.
+WATCHDOG_NS = 5
+#: Address of the watchdog's report (host-visible int64 words, layout in ``iris.device._watchdog``).
+WATCHDOG_RECORD = 6
 #: Number of words after the heap bases.
-TRAILER_WORDS = 5
+TRAILER_WORDS = 7
 
 
 def context_length(num_ranks: int) -> int:
@@ -53,6 +58,9 @@ HEAP_BASE_ALIGNMENT = 256
 #: and as reachable by peers as the heap. It holds the flags of device-side collectives that take
 #: no flag array (``iris.collectives.all_reduce_ring``).
 SIGNAL_PAD_BYTES = 1 << 20
+#: The last bytes of the pad belong to the watchdog (its drain and claim words); the ring's flags
+#: stay below them.
+PAD_RESERVED_BYTES = 16
 
 # The same numbers as compile-time constants for @triton.jit code.
 HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)
@@ -61,6 +69,8 @@ TRACE_MAX_EVENTS_C: tl.constexpr = tl.constexpr(TRACE_MAX_EVENTS)
 TRACE_COUNTER_PTR_C: tl.constexpr = tl.constexpr(TRACE_COUNTER_PTR)
 TRACE_BUFFER_PTR_C: tl.constexpr = tl.constexpr(TRACE_BUFFER_PTR)
 HEAP_SIZE_C: tl.constexpr = tl.constexpr(HEAP_SIZE)
+WATCHDOG_NS_C: tl.constexpr = tl.constexpr(WATCHDOG_NS)
+WATCHDOG_RECORD_C: tl.constexpr = tl.constexpr(WATCHDOG_RECORD)
 
 # One trace event is TRACE_EVENT_FIELDS int64 words, in this order.
 EVENT_ID = 0        #: TraceEvent id

@@ -21,6 +21,13 @@ class SymmetryError(IrisError, RuntimeError):
     """Ranks made different allocation calls, so offsets are no longer the same everywhere."""
 
 
+class IrisTimeoutError(IrisError, RuntimeError):
+    """The watchdog stopped a wait of this rank's kernels: a peer never arrived within ``IRIS_TIMEOUT_S``.
+
+    The message names the rank, the collective, the flag and tile, the values and the peer(s).
+    """
+
+
 class RankError(IrisUsageError):
     """A rank number outside ``[0, world_size)``."""
 
@@ -29,6 +36,7 @@ __all__ = [
     "HeapExhaustedError",
     "IrisBackendError",
     "IrisError",
+    "IrisTimeoutError",
     "IrisUnsupportedError",
     "IrisUsageError",
     "NotOnHeapError",

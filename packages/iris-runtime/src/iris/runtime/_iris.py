@@ -9,6 +9,7 @@ import torch
 from mpi4py import MPI
 
 from iris.device import _layout as layout
+from iris.device._watchdog import timeout_from_env
 
 from . import _backend
 from ._allocator import SymmetricAllocator, format_bytes
@@ -19,6 +20,7 @@ from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._logging import configure_logging, logger
 from ._residency import resident_grid
 from ._tracing import Tracing
+from ._watchdog import Watchdog, write_watchdog_info
 
 DEFAULT_HEAP_SIZE = 1 << 30
 
@@ -43,10 +45,15 @@ class Iris(TensorFactories):
     """
 
     def __init__(self, heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, *, comm=None,
-                 verify: bool | None = None, log_level: int | str | None = None):
+                 verify: bool | None = None, log_level: int | str | None = None, timeout_s: float | None = None):
         if not isinstance(heap_size, int) or heap_size <= 0:
             raise IrisUsageError(
                 f"iris.runtime.iris(heap_size={heap_size!r}): pass a positive number of bytes, e.g. 1 << 30")
+        if timeout_s is None:
+            timeout_s = timeout_from_env()
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s >= 0:
+            raise IrisUsageError(f"iris.runtime.iris(timeout_s={timeout_s!r}): pass a number of seconds >= 0 "
+                                 f"(0 switches the watchdog off; the default is IRIS_TIMEOUT_S, else 300)")
         self.backend = _backend.resolve_backend(backend)
         _backend.check_interpreter_matches(self.backend)
         boot = bootstrap(comm)
@@ -73,9 +80,25 @@ class Iris(TensorFactories):
         self._base = self._heap.bases[self.rank]
         self._allocator = SymmetricAllocator(self.heap_size)
         self._context = build_context(self.rank, self.world_size, self._heap.bases, self.heap_size, self.device)
+        self._watchdog = self._start_watchdog(float(timeout_s))
         self.tracing = Tracing(self)
         self._closed = False
         logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
+
+    def _start_watchdog(self, timeout_s: float) -> Watchdog:
+        watchdog = Watchdog(self.comm, self.rank, self.world_size, self.device, timeout_s)
+        write_watchdog_info(self._context, self.world_size, watchdog.timeout_ns, watchdog.address)
+        return watchdog
+
+    @property
+    def timeout_s(self) -> float:
+        """The watchdog's bound on a wait of iris.collectives, in seconds (0: unbounded)."""
+        return self._watchdog.timeout_ns / 1e9
+
+    def check_watchdog(self, call: str = "check_watchdog()") -> None:
+        """Raise :class:`IrisTimeoutError` if the watchdog stopped a wait of this rank's kernels.
+        The watchdog ends the job by itself; this is for code that must not go on meanwhile."""
+        self._watchdog.check(call)
 
     # --- ranks -----------------------------------------------------------------------------------
     def get_rank(self) -> int:
@@ -193,6 +216,7 @@ class Iris(TensorFactories):
         """
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        self._watchdog.check("barrier()")
         if self.verify:
             self._verify_symmetric_calls()
         self.comm.Barrier()
@@ -234,6 +258,7 @@ class Iris(TensorFactories):
         if self._closed:
             return
         self.barrier()
+        self._watchdog.close()
         self.tracing.close()
         self._buffer = None
         self._heap.close()
@@ -259,6 +284,9 @@ def iris(heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, **optio
 
     ``backend``: ``"auto"`` (default, or ``IRIS_BACKEND``), ``"cuda"`` or ``"cpu"``. Options:
     ``comm`` (an mpi4py communicator), ``verify`` (check allocation order at each barrier),
-    ``log_level``. Collective: every rank calls it.
+    ``log_level``, ``timeout_s`` (the watchdog's bound on every wait of iris.collectives, in
+    seconds: default ``IRIS_TIMEOUT_S`` or 300; 0 switches it off). When a wait runs out, the
+    ranks print what they waited for and the job ends (``MPI_Abort``). Collective: every rank
+    calls it.
     """
     return Iris(heap_size, backend, **options)
