@@ -10,6 +10,9 @@ time-sliced.
 
 from __future__ import annotations
 
+import os
+import time
+
 import torch
 
 from ._bootstrap import Bootstrap
@@ -58,6 +61,44 @@ class _DeviceBlock:
             pass
 
 
+#: How long a rank waits for a GPU that MPS reports unavailable (``IRIS_DEVICE_WAIT_S``).
+DEVICE_WAIT_S = 30.0
+_DEVICE_UNAVAILABLE = 46  # CUDA_ERROR_DEVICE_UNAVAILABLE (cudaErrorDevicesUnavailable)
+
+
+def wait_for_device(driver, index: int) -> None:
+    """Create (retain) device ``index``'s primary context, waiting while the GPU is unavailable.
+
+    When a job whose ranks were spinning in kernels is killed, the MPS server needs some seconds
+    to drop its dead clients; meanwhile a new client gets CUDA_ERROR_DEVICE_UNAVAILABLE ("busy or
+    unavailable"). A job started right after one that failed would then fail too, for no reason of
+    its own: instead, retry for up to ``IRIS_DEVICE_WAIT_S`` seconds (default 30) and say so. The
+    context stays retained: torch uses the same primary context.
+    """
+    limit = float(os.environ.get("IRIS_DEVICE_WAIT_S", DEVICE_WAIT_S))
+    _check(driver.cuInit(0), "cuInit(0)")
+    device = _check(driver.cuDeviceGet(index), f"cuDeviceGet({index})")
+    start = time.monotonic()
+    warned = False
+    while True:
+        status, _ = driver.cuDevicePrimaryCtxRetain(device)
+        waited = time.monotonic() - start
+        if int(status) == 0:
+            if warned:
+                logger.warning("GPU %d is available after %.1f s", index, waited)
+            return
+        if int(status) != _DEVICE_UNAVAILABLE or waited > limit:
+            raise IrisBackendError(
+                f"cuda backend: cuDevicePrimaryCtxRetain(GPU {index}) failed with {status!r} after {waited:.0f} s; "
+                f"if MPS is running, a job that ended badly may still hold it: wait, raise IRIS_DEVICE_WAIT_S, or "
+                f"restart the daemon (echo quit | nvidia-cuda-mps-control; nvidia-cuda-mps-control -d)")
+        if not warned:
+            logger.warning("GPU %d is unavailable (MPS may still be dropping the clients of a job that ended); "
+                           "waiting up to %.0f s (IRIS_DEVICE_WAIT_S)", index, limit)
+            warned = True
+        time.sleep(0.5)
+
+
 class CudaIpcHeap(SymmetricHeap):
     """GPU heap shared over legacy CUDA IPC among the ranks of one node."""
 
@@ -75,6 +116,7 @@ class CudaIpcHeap(SymmetricHeap):
         self.device = torch.device("cuda", index)
         self.ranks_on_device = len(range(index, boot.local_size, count))  # local ranks r with r % count == index
         self.size = size
+        wait_for_device(driver, index)
         torch.cuda.set_device(self.device)
         _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")
         sharing = boot.local_size > count
