@@ -6,6 +6,13 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
 - ``kill``: the last rank is SIGKILLed while the others wait in the kernel: the launcher ends
   the job.
 - ``raise``: the last rank raises between two launches while the others wait in the kernel.
+- ``exhaust``, ``double_free``, ``foreign`` (a tensor of another context), ``bad_pointer`` (a
+  remote store through an off-heap pointer, debug mode): the last rank's misuse is an IrisError
+  that names it (on the GPU the bad pointer is a device assert) while the others wait in the
+  kernel, and the job ends.
+
+World sizes 2 and 4 (those of ``IRIS_TEST_WORLD_SIZES``); on the GPU several ranks share it under
+MPS, and the case after ``kill`` shows that the next job starts at once.
 
 Each case prints its measured time to exit (``pytest -s`` shows it)."""
 
@@ -17,40 +24,62 @@ import time
 
 import pytest
 
-from iris.runtime.testing import run_ranks
+import iris.runtime
+from iris.runtime.testing import run_ranks, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "fault_worker.py")
-NRANKS = 2
 TIMEOUT_S = 3
+WORLDS = [n for n in (2, 4) if n <= max(world_sizes())]
+# The cases where ranks wait for each other run at every world size; a misuse is one rank's error
+# and runs at 2 ranks on the CPU backend (each case is one MPI launch: CI time), everywhere on the GPU.
+SPREAD = ("skip", "kill", "raise")
+CUDA = iris.runtime.DEFAULT_BACKEND == "cuda"
 # A job that hangs fails the test after this long instead of hanging it.
 ENV = {"IRIS_TIMEOUT_S": str(TIMEOUT_S), "MPIEXEC_TIMEOUT": "90"}
-EXPECT = {
-    "skip": [f"iris watchdog: rank 0 waited {TIMEOUT_S}.", "in iris.collectives.all_reduce_one_shot on flag",
-             f"still missing: peer {NRANKS - 1}", "IRIS_TIMEOUT_S"],
-    "kill": ["Killed (signal 9)|signal 9|SIGKILL"],
-    "raise": [f"rank {NRANKS - 1} fails on purpose between two launches",
-              f"iris: rank {NRANKS - 1} failed; aborting all {NRANKS} ranks"],
-}
+
+
+def expected(case: str, nranks: int) -> list[str]:
+    """Regular expressions the job's output must match."""
+    last = nranks - 1
+    aborted = re.escape(f"iris: rank {last} failed; aborting all {nranks} ranks")
+    return {
+        "skip": [rf"iris watchdog: rank \d waited {TIMEOUT_S}\.",
+                 re.escape("in iris.collectives.all_reduce_one_shot on flag"),
+                 re.escape(f"still missing: peer {last}") if nranks == 2 else r"still missing: \d arrival",
+                 "IRIS_TIMEOUT_S"],
+        "kill": ["Killed \\(signal 9\\)|signal 9|SIGKILL"],
+        "raise": [re.escape(f"rank {last} fails on purpose between two launches"), aborted],
+        "exhaust": ["CHECK raised HeapExhaustedError", aborted],
+        "double_free": ["CHECK raised IrisUsageError", "freed twice", aborted],
+        "foreign": ["CHECK raised NotOnHeapError", "is not on this rank's symmetric heap", aborted],
+        "bad_pointer": (["a pointer is not inside the symmetric heap"] if CUDA else
+                        ["CHECK raised IrisUsageError", "outside the symmetric heap", aborted]),
+    }[case]
+
+
+CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer"]
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("case", list(EXPECT))
-def test_fault_ends_the_job_and_says_why(case):
+@pytest.mark.parametrize("case, nranks", [(c, n) for c in CASES for n in WORLDS
+                                          if n == WORLDS[0] or c in SPREAD or CUDA])
+def test_fault_ends_the_job_and_says_why(case, nranks):
+    env = dict(ENV, IRIS_DEBUG="1") if case == "bad_pointer" else ENV
     start = time.monotonic()
-    proc = run_ranks(NRANKS, WORKER, case, timeout=120, env=ENV, expect_failure=True)
+    proc = run_ranks(nranks, WORKER, case, timeout=120, env=env, expect_failure=True)
     ended, elapsed = time.time(), time.monotonic() - start
     out = proc.stdout + proc.stderr
     fault = re.search(r"^CHECK fault-at ([0-9.]+) (.*)$", proc.stdout, re.M)
     assert fault, out
     after_fault = ended - float(fault.group(1))
-    print(f"\nfault {case}: exit code {proc.returncode}, job ended {after_fault:.1f} s after the fault "
+    print(f"\nfault {case}, {nranks} ranks: exit code {proc.returncode}, job ended {after_fault:.1f} s after the fault "
           f"({elapsed:.1f} s in all)")
     assert proc.returncode != 0
     assert after_fault < 30, f"the job ended {after_fault:.1f} s after the fault\n{out}"
     assert f"CHECK timeout {TIMEOUT_S}" in proc.stdout, out
-    for pattern in EXPECT[case]:
-        assert re.search(pattern if case == "kill" else re.escape(pattern), out), f"{pattern!r} not in\n{out}"
+    for pattern in expected(case, nranks):
+        assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
     assert "went on past the barrier" not in out, out
     files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
     left = [f for f in files if os.path.exists(f)]
