@@ -12,7 +12,9 @@ How, at no measurable cost:
 - when the time is up, the program writes one report (rank, call, flag, tile, peer, values) into
   host-visible memory whose address is in the context tensor, raises the *drain* word in every
   rank's signal pad, and stops waiting. A waiting program that finds its rank's drain word raised
-  stops too and reports its own wait, so every rank that waits says what it waited for;
+  stops too and reports its own wait, so every rank that waits says what it waited for. The
+  runtime raises the drain words too, when a rank fails, so that no kernel is left spinning when
+  the job is aborted;
 - the runtime's watchdog thread reads the report from the host (no CUDA call, so it works while
   kernels spin or a graph is being captured), prints it and ends the job with ``MPI_Abort``.
 
@@ -64,6 +66,10 @@ RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "targ
 RECORD_WORDS = len(RECORD_FIELDS)
 STATE_TIMED_OUT = 1  #: this rank's wait ran out of time
 STATE_DRAINED = 2    #: this rank stopped waiting because another wait (maybe a peer's) ran out of time
+STATE_FAILED = 3     #: this rank stopped waiting because a rank failed (see the runtime's message)
+#: Values of the drain word (the state a draining wait reports is ``1 + value``).
+DRAIN_TIMED_OUT = 1  #: a wait ran out of time somewhere
+DRAIN_FAILED = 2     #: a rank failed: it raised, or its process is gone
 _STATE: tl.constexpr = tl.constexpr(0)
 _CALL: tl.constexpr = tl.constexpr(1)
 _FLAG: tl.constexpr = tl.constexpr(2)
@@ -74,7 +80,7 @@ _SEEN: tl.constexpr = tl.constexpr(6)
 _TARGET: tl.constexpr = tl.constexpr(7)
 _WAITED: tl.constexpr = tl.constexpr(8)
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
-_DRAINED: tl.constexpr = tl.constexpr(STATE_DRAINED)
+_DRAIN_TIMED_OUT: tl.constexpr = tl.constexpr(DRAIN_TIMED_OUT)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
 _CUR_RANK_AT: tl.constexpr = tl.constexpr(_layout.CUR_RANK - _layout.HEAP_BASES)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
@@ -162,16 +168,18 @@ def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, targe
     start = tl.where(start == 0, now, start)
     local = tl.load(heap_bases + me)
     drain = tl.cast(local + tl.load(trailer + HEAP_SIZE_C) + DRAIN_OFFSET_C, tl.pointer_type(tl.int32))
-    draining = tl.load(drain, volatile=True) != 0
+    reason = tl.load(drain, volatile=True)
     timed_out = now - start > limit
-    stop = (limit > 0) & (draining | timed_out)
+    stop = (limit > 0) & ((reason != 0) | timed_out)
     if stop:
-        state = tl.where(timed_out, _TIMED_OUT, _DRAINED)
+        state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
         _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, now - start)
-        if timed_out:
-            # Every rank (this one too) stops waiting and reports what it waited for.
+        if reason == 0:
+            # This wait timed out: every rank (this one too) stops waiting and reports what it
+            # waited for. A max, so that a "rank failed" already there stays.
             for r in range(num_ranks):
-                tl.atomic_xchg(drain + (tl.load(heap_bases + r) - local) // 4, 1, sem="relaxed", scope="sys")
+                tl.atomic_max(drain + (tl.load(heap_bases + r) - local) // 4, _DRAIN_TIMED_OUT, sem="relaxed",
+                              scope="sys")
     return start, stop.to(tl.int32)
 
 

@@ -5,6 +5,7 @@ Works under ``mpirun -n N`` and as plain ``python app.py`` (a world of one).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
 from dataclasses import dataclass
@@ -38,6 +39,27 @@ def bootstrap(comm: MPI.Comm | None = None) -> Bootstrap:
 
 
 _installed = False
+#: Called (best effort, in order) by a failing rank before MPI_Abort; see add_abort_hook.
+_abort_hooks: list = []
+
+
+def add_abort_hook(hook) -> None:
+    """Run ``hook()`` when this rank fails, before the job is aborted (e.g. to stop kernels that
+    wait for this rank). Exceptions in hooks are ignored: the job ends regardless."""
+    _abort_hooks.append(hook)
+
+
+def remove_abort_hook(hook) -> None:
+    with contextlib.suppress(ValueError):
+        _abort_hooks.remove(hook)
+
+
+def run_abort_hooks() -> None:
+    for hook in list(_abort_hooks):
+        try:
+            hook()
+        except Exception:  # the job is being aborted: nothing to report to
+            pass
 
 
 def install_abort_on_exception(comm: MPI.Comm) -> None:
@@ -60,6 +82,7 @@ def install_abort_on_exception(comm: MPI.Comm) -> None:
         sys.stderr.write(f"[{rank}/{size}] iris: rank {rank} failed; aborting all {size} ranks\n")
         sys.stderr.flush()
         sys.stdout.flush()
+        run_abort_hooks()
         comm.Abort(1)
 
     sys.excepthook = abort_job

@@ -39,6 +39,17 @@ class SymmetricHeap(abc.ABC):
     def close(self) -> None:
         """Unmap peers' blocks and release this rank's block. Collective: every rank calls it."""
 
+    @abc.abstractmethod
+    def write_int32(self, address: int, value: int, timeout_s: float = 1.0) -> bool:
+        """Store ``value`` into the int32 word at ``address`` (any rank's block or signal pad, as
+        mapped in this process) from the host, without waiting for this rank's kernels, which may
+        be spinning. Best effort: False if it could not be done within ``timeout_s``."""
+
+    @abc.abstractmethod
+    def read_int32(self, address: int, timeout_s: float = 1.0) -> int | None:
+        """The int32 word at ``address``, read from the host like :meth:`write_int32`; None if it
+        could not be read within ``timeout_s``."""
+
     def check_alignment(self) -> None:
         """The device layer relies on aligned bases to vectorize translated accesses."""
         for rank, base in enumerate(self.bases):

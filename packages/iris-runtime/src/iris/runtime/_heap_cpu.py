@@ -122,6 +122,14 @@ class SharedMemoryHeap(SymmetricHeap):
     def local_buffer(self) -> torch.Tensor:
         return self._local
 
+    # Every block is mapped into this process: the host reaches the words directly.
+    def write_int32(self, address: int, value: int, timeout_s: float = 1.0) -> bool:
+        ctypes.c_int32.from_address(address).value = value
+        return True
+
+    def read_int32(self, address: int, timeout_s: float = 1.0) -> int | None:
+        return ctypes.c_int32.from_address(address).value
+
     def close(self) -> None:
         self._local = None  # drop our export of the own map first, so it can be closed
         for r, mapping in enumerate(self._maps):

@@ -63,7 +63,10 @@ class _DeviceBlock:
 
 #: How long a rank waits for a GPU that MPS reports unavailable (``IRIS_DEVICE_WAIT_S``).
 DEVICE_WAIT_S = 30.0
-_DEVICE_UNAVAILABLE = 46  # CUDA_ERROR_DEVICE_UNAVAILABLE (cudaErrorDevicesUnavailable)
+# What a new MPS client gets while the server drops the clients of a killed job (measured on the
+# H200 machine): CUDA_ERROR_DEVICE_UNAVAILABLE ("busy or unavailable"), then for some seconds
+# CUDA_ERROR_UNKNOWN or CUDA_ERROR_LAUNCH_FAILED.
+_RETRY_STATUSES = (46, 999, 719)
 
 
 def wait_for_device(driver, index: int) -> None:
@@ -87,14 +90,14 @@ def wait_for_device(driver, index: int) -> None:
             if warned:
                 logger.warning("GPU %d is available after %.1f s", index, waited)
             return
-        if int(status) != _DEVICE_UNAVAILABLE or waited > limit:
+        if int(status) not in _RETRY_STATUSES or waited > limit:
             raise IrisBackendError(
                 f"cuda backend: cuDevicePrimaryCtxRetain(GPU {index}) failed with {status!r} after {waited:.0f} s; "
                 f"if MPS is running, a job that ended badly may still hold it: wait, raise IRIS_DEVICE_WAIT_S, or "
                 f"restart the daemon (echo quit | nvidia-cuda-mps-control; nvidia-cuda-mps-control -d)")
         if not warned:
-            logger.warning("GPU %d is unavailable (MPS may still be dropping the clients of a job that ended); "
-                           "waiting up to %.0f s (IRIS_DEVICE_WAIT_S)", index, limit)
+            logger.warning("GPU %d is unavailable (%s; MPS may still be dropping the clients of a job that "
+                           "ended); waiting up to %.0f s (IRIS_DEVICE_WAIT_S)", index, status, limit)
             warned = True
         time.sleep(0.5)
 
@@ -148,12 +151,46 @@ class CudaIpcHeap(SymmetricHeap):
             self._opened.append(mapped)
             self.bases[peer_rank] = mapped + peer_offset
         self._node_comm = boot.node_comm
+        self._word_stream = self._word_host = None  # for write_int32 / read_int32
         self._local = torch.as_tensor(self._block, device=self.device)
         self.check_alignment()
         logger.debug("cuda heap: %d B on %s, bases %s", size, self.device, [hex(b) for b in self.bases])
 
     def local_buffer(self) -> torch.Tensor:
         return self._local
+
+    def _word_copy(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
+        # One int32 through a pinned host word, copied on a private non-blocking stream (made on
+        # first use, kept), so it waits neither for this rank's kernels, which may be spinning,
+        # nor for the legacy default stream; polled with a deadline, since after a device fault the
+        # context may never answer. Returns the host word afterwards, None on failure.
+        _, runtime = _cuda()
+        try:
+            if self._word_stream is None:
+                self._word_stream = _check(runtime.cudaStreamCreateWithFlags(runtime.cudaStreamNonBlocking),
+                                           "cudaStreamCreateWithFlags")
+                self._word_host = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+            self._word_host.fill_(value)
+            host = self._word_host.data_ptr()
+            _check(runtime.cudaMemcpyAsync(dst or host, src or host, 4, kind, self._word_stream), "cudaMemcpyAsync")
+            deadline = time.monotonic() + timeout_s
+            while True:
+                status = runtime.cudaStreamQuery(self._word_stream)[0]
+                if int(status) == 0:
+                    return int(self._word_host[0])
+                if status != runtime.cudaError_t.cudaErrorNotReady or time.monotonic() > deadline:
+                    return None
+                time.sleep(0.001)
+        except Exception:  # best effort: this runs while a job is failing
+            return None
+
+    def write_int32(self, address: int, value: int, timeout_s: float = 1.0) -> bool:
+        _, runtime = _cuda()
+        return self._word_copy(address, 0, runtime.cudaMemcpyKind.cudaMemcpyHostToDevice, value, timeout_s) is not None
+
+    def read_int32(self, address: int, timeout_s: float = 1.0) -> int | None:
+        _, runtime = _cuda()
+        return self._word_copy(0, address, runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost, 0, timeout_s)
 
     def close(self) -> None:
         _, runtime = _cuda()

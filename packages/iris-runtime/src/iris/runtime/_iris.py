@@ -3,6 +3,7 @@ tensor kernels start from)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -13,7 +14,7 @@ from iris.device._watchdog import timeout_from_env
 
 from . import _backend
 from ._allocator import SymmetricAllocator, format_bytes
-from ._bootstrap import bootstrap
+from ._bootstrap import add_abort_hook, bootstrap, remove_abort_hook
 from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
@@ -86,7 +87,10 @@ class Iris(TensorFactories):
         logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
 
     def _start_watchdog(self, timeout_s: float) -> Watchdog:
-        watchdog = Watchdog(self.comm, self.rank, self.world_size, self.device, timeout_s)
+        watchdog = Watchdog(self.comm, self.rank, self.world_size, self.device, timeout_s, heap=self._heap,
+                            heap_size=self.heap_size, boot=self._boot)
+        add_abort_hook(watchdog.before_abort)
+        atexit.register(watchdog.mark_exit)
         write_watchdog_info(self._context, self.world_size, watchdog.timeout_ns, watchdog.address)
         return watchdog
 
@@ -257,8 +261,10 @@ class Iris(TensorFactories):
         files are already gone, and MPI stays usable."""
         if self._closed:
             return
+        self._watchdog.mark_exit()  # peers must not take this rank's end for a crash
         self.barrier()
         self._watchdog.close()
+        remove_abort_hook(self._watchdog.before_abort)
         self.tracing.close()
         self._buffer = None
         self._heap.close()

@@ -8,13 +8,27 @@ CUDA graph, and while the main thread is blocked in a synchronisation or in MPI.
 appears it prints it on stderr, waits ``GRACE_S`` so that the other ranks' reports get out too,
 and ends the whole job with ``MPI_Abort`` (exit code ``EXIT_CODE``). ``Iris.barrier()`` and
 ``Iris.close()`` also look, so a program never goes on past a wait that gave up.
+
+Two more ways a job ends without a hang, and without killing ranks whose kernels still spin
+(which leaves MPS refusing new clients for a while):
+
+- a rank that fails (an uncaught exception, or the watchdog ending the job) first raises every
+  rank's *drain* word (``drain_all``): the waiting kernels stop within a millisecond and report,
+  then ``MPI_Abort`` ends the processes;
+- the thread also watches the other ranks of its node: a rank whose process is gone without
+  having closed its context or exited normally (``NodeExitFlags``) was killed. The thread names
+  it, drains every rank and ends the job.
 """
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import os
 import sys
 import threading
 import time
+import uuid
 
 import torch
 
@@ -29,6 +43,8 @@ POLL_S = 0.05
 GRACE_S = 1.0
 #: The exit code of a job that the watchdog ended.
 EXIT_CODE = 75
+#: How long a failing rank lets the drained kernels end before it aborts the job.
+DRAIN_S = 0.3
 
 _FIELDS = device_watchdog.RECORD_FIELDS
 
@@ -52,21 +68,77 @@ def describe(words: list[int], world_size: int, timeout_s: float) -> str:
                 f"the same grid), died, or is slower than the timeout ({timeout_s:g} s) allows: raise it with "
                 f"IRIS_TIMEOUT_S or iris.runtime.iris(timeout_s=...), or set 0 to switch the watchdog off. "
                 f"Ending the job.")
-    return (f"iris watchdog: rank {r['rank']} stopped waiting after {r['waited_ns'] / 1e9:.1f} s {where}, because "
-            f"a wait timed out on some rank (its report says which).")
+    cause = ("a wait timed out on some rank (its report says which)"
+             if r["state"] == device_watchdog.STATE_DRAINED else "a rank failed (see its message)")
+    waited = r["waited_ns"] / 1e9
+    return f"iris watchdog: rank {r['rank']} stopped waiting after {waited:.1f} s {where}, because {cause}."
+
+
+def process_gone(pid: int) -> bool:
+    """True when process ``pid`` no longer runs (it does not exist, or is a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return False
+
+
+class NodeExitFlags:
+    """One int32 per rank of the node, in shared host memory: 1 once that rank has closed its
+    context or is exiting normally. Set up collectively over the node communicator."""
+
+    def __init__(self, node_comm, local_rank: int, local_size: int):
+        self.local_rank = local_rank
+        path = node_comm.bcast(f"/dev/shm/iris-exit-{uuid.uuid4().hex[:16]}" if local_rank == 0 else None)
+        if local_rank == 0:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.ftruncate(fd, 4 * local_size)
+            os.close(fd)
+        node_comm.Barrier()
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._map = mmap.mmap(fd, 4 * local_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        node_comm.Barrier()
+        if local_rank == 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self.words = memoryview(self._map).cast("i")
+
+    def mark_exit(self) -> None:
+        self.words[self.local_rank] = 1
+
+    def exited(self, local_rank: int) -> bool:
+        return self.words[local_rank] != 0
 
 
 class Watchdog:
-    """The report words of this rank and the thread that watches them."""
+    """The report words of this rank and the thread that watches them (and the node's ranks)."""
 
-    def __init__(self, comm, rank: int, world_size: int, device: torch.device, timeout_s: float):
+    def __init__(self, comm, rank: int, world_size: int, device: torch.device, timeout_s: float, heap=None,
+                 heap_size: int = 0, boot=None):
         self.comm, self.rank, self.world_size, self.timeout_s = comm, rank, world_size, timeout_s
+        self.heap, self.heap_size = heap, heap_size
         # Pinned host memory: with unified addressing its address is valid on the GPU as well.
         self.record = torch.zeros(device_watchdog.RECORD_WORDS, dtype=torch.int64,
                                   pin_memory=device.type == "cuda")
         self._words = self.record.numpy()
         self._stop = threading.Event()
+        self._closing = False
         self._thread = None
+        self.exit_flags = None
+        self._peers: list[tuple[int, int, int]] = []  # (rank, local rank, pid) of the node's other ranks
+        if boot is not None:
+            self.exit_flags = NodeExitFlags(boot.node_comm, boot.local_rank, boot.local_size)
+            node = boot.node_comm.allgather((rank, boot.local_rank, os.getpid()))
+            self._peers = [p for p in node if p[0] != rank]
         if timeout_s > 0:
             self._thread = threading.Thread(target=self._watch, name=f"iris-watchdog-{rank}", daemon=True)
             self._thread.start()
@@ -91,23 +163,66 @@ class Watchdog:
         if message is not None:
             raise IrisTimeoutError(f"{call}: {message}")
 
+    def drain_all(self, reason: int = device_watchdog.DRAIN_FAILED) -> int:
+        """Raise every rank's drain word, so that every waiting kernel stops and reports (best
+        effort; returns how many ranks' words were written)."""
+        if self.heap is None:
+            return 0
+        done = 0
+        for base in self.heap.bases:
+            done += bool(self.heap.write_int32(base + self.heap_size + device_watchdog.DRAIN_OFFSET, reason))
+        return done
+
+    def before_abort(self) -> None:
+        """What a failing rank does before ``MPI_Abort``: stop every rank's waiting kernels, and give
+        them a moment to end (a process killed while its kernels spin upsets MPS)."""
+        if self.timeout_s > 0 and not self._closing and self.drain_all() > 0:
+            time.sleep(DRAIN_S)
+
+    def _dead_peer(self) -> tuple[int, int] | None:
+        if self._closing or self.exit_flags is None:
+            return None
+        for rank, local_rank, pid in self._peers:
+            if not self.exit_flags.exited(local_rank) and process_gone(pid):
+                # the flag again: a peer that exits normally sets it before its process goes away
+                if not self.exit_flags.exited(local_rank):
+                    return rank, pid
+        return None
+
+    def _abort(self, message: str, grace: float) -> None:
+        print(message, file=sys.stderr, flush=True)
+        time.sleep(grace)
+        print(f"iris watchdog: rank {self.rank}: MPI_Abort({EXIT_CODE})", file=sys.stderr, flush=True)
+        self.comm.Abort(EXIT_CODE)
+
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
             message = self.report()
-            if message is None:
-                continue
-            print(message, file=sys.stderr, flush=True)
-            timed_out = int(self._words[0]) == device_watchdog.STATE_TIMED_OUT
-            # The rank that timed out ends the job after a grace period; the ranks it drained only
-            # if it could not (e.g. it died while aborting).
-            time.sleep(GRACE_S if timed_out else 10 * GRACE_S)
-            print(f"iris watchdog: rank {self.rank}: MPI_Abort({EXIT_CODE})", file=sys.stderr, flush=True)
-            self.comm.Abort(EXIT_CODE)
-            return
+            if message is not None:
+                # The rank that timed out ends the job after a grace period, so that the others'
+                # reports get out; the ranks it drained only if it could not.
+                timed_out = int(self._words[0]) == device_watchdog.STATE_TIMED_OUT
+                self._abort(message, GRACE_S if timed_out else 10 * GRACE_S)
+                return
+            dead = self._dead_peer()
+            if dead is not None:
+                rank, pid = dead
+                self.drain_all()
+                self._abort(f"iris watchdog: rank {rank} (pid {pid}) ended without closing its iris context "
+                            f"(killed, or crashed outside Python) while rank {self.rank} runs; ending the job.",
+                            DRAIN_S)
+                return
+
+    def mark_exit(self) -> None:
+        """This rank closes or exits normally: peers must not take its end for a crash."""
+        self._closing = True
+        if self.exit_flags is not None:
+            self.exit_flags.mark_exit()
 
     def close(self) -> None:
+        self.mark_exit()
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5 * POLL_S)
 
 
