@@ -183,3 +183,38 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
                                                             r"iris.collectives.reduce_scatter on flag 'done'"):
         dog.check("barrier()")
     dog.close()
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0"}, "12"),
+    ({"MPI_LOCALNRANKS": "4", "CUDA_VISIBLE_DEVICES": "0,1"}, "50"),
+    ({"LOCAL_WORLD_SIZE": "2", "CUDA_VISIBLE_DEVICES": "0,1"}, None),  # a GPU per rank: no share needed
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0", "IRIS_MPS_SHARE": "0"}, None),
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"},
+     "30"),  # the user's value wins
+    ({"CUDA_VISIBLE_DEVICES": "0"}, None),  # no launcher: a world of one
+])
+def test_import_gives_each_rank_its_share_of_a_shared_gpu(env, want):
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE", "IRIS_MPS_SHARE",
+                          "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_VISIBLE_DEVICES")}
+    code = ("import os, iris.runtime; print(os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE'))")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(clean, **env), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == str(want), out.stdout
+
+
+def test_share_in_effect():
+    from iris.runtime._mps_share import share_in_effect
+
+    assert share_in_effect(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12")
+        assert share_in_effect(8) and not share_in_effect(9)
+        mp.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+        assert not share_in_effect(2)

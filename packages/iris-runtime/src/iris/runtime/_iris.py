@@ -125,8 +125,12 @@ class Iris(TensorFactories):
         Such a program only finishes if the one it waits for runs at the same time, so on a GPU
         every rank's launch must be resident at once. The result is the most programs of the
         compiled kernel ``compiled`` (what a launch or ``kernel.warmup(..., grid=(1,))`` returns)
-        that fit on this GPU when all ``ranks_on_device`` ranks launch it, capped at
-        ``num_work`` (e.g. the tile count); loop over the work in the kernel (a persistent grid).
+        that fit on the SMs this rank sees, divided by the ranks on the GPU, capped at ``num_work``
+        (e.g. the tile count); loop over the work in the kernel (a persistent grid). When ranks
+        share a GPU under MPS, ``import iris.runtime`` also caps each rank at ``100 /
+        ranks_on_device`` percent of the SMs (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``; a value you
+        set wins, ``IRIS_MPS_SHARE=0`` leaves it unset): without that, 8 ranks' grids stalled on an
+        H200 (benchmarks/NOTES.md).
         On the cpu backend the interpreter runs a launch's programs one after another, so any
         grid works as long as a program waits only for programs of other ranks: it returns
         ``num_work`` and ``compiled`` may be None.
