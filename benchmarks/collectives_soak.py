@@ -21,10 +21,12 @@ import os
 import time
 
 import torch
-from mpi4py import MPI
 
-import iris.collectives as ic  # first: picks the backend (and Triton's interpreter for cpu)
+import iris.collectives as ic  # first: picks the backend (and Triton's interpreter for cpu), shares the GPU
 import iris.runtime
+
+# isort: split
+from mpi4py import MPI
 
 # isort: split
 import triton
@@ -69,6 +71,25 @@ def owned_mask(ctx, M: int, N: int, bm: int, bn: int) -> torch.Tensor:
     return mask
 
 
+def diagnose(ctx, variant: str, call: int, locks: torch.Tensor, args) -> None:
+    """``--diagnose``: once the watchdog stopped a wait (the kernels are drained then), print
+    where every tile of this rank stands (its call count and flag counters) and keep them in
+    ``<out>/soak_diag_rank<r>.pt``; then wait for the watchdog to end the job."""
+    try:
+        ctx.check_watchdog("soak")
+    except iris.runtime.IrisTimeoutError:
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        words = locks.view(-1, ic.LOCK_WORDS).cpu()
+        epochs = words[:, 3]
+        lag = (epochs < epochs.max()).nonzero().flatten().tolist()
+        print(f"DIAG {variant} rank {ctx.rank}: host at call {call + 1}, tile call counts min {int(epochs.min())} "
+              f"max {int(epochs.max())}, tiles behind: {lag[:16]}, their words (arrive, done, mutex, calls): "
+              f"{words[lag[:4]].tolist()}", flush=True)
+        torch.save(words, os.path.join(args.out, f"soak_diag_rank{ctx.rank}.pt"))
+        time.sleep(60)
+
+
 def soak(ctx, variant: str, args) -> dict:
     M, N, bm, bn = args.M, args.N, args.block_m, args.block_n
     src = ctx.zeros((M, N), dtype=torch.float32)
@@ -81,7 +102,10 @@ def soak(ctx, variant: str, args) -> dict:
                    bn)
     # the grid every rank's launch keeps resident at once (programs wait for each other's)
     probe = soak_kernel.warmup(*launch_args, grid=(1,)) if ctx.device.type == "cuda" else None
-    grid = (min(tiles, ctx.resident_grid(tiles, probe)),)
+    resident = ctx.resident_grid(tiles, probe)
+    grid = (min(tiles, resident, args.grid or tiles),)
+    if ctx.rank == 0:
+        print(f"{variant}: {tiles} tiles, resident grid {resident}, launching {grid[0]} programs per rank", flush=True)
     ctx.barrier()
     mismatches = checks = 0
     start = time.perf_counter()
@@ -90,6 +114,8 @@ def soak(ctx, variant: str, args) -> dict:
         if variant == "spinlock":
             dst.zero_()
         soak_kernel[grid](*launch_args)
+        if args.diagnose:
+            diagnose(ctx, variant, i, locks, args)
         if (i + 1) % args.check_every == 0 or i + 1 == args.calls:
             want = float((i % 13 + 1) * ctx.world_size * (ctx.world_size + 1) // 2)
             got = dst.cpu()
@@ -116,13 +142,21 @@ def main() -> None:
     p.add_argument("--N", type=int, default=1024)
     p.add_argument("--block-m", type=int, default=16)
     p.add_argument("--block-n", type=int, default=256)
+    p.add_argument("--grid", type=int, default=0, help="at most this many programs per rank (0: the resident grid)")
     p.add_argument("--quick", action="store_true", help="a few calls of a small tensor (the CPU backend)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="after each call, look whether the watchdog fired; if so print every tile's counters")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args()
     if args.quick:
         args.calls, args.check_every, args.M, args.N, args.block_m, args.block_n = 6, 3, 20, 24, 8, 16
     ctx = iris.runtime.iris(heap_size=1 << 26)
-    rows = [soak(ctx, v, args) for v in args.variants.split(",")]
+    rows = []
+    for variant in args.variants.split(","):
+        rows.append(soak(ctx, variant, args))
+        if ctx.rank == 0:
+            r = rows[-1]
+            print(f"{variant}: {r['calls']} calls in {r['seconds']:.1f} s, {r['mismatches']} mismatches", flush=True)
     if ctx.rank == 0:
         device = torch.cuda.get_device_name() if ctx.device.type == "cuda" else "cpu"
         head = (f"soak, {ctx.world_size} ranks, {ctx.backend} ({device}), {args.M}x{args.N} fp32 "
