@@ -90,6 +90,16 @@ def multirank(session: nox.Session, triton: str) -> None:
 
 
 @nox.session
+def stress(session: nox.Session) -> None:
+    """Nightly-style randomised stress of the collectives (not in the default run): 400 seeded cases
+    at 2, 3 and 4 ranks on the newest tested Triton. ``-- --triton=X`` and ``IRIS_STRESS_SEED``
+    pick others."""
+    rest = install(session, *PACKAGES, triton=TRITONS[-1])
+    env = {"IRIS_STRESS_CASES": "400", "IRIS_STRESS_WORLDS": "2,3,4"}
+    session.run("pytest", "packages/iris-collectives/tests/test_collectives_stress.py", *rest, env=env)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository."""
     session.install("ruff==0.17.6")

@@ -1,0 +1,161 @@
+"""Randomised stress of the tile all-reduces and reduce-scatter: many seeded cases, back to back.
+
+    mpiexec -n 3 python -m mpi4py stress_worker.py [cases] [seed] [batch]
+
+A seeded generator, the same on every rank, draws each case: the collective (atomic, spinlock,
+one-shot, two-shot, ring, reduce-scatter), the dtype (fp32, fp16, bf16, int32 where the collective
+takes it), the shape (1 to 40 rows, 1 to 70 columns: ragged tiles), the tile (4 to 16 rows, 8 to 32
+columns), whether the data is staged into the symmetric buffer inside the kernel, and the grid
+(1 program up to one per tile). Cases run in batches of ``batch`` launches with no barrier and no
+host synchronisation between them (different collectives, tilings and lock arrays, back to back),
+then every result of the batch is checked bit for bit against torch's fp32 sum rounded once.
+Rank 0 prints ``STRESS cases=<n> seed=<s> ... ok`` at the end; any wrong element fails with the case.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import torch
+
+import iris.collectives as ic  # imports iris.runtime first, which picks the backend
+import iris.runtime.testing
+
+# isort: split
+import triton
+import triton.language as tl
+
+ATOMIC, SPINLOCK, ONE_SHOT, TWO_SHOT, RING, REDUCE_SCATTER = range(6)
+NAMES = ("atomic", "spinlock", "one_shot", "two_shot", "ring", "reduce_scatter")
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32}
+# Integers times a power of two: exact in the dtype, and every fp32 sum of up to 4 of them is exact.
+EXACT = {torch.float32: (1 << 20, 2.0 ** -12), torch.float16: (1 << 10, 2.0 ** -8),
+         torch.bfloat16: (1 << 7, 2.0 ** -4)}
+
+
+@triton.jit
+def stress_kernel(context, inp, src, dst, locks, M, N, rank: tl.constexpr, world_size: tl.constexpr,
+                  VARIANT: tl.constexpr, STAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One collective of ``inp`` (M x N, any memory) into ``dst``; persistent grid. ``STAGE``: the
+    kernel copies its tile into the symmetric ``src`` first (else ``inp`` is ``src``)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    in_view = ic.TensorView(inp, M, N, N, 1)
+    src_view = ic.TensorView(src, M, N, N, 1)
+    dst_view = ic.TensorView(dst, M, N, N, 1)
+    tiles_n = dst_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), dst_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        data = in_view.load(view)
+        if STAGE:
+            src_view.store(view, data)
+        tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, data)
+        if VARIANT == 0:
+            ctx.all_reduce_atomic(tile, dst_view)
+        elif VARIANT == 1:
+            ctx.all_reduce_spinlock(tile, dst_view, locks)
+        elif VARIANT == 2:
+            ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
+        elif VARIANT == 3:
+            ctx.all_reduce_two_shot(view, src_view, dst_view, locks)
+        elif VARIANT == 4:
+            ctx.all_reduce_ring(view, src_view, dst_view)
+        else:
+            ctx.reduce_scatter(tile, src_view, dst_view, locks)
+
+
+def draw(rng: random.Random, backend: str) -> dict:
+    variant = rng.randrange(6)
+    dtypes = ["fp32", "fp16", "bf16", "int32"]
+    if variant in (ATOMIC, SPINLOCK) and backend == "cpu":
+        dtypes = ["fp32", "int32"]  # the interpreter has no 16-bit float atomics
+    dtype = rng.choice(dtypes)
+    M, N = rng.randint(1, 40), rng.randint(1, 70)
+    BM, BN = rng.choice((4, 8, 16)), rng.choice((8, 16, 32))
+    tiles = -(-M // BM) * -(-N // BN)
+    return {"variant": variant, "dtype": dtype, "M": M, "N": N, "BM": BM, "BN": BN,
+            "stage": variant not in (ATOMIC, SPINLOCK) and rng.random() < 0.5, "grid": rng.randint(1, tiles)}
+
+
+def rank_input(rank: int, case: dict, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 100_003 + rank)
+    dtype, shape = DTYPES[case["dtype"]], (case["M"], case["N"])
+    if dtype == torch.int32:
+        return torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int32)
+    limit, scale = EXACT[dtype]
+    return (torch.randint(-limit + 1, limit, shape, generator=g).to(torch.float32) * scale).to(dtype)
+
+
+def expected(ctx, case: dict, seed: int, out_dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the reference, where it applies) for this rank."""
+    total = sum(rank_input(r, case, seed).to(torch.float64) for r in range(ctx.world_size))
+    reference = total.to(torch.float32).to(out_dtype) if out_dtype.is_floating_point else total.to(out_dtype)
+    where = torch.ones(case["M"], case["N"], dtype=torch.bool)
+    if case["variant"] == REDUCE_SCATTER:
+        where[:] = False
+        tiles_n = -(-case["N"] // case["BN"])
+        for t in ic.reduce_scatter_tiles(ctx.rank, ic.num_tiles(case["M"], case["N"], case["BM"], case["BN"]),
+                                         ctx.world_size):
+            pm, pn = divmod(t, tiles_n)
+            where[pm * case["BM"]:(pm + 1) * case["BM"], pn * case["BN"]:(pn + 1) * case["BN"]] = True
+    return reference, where
+
+
+def out_dtype_of(case: dict):
+    dtype = DTYPES[case["dtype"]]
+    # atomic and spinlock accumulate 16-bit floats in an fp32 destination (their contract)
+    return torch.float32 if case["variant"] in (ATOMIC, SPINLOCK) and dtype in (torch.float16, torch.bfloat16) \
+        else dtype
+
+
+def run_batch(ctx, cases: list[tuple[int, dict]], seed: int) -> None:
+    state = []
+    for index, case in cases:
+        M, N = case["M"], case["N"]
+        inp = rank_input(ctx.rank, case, seed + index).to(ctx.device)
+        src = ctx.zeros((M, N), dtype=inp.dtype)
+        if not case["stage"]:
+            src.copy_(inp)
+        dst = ctx.zeros((M, N), dtype=out_dtype_of(case))
+        locks = ctx.zeros(ic.lock_words(M, N, case["BM"], case["BN"]), dtype=torch.int32)
+        state.append((index, case, inp if case["stage"] else src, src, dst, locks))
+    ctx.barrier()  # every rank's buffers exist (and are zero) before any rank's kernels reach them
+    for _index, case, inp, src, dst, locks in state:
+        stress_kernel[(case["grid"],)](ctx.get_device_context(), inp, src, dst, locks, case["M"], case["N"],
+                                       ctx.rank, ctx.world_size, case["variant"], case["stage"], case["BM"],
+                                       case["BN"])
+    # all-reduce-atomic returns before the peers' adds land (its contract: the sum is complete once
+    # every rank's call is), so wait for every rank; the others are complete when they return
+    ctx.barrier()
+    for index, case, _inp, _src, dst, _locks in state:
+        reference, where = expected(ctx, case, seed + index, dst.dtype)
+        got = dst.cpu()
+        bad = int((got[where] != reference[where]).sum())
+        if bad:
+            raise AssertionError(f"case {index} {NAMES[case['variant']]} {case}: {bad} of {int(where.sum())} elements "
+                                 f"wrong on rank {ctx.rank}")
+    ctx.barrier()  # no rank frees a buffer a peer may still read
+    for _index, _case, _inp, src, dst, locks in reversed(state):
+        for t in (locks, dst, src):
+            ctx.free(t)
+
+
+def main() -> None:
+    cases = int(sys.argv[1]) if len(sys.argv) > 1 else int(os.environ.get("IRIS_STRESS_CASES", "60"))
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ.get("IRIS_STRESS_SEED", "2026"))
+    batch = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    ctx = iris.runtime.iris(heap_size=1 << 24)
+    rng = random.Random(seed * 31 + ctx.world_size)
+    drawn = [(i, draw(rng, ctx.backend)) for i in range(cases)]
+    for start in range(0, cases, batch):
+        run_batch(ctx, drawn[start:start + batch], seed)
+    counts = {name: sum(1 for _, c in drawn if NAMES[c["variant"]] == name) for name in NAMES}
+    if ctx.rank == 0:
+        print(f"STRESS cases={cases} seed={seed} ranks={ctx.world_size} {counts} ok", flush=True)
+    ctx.close()
+
+
+if __name__ == "__main__":
+    main()
