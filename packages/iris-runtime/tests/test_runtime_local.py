@@ -160,9 +160,9 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
     from iris.device import _watchdog as device_watchdog
     from iris.runtime._watchdog import Watchdog, describe
 
-    def words(state, call, flag, rank, peer, index, seen, target, waited_ns):
+    def words(state, call, flag, rank, peer, index, seen, target, waited_ns, behind=0):
         return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
-                index, seen, target, waited_ns]
+                index, seen, target, waited_ns, behind]
 
     timed_out = describe(words(1, "iris.collectives.all_reduce_one_shot", "arrivals", 2, -1, 7, 3, 4, 5_200_000_000),
                          world_size=4, timeout_s=5)
@@ -170,6 +170,8 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
                  "it holds 3, expected >= 4", "still missing: 1 arrival(s) from the other 3 ranks", "(5 s)",
                  "IRIS_TIMEOUT_S"):
         assert text in timed_out, (text, timed_out)
+    named = describe(words(1, "iris.collectives.all_reduce_two_shot", "done", 0, -1, 2, 5, 6, 10**9, 0b1010), 4, 5)
+    assert "still missing: rank(s) 1, 3, which had not made this call on the tile" in named, named
     drained = describe(words(2, "iris.collectives.all_reduce_ring", "credit", 0, 1, 0, 0, 1, 10**9), 2, 5)
     assert "rank 0 stopped waiting after 1.0 s in iris.collectives.all_reduce_ring on flag 'credit'" in drained
     assert "still missing: peer 1" in drained and "a wait timed out on some rank" in drained

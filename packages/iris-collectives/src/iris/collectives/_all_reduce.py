@@ -96,7 +96,7 @@ def _try_lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases):
 
 
 @triton.jit
-def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index):
+def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index, calls):
     # Spin until the compare-and-swap succeeds; bounded like every wait (see wait_at_least).
     old = _try_lock(mutex, rank, peer, heap_bases)
     if DEBUG:
@@ -110,7 +110,7 @@ def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index):
             check_wait_time(start, "iris.collectives.all_reduce_spinlock", "mutex", rank, peer, index, -old, 0)
         if WATCHDOG:
             polls, since, stop = watchdog_tick(heap_bases, polls, since, "iris.collectives.all_reduce_spinlock",
-                                               "mutex", peer, index, -old, 0)
+                                               "mutex", peer, index, -old, 0, calls)
         old = _try_lock(mutex, rank, peer, heap_bases)
     tl.debug_barrier()
 
@@ -166,13 +166,14 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
         peer = (ctx.rank + i) % ctx.world_size
         if i > 0:
             wait_at_least(peer_flag(record + EPOCH, ctx.rank, peer, ctx.heap_bases), epoch, call, "entered", ctx.rank,
-                          peer, t, ctx.heap_bases)
-        _lock(record + MUTEX, ctx.rank, peer, ctx.heap_bases, t)
+                          peer, t, ctx.heap_bases, record + EPOCH)
+        _lock(record + MUTEX, ctx.rank, peer, ctx.heap_bases, t, record + EPOCH)
         current = load(dst_ptrs, ctx.rank, peer, ctx.heap_bases, mask=mask, other=0)
         store(dst_ptrs, current + contribution, ctx.rank, peer, ctx.heap_bases, mask=mask)
         signal(record + ARRIVE, ctx.rank, peer, ctx.heap_bases)
         _unlock(record + MUTEX, ctx.rank, peer, ctx.heap_bases)
-    wait_at_least(record + ARRIVE, epoch * ctx.world_size, call, "arrivals", ctx.rank, -1, t, ctx.heap_bases)
+    wait_at_least(record + ARRIVE, epoch * ctx.world_size, call, "arrivals", ctx.rank, -1, t,
+                  ctx.heap_bases, record + EPOCH)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)
 
@@ -210,11 +211,13 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t, ctx.heap_bases)
+        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
+                      ctx.heap_bases, record + EPOCH)
         acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
         tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t, ctx.heap_bases)
+        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
+                      ctx.heap_bases, record + EPOCH)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)
 
@@ -275,7 +278,8 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t, ctx.heap_bases)
+        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
+                      ctx.heap_bases, record + EPOCH)
         share = (ctx.rank + t) % ctx.world_size
         if tile.BLOCK_M % ctx.world_size == 0:
             # Equal shares: a share is itself a tile of BLOCK_M / W rows, so every thread of the
@@ -292,6 +296,7 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
             mine = mask & ((tl.arange(0, tile.BLOCK_M) // rows_per_share) == share)[:, None]
             _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t, ctx.heap_bases)
+        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
+                      ctx.heap_bases, record + EPOCH)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

@@ -8,7 +8,7 @@ from iris.device import TraceEvent, round_to
 
 from ._all_reduce import _sum_in_rank_order
 from ._dtypes import accumulator_type, check_lock_array
-from ._sync import ARRIVE, DONE, enter_tile, signal, signal_all, wait_at_least
+from ._sync import ARRIVE, DONE, EPOCH, enter_tile, signal, signal_all, wait_at_least
 
 
 @triton.jit
@@ -54,12 +54,13 @@ def reduce_scatter(ctx, tile, src_view, dst_view, locks):
         t, record, epoch = enter_tile(tile, dst_view, locks)
         owner = reduce_scatter_owner(t, dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N), ctx.world_size)
         if owner == ctx.rank:
-            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t, ctx.heap_bases)
+            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
+                          ctx.heap_bases, record + EPOCH)
             acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
             tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
             signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         else:
             signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
-            wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t, ctx.heap_bases)
+            wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t, ctx.heap_bases, record + EPOCH)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

@@ -128,7 +128,7 @@ def check_wait_time(start, call: tl.constexpr, what: tl.constexpr, rank, peer, i
 
 @triton.jit
 def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = None, rank=-1, peer=-1, index=-1,
-                  heap_bases=None):
+                  heap_bases=None, calls=None):
     """Wait until the int32 counter at ``flag`` is ``>= target``.
 
     ``flag`` is usually this rank's memory (peers add to it with :func:`signal`), but any address
@@ -142,6 +142,9 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
     (``IRIS_TIMEOUT_S``, see ``iris.device._watchdog``): past it the wait reports itself and returns
     with the flag short of its target, and the runtime ends the job. Every wait of the collectives
     passes it. Without it (or with ``IRIS_TIMEOUT_S=0``) the wait is unbounded outside debug mode.
+    ``calls``: this rank's int32 count of calls on the tile, which every rank keeps at the same
+    heap offset (the lock record's ``EPOCH`` word): the report then names the ranks that are
+    behind, i.e. never made the call.
 
     Example::
 
@@ -160,7 +163,8 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
             check_wait_time(start, call, what, rank, peer, index, seen, target)
         if WATCHDOG:
             if heap_bases is not None:
-                polls, since, stop = watchdog_tick(heap_bases, polls, since, call, what, peer, index, seen, target)
+                polls, since, stop = watchdog_tick(heap_bases, polls, since, call, what, peer, index, seen, target,
+                                                   calls)
         seen = poll(flag)
     if INTERPRETER:
         # The interpreter polls with volatile loads: confirm with one acquire read.
@@ -322,7 +326,11 @@ def device_barrier(ctx, flags, epoch=None):
     else:
         generation = epoch
     signal_all(flags, ctx.rank, ctx.world_size, ctx.heap_bases, SELF=True)
-    wait_at_least(flags, generation * ctx.world_size, "iris.collectives.device_barrier", "arrivals", ctx.rank, -1, 0,
-                  ctx.heap_bases)
+    if epoch is None:
+        wait_at_least(flags, generation * ctx.world_size, "iris.collectives.device_barrier", "arrivals", ctx.rank,
+                      -1, 0, ctx.heap_bases, flags + 1)
+    else:
+        wait_at_least(flags, generation * ctx.world_size, "iris.collectives.device_barrier", "arrivals", ctx.rank,
+                      -1, 0, ctx.heap_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

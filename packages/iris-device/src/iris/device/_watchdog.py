@@ -61,8 +61,10 @@ CHECK_POLLS: tl.constexpr = tl.constexpr(4 if INTERPRETER else 1024)
 
 #: The report: int64 words in host-visible memory (``WATCHDOG_RECORD`` in the context tensor), in
 #: this order. ``state`` is written last: 0 (nothing), STATE_TIMED_OUT or STATE_DRAINED; ``call``
-#: and ``flag`` index WAIT_CALLS and WAIT_FLAGS; ``peer`` is -1 when the wait was for several.
-RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns")
+#: and ``flag`` index WAIT_CALLS and WAIT_FLAGS; ``peer`` is -1 when the wait was for several;
+#: ``behind`` has bit r set when rank r had made fewer calls on the tile than this rank (0 when the
+#: wait has no call counter to compare).
+RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "behind")
 RECORD_WORDS = len(RECORD_FIELDS)
 STATE_TIMED_OUT = 1  #: this rank's wait ran out of time
 STATE_DRAINED = 2    #: this rank stopped waiting because another wait (maybe a peer's) ran out of time
@@ -79,6 +81,7 @@ _INDEX: tl.constexpr = tl.constexpr(5)
 _SEEN: tl.constexpr = tl.constexpr(6)
 _TARGET: tl.constexpr = tl.constexpr(7)
 _WAITED: tl.constexpr = tl.constexpr(8)
+_BEHIND: tl.constexpr = tl.constexpr(9)
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
 _DRAIN_TIMED_OUT: tl.constexpr = tl.constexpr(DRAIN_TIMED_OUT)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
@@ -131,7 +134,7 @@ def _fence_sys():
 
 
 @triton.jit
-def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, target, waited):
+def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, target, waited, behind):
     # The first program of this process to stop writes the report; the rest only stop.
     if tl.atomic_cas(drain + 1, 0, 1, sem="relaxed", scope="gpu") == 0:
         record = tl.cast(tl.load(trailer + WATCHDOG_RECORD_C), tl.pointer_type(tl.int64))
@@ -143,16 +146,32 @@ def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, ta
         tl.store(record + _SEEN, _int64(seen))
         tl.store(record + _TARGET, _int64(target))
         tl.store(record + _WAITED, _int64(waited))
+        tl.store(record + _BEHIND, _int64(behind))
         _fence_sys()
         tl.store(record + _STATE, _int64(state))
 
 
+@triton.jit
+def _ranks_behind(heap_bases, num_ranks, local, calls):
+    # Bit r set: rank r's call counter for the tile is below this rank's (0 without a counter).
+    behind = tl.full([], 0, tl.int64)
+    if calls != 0:
+        counter = tl.cast(calls, tl.pointer_type(tl.int32))
+        mine = tl.load(counter, volatile=True)
+        for r in range(num_ranks):
+            theirs = tl.load(counter + (tl.load(heap_bases + r) - local) // 4, volatile=True)
+            behind = behind | tl.where(theirs < mine, tl.full([], 1, tl.int64) << r, 0)
+    return behind
+
+
 @triton.jit(noinline=True)  # one copy per kernel, not one per wait site: waits are many, timeouts rare
-def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, target):
+def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, target, calls):
     """Look at the clock and the drain word during a wait; returns ``(start, stop)``.
 
     ``call_id`` and ``flag_id`` index WAIT_CALLS and WAIT_FLAGS (runtime values, so that one copy
-    of this function serves every wait of a kernel).
+    of this function serves every wait of a kernel). ``calls``: the address (int64) of this rank's
+    call counter for the tile, which every rank keeps at the same heap offset, or 0: a stopping
+    wait compares it with the peers' and reports the ranks that are behind (who never came).
     ``start`` is the wait's start time (0 before the first look, which sets it). ``stop`` (int32)
     is 1 when the wait must end: it has lasted longer than the context's timeout, or a wait of
     this rank already ran out of time. Stopping writes the report and, on a timeout, raises every
@@ -173,7 +192,8 @@ def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, targe
     stop = (limit > 0) & ((reason != 0) | timed_out)
     if stop:
         state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
-        _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, now - start)
+        _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, now - start,
+                _ranks_behind(heap_bases, num_ranks, local, calls))
         if reason == 0:
             # This wait timed out: every rank (this one too) stops waiting and reports what it
             # waited for. A max, so that a "rank failed" already there stays.
@@ -184,14 +204,20 @@ def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, targe
 
 
 @triton.jit
-def watchdog_tick(heap_bases, polls, start, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target):
+def watchdog_tick(heap_bases, polls, start, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target,
+                  calls=None):
     """Count one poll of a wait; every ``CHECK_POLLS`` polls, :func:`watchdog_check`. Returns
     ``(polls, start, stop)``. Start a wait with ``polls = 0``, ``start = 0`` (int64) and loop while
-    the flag is short of its target and ``stop == 0``. Per program."""
+    the flag is short of its target and ``stop == 0``. ``calls``: this rank's int32 call counter
+    for the tile (see :func:`watchdog_check`), or None. Per program."""
     polls += 1
     stop = 0
     if polls % CHECK_POLLS == 0:
         # Every argument as an int64 tensor: one specialisation of the function for all waits.
+        if calls is None:
+            address = tl.full([], 0, tl.int64)
+        else:
+            address = calls.to(tl.int64)
         start, stop = watchdog_check(heap_bases, start, _int64(_call_index(call)), _int64(_flag_index(what)),
-                                     _int64(peer), _int64(index), _int64(seen), _int64(target))
+                                     _int64(peer), _int64(index), _int64(seen), _int64(target), address)
     return polls, start, stop

@@ -54,7 +54,10 @@ def describe(words: list[int], world_size: int, timeout_s: float) -> str:
     r = dict(zip(_FIELDS, words))
     call = device_watchdog.WAIT_CALLS[r["call"]] if 0 <= r["call"] < len(device_watchdog.WAIT_CALLS) else "an iris wait"
     flag = device_watchdog.WAIT_FLAGS[r["flag"]] if 0 <= r["flag"] < len(device_watchdog.WAIT_FLAGS) else "flag"
-    if r["peer"] >= 0:
+    behind = [rank for rank in range(world_size) if r.get("behind", 0) >> rank & 1]
+    if behind:
+        peers = f"rank(s) {', '.join(map(str, behind))}, which had not made this call on the tile"
+    elif r["peer"] >= 0:
         peers = f"peer {r['peer']}"
     elif world_size == 2:
         peers = f"peer {1 - r['rank']}"
