@@ -3,13 +3,16 @@
 Import it after ``iris.runtime`` has chosen the backend (``import iris.collectives`` does that).
 Every kernel loops over its tiles with a persistent grid (``range(pid, tiles, num_programs)``), the
 way GPU kernels run them, and uses the bound form (``ctx.all_reduce_one_shot(...)``) or the free
-function (``ic.all_reduce_one_shot(ctx, ...)``) as ``BOUND`` says.
+function (``ic.all_reduce_one_shot(ctx, ...)``) as ``BOUND`` says. The ``strided_*`` kernels take
+both strides of every view (any layout) and a ``TRACE`` switch, and use the free functions;
+``view_helpers_kernel`` and ``barrier_exchange_kernel`` run one program per tile or slot.
 """
 
 import triton
 import triton.language as tl
 
 import iris.collectives as ic
+from iris.device import load
 
 # VARIANT numbers of all_reduce_kernel.
 ATOMIC, SPINLOCK, ONE_SHOT, TWO_SHOT, RING, REDUCE_SCATTER = range(6)
@@ -149,3 +152,133 @@ def all_to_all_kernel(context, src, dst, M, stride_src, stride_dst, rank: tl.con
             ctx.all_to_all(view, src_view, dst_view, N_PER_RANK)
         else:
             ic.all_to_all(ctx, view, src_view, dst_view, N_PER_RANK)
+
+
+# --- any strides: every view takes (stride_m, stride_n); free-function form; optional tracing ------
+
+@triton.jit
+def strided_all_reduce_kernel(context, inp, src, dst, locks, M, N, sim, sin, ssm, ssn, sdm, sdn,
+                              rank: tl.constexpr, world_size: tl.constexpr, VARIANT: tl.constexpr,
+                              STAGE: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr):
+    """:func:`all_reduce_kernel` on views with both strides given: ``inp`` (``sim``, ``sin``),
+    ``src`` (``ssm``, ``ssn``) and ``dst`` (``sdm``, ``sdn``), so any layout (column slices,
+    transposes, padded rows) reaches the collective as it is."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size, tracing=TRACE)
+    in_view = ic.TensorView(inp, M, N, sim, sin)
+    src_view = ic.TensorView(src, M, N, ssm, ssn)
+    dst_view = ic.TensorView(dst, M, N, sdm, sdn)
+    tiles_n = dst_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), dst_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        data = in_view.load(view)
+        if STAGE:
+            src_view.store(view, data)
+        tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, data)
+        if VARIANT == 0:
+            ic.all_reduce_atomic(ctx, tile, dst_view)
+        elif VARIANT == 1:
+            ic.all_reduce_spinlock(ctx, tile, dst_view, locks)
+        elif VARIANT == 2:
+            ic.all_reduce_one_shot(ctx, tile, src_view, dst_view, locks)
+        elif VARIANT == 3:
+            ic.all_reduce_two_shot(ctx, tile, src_view, dst_view, locks)
+        elif VARIANT == 4:
+            ic.all_reduce_ring(ctx, view, src_view, dst_view)
+        else:
+            ic.reduce_scatter(ctx, tile, src_view, dst_view, locks)
+
+
+@triton.jit
+def strided_all_gather_kernel(context, inp, dst, M_local, N_local, M, N, sim, sin, sdm, sdn, rank: tl.constexpr,
+                              world_size: tl.constexpr, DIM: tl.constexpr, TRACE: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """All-gather ``inp`` (M_local x N_local, strides ``sim``, ``sin``) into ``dst`` (M x N, strides
+    ``sdm``, ``sdn``)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size, tracing=TRACE)
+    in_view = ic.TensorView(inp, M_local, N_local, sim, sin)
+    dst_view = ic.TensorView(dst, M, N, sdm, sdn)
+    tiles_n = in_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), in_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        ic.all_gather(ctx, ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, in_view.load(view)), dst_view, DIM)
+
+
+@triton.jit
+def strided_gather_kernel(context, src, out, M, N, ssm, ssn, som, son, rank: tl.constexpr, world_size: tl.constexpr,
+                          SOURCE: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``out`` (strides ``som``, ``son``) = rank ``SOURCE``'s ``src`` (strides ``ssm``, ``ssn``)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size, tracing=TRACE)
+    src_view = ic.TensorView(src, M, N, ssm, ssn)
+    out_view = ic.TensorView(out, M, N, som, son)
+    tiles_n = src_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), src_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        out_view.store(view, ic.gather(ctx, view, src_view, SOURCE))
+
+
+@triton.jit
+def strided_all_to_all_kernel(context, src, dst, M, ssm, ssn, sdm, sdn, rank: tl.constexpr, world_size: tl.constexpr,
+                              N_PER_RANK: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr):
+    """All-to-all of ``src`` (strides ``ssm``, ``ssn``) into ``dst`` (strides ``sdm``, ``sdn``), both
+    M x world_size*N_PER_RANK."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size, tracing=TRACE)
+    src_view = ic.TensorView(src, M, world_size * N_PER_RANK, ssm, ssn)
+    dst_view = ic.TensorView(dst, M, world_size * N_PER_RANK, sdm, sdn)
+    tiles_n = ic.cdiv(N_PER_RANK, BLOCK_N)
+    for t in range(tl.program_id(0), ic.cdiv(M, BLOCK_M) * tiles_n, tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        ic.all_to_all(ctx, ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N), src_view, dst_view, N_PER_RANK)
+
+
+@triton.jit
+def view_helpers_kernel(src, dst, dst2, blocks, offsets, counts, M, N, ssm, ssn, sdm, sdn, s2m, s2n, OTHER,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Every :class:`TensorView` helper on this rank's memory, one program per tile:
+    ``dst`` = ``src`` through ``load``/``store`` (``frame``); ``dst2`` = ``src`` through
+    ``offsets``/``pointers``/``mask``; ``blocks[t]`` = tile ``t`` as ``load(other=OTHER)`` gives
+    it and ``offsets[t]`` = its ``offsets`` in ``src`` (both ``[tiles, BLOCK_M, BLOCK_N]``, dense);
+    program 0 writes ``num_tiles_m``, ``num_tiles_n`` and ``num_tiles`` into ``counts``."""
+    src_view = ic.TensorView(src, M, N, ssm, ssn)
+    dst_view = ic.TensorView(dst, M, N, sdm, sdn)
+    dst2_view = ic.TensorView(dst2, M, N, s2m, s2n)
+    t = tl.program_id(0)
+    pid_m, pid_n = ic.tile_coords(t, src_view.num_tiles_n(BLOCK_N))
+    view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+    dst_view.store(view, src_view.load(view))
+    data = tl.load(src_view.ptr + src_view.offsets(view), mask=src_view.mask(view))
+    tl.store(dst2_view.pointers(view), data, mask=dst2_view.mask(view))
+    dense = t * BLOCK_M * BLOCK_N + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(blocks + dense, src_view.load(view, other=OTHER))
+    tl.store(offsets + dense, src_view.offsets(view).to(tl.int64))
+    if t == 0:
+        tl.store(counts, src_view.num_tiles_m(BLOCK_M))
+        tl.store(counts + 1, src_view.num_tiles_n(BLOCK_N))
+        tl.store(counts + 2, src_view.num_tiles(BLOCK_M, BLOCK_N))
+
+
+# --- device barrier -------------------------------------------------------------------------------
+
+@triton.jit
+def barrier_exchange_kernel(context, buf, flags, out, value, epoch, rank: tl.constexpr, world_size: tl.constexpr,
+                            EXPLICIT: tl.constexpr, TRACE: tl.constexpr, BLOCK: tl.constexpr):
+    """Program ``p`` writes ``value + i`` into elements ``i`` of its ``BLOCK`` of this rank's ``buf``
+    (int32, symmetric), crosses :func:`device_barrier` on slot ``p`` of ``flags`` (with
+    ``epoch=epoch`` when ``EXPLICIT``, else the slot's own count), then copies its block of every
+    rank's ``buf`` into ``out[q]`` (``out``: world_size x num_programs*BLOCK, this rank's memory)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size, tracing=TRACE)
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(buf + offs, value + offs)
+    slot = flags + ic.BARRIER_WORDS * pid
+    if EXPLICIT:
+        ic.device_barrier(ctx, slot, epoch=epoch)
+    else:
+        ic.device_barrier(ctx, slot)
+    width = tl.num_programs(0) * BLOCK
+    for q in tl.static_range(world_size):
+        tl.store(out + q * width + offs, load(buf + offs, rank, q, ctx.heap_bases))
