@@ -65,6 +65,7 @@ CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_poin
 
 
 @pytest.mark.multirank
+@pytest.mark.once
 @pytest.mark.parametrize("case, nranks", [(c, n) for c in CASES for n in WORLDS
                                           if n == WORLDS[0] or c in SPREAD or CUDA])
 def test_fault_ends_the_job_and_says_why(case, nranks):

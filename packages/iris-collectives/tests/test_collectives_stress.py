@@ -21,6 +21,7 @@ WORLDS = [int(w) for w in os.environ.get("IRIS_STRESS_WORLDS", "3").split(",") i
 
 
 @pytest.mark.multirank
+@pytest.mark.once
 @pytest.mark.parametrize("nranks", WORLDS)
 def test_random_collectives_back_to_back(nranks):
     proc = run_ranks(nranks, WORKER, str(CASES), str(SEED), timeout=3000, env={"MPIEXEC_TIMEOUT": "2900"})
