@@ -18,6 +18,7 @@ WORKER = str(TESTS / "litmus_worker.py")
 
 
 @pytest.mark.multirank
+@pytest.mark.once
 def test_litmus_documented_orderings_never_violate():
     proc = run_ranks(2, WORKER, timeout=600, env=rank_env())
     results = re.findall(r"^LITMUS (\w+) (\w+) iterations=(\d+) violations=(\d+)$", proc.stdout, re.M)
