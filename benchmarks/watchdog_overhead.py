@@ -36,14 +36,15 @@ def run_once(args, timeout_s: str | None, out_dir: str) -> dict:
     env.pop("IRIS_TIMEOUT_S", None)
     if timeout_s is not None:
         env["IRIS_TIMEOUT_S"] = timeout_s
-    cmd = launcher() + ["-n", str(args.ranks), sys.executable, "-m", "mpi4py", os.path.join(HERE, "tile_collectives.py"),
-                        "--variants", args.variants, "--dtypes", "fp32", "--sizes", args.sizes, "--no-torch",
-                        "--tune", "", "--out", out_dir]
+    script = os.path.join(HERE, "tile_collectives.py")
+    cmd = launcher() + ["-n", str(args.ranks), sys.executable, "-m", "mpi4py", script, "--variants", args.variants,
+                        "--dtypes", "fp32", "--sizes", args.sizes, "--no-torch", "--tune", "", "--out", out_dir]
     if args.quick:
         cmd.append("--quick")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise SystemExit(f"tile_collectives.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"tile_collectives.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                         f"{proc.stderr[-3000:]}")
     name = next(f for f in os.listdir(out_dir) if f.endswith(".json"))
     with open(os.path.join(out_dir, name)) as f:
         return json.load(f)
