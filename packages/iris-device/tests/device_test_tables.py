@@ -14,6 +14,12 @@ COMBOS = len(SEMS) * len(SCOPES)
 #: The atomics, in the order the matrix kernels lay them out.
 OPS = ("add", "sub", "xchg", "and", "or", "xor", "min", "max", "cas")
 
+#: (op, dtype) of the exact memory-order checks: every atomic once in int32, add in fp32 too.
+EXACT_OPS = (("add", "int32"), ("add", "fp32"), ("sub", "int32"), ("xchg", "int32"), ("and", "int32"),
+             ("or", "int32"), ("xor", "int32"), ("min", "int32"), ("max", "int32"), ("cas", "int32"))
+#: Forms of a call: the bound method of DeviceContext, the free function of iris.device.
+FORMS = ("bound", "free")
+
 #: What NVIDIA supports (FACTS.md); iris.device must compile all of it for sm_90.
 ATOMIC_DTYPES = {
     "add": ["int32", "int64", "uint32", "uint64", "fp32", "fp64", "fp16", "bf16"],

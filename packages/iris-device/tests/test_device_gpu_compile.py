@@ -1,12 +1,13 @@
 """GPU-path checks that need no GPU: iris.device kernels compiled for an H200 (sm_90, PTX and ptxas)
 in a child process with Triton's interpreter off. They catch what the interpreter never sees:
-vectorization through translated pointers, atomics qualifiers, cache modifiers, compile-time
+vectorization through translated pointers, atomics qualifiers and the exact memory-model
+instructions of every atomic (barriers, semantics, scope, order), cache modifiers, compile-time
 errors, and that debug checks cost nothing when off."""
 
 from __future__ import annotations
 
 import pytest
-from device_test_tables import ATOMIC_DTYPES, ERROR_CASES, ERROR_EXPECT, SCOPES, SEMS
+from device_test_tables import ATOMIC_DTYPES, ERROR_CASES, ERROR_EXPECT, EXACT_OPS, FORMS, OPS, SCOPES, SEMS
 from iris_device_testlib import child_env, run_json_script
 
 VECTOR_OPS = ("load", "store", "get", "put", "copy_pull", "copy_push", "atomic_add")
@@ -16,11 +17,33 @@ STORE_QUALIFIER = {"None": "st.global.v4.", ".wb": "st.global.wb.v4.", ".cg": "s
                    ".cs": "st.global.cs.v4.", ".wt": "st.global.wt.v4."}
 EXPLICIT_PAIRS = sorted(f"{sem}/{scope}" for sem in SEMS if sem for scope in SCOPES if scope)
 
+#: The spec's defaults (device-context spec, atomic_*: "If not provided, the function defaults to
+#: using 'acq_rel' semantics"; scope: "'gpu' (default)").
+SPEC_DEFAULT_SEM = "acq_rel"
+SPEC_DEFAULT_SCOPE = "gpu"
+BAR = "bar.sync"
+#: The PTX operation of each (op, dtype) of the exact section: sub adds the negated value,
+#: min and max of int32 are signed, the bitwise ops, exch and cas work on bits.
+PTX_OP = {("add", "int32"): "add.u32", ("add", "fp32"): "add.f32", ("sub", "int32"): "add.u32",
+          ("xchg", "int32"): "exch.b32", ("and", "int32"): "and.b32", ("or", "int32"): "or.b32",
+          ("xor", "int32"): "xor.b32", ("min", "int32"): "min.s32", ("max", "int32"): "max.s32",
+          ("cas", "int32"): "cas.b32"}
+
 
 @pytest.fixture(scope="module")
 def compiled():
-    """Every section, compiled once (about half a minute on two cores; Triton's cache helps later)."""
-    return run_json_script("device_compile_checks.py", env=child_env(interpret=False), timeout=900)
+    """The sections but the exact ones, compiled once (a few minutes on two cores from cold, seconds
+    from Triton's cache)."""
+    return run_json_script("device_compile_checks.py", "--only", "vector,atomics,cache,errors,debug",
+                           env=child_env(interpret=False), timeout=900)
+
+
+@pytest.fixture(scope="module")
+def exact():
+    """One kernel per atomic x sem x scope x form (400) and their memory-order instructions, the
+    bare-Triton baseline and the docstrings' defaults: about a minute on two cores from cold."""
+    return run_json_script("device_compile_checks.py", "--only", "exact,triton,docs", env=child_env(interpret=False),
+                           timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +74,98 @@ def test_every_atomic_sem_scope_dtype_compiles(compiled, case):
     assert result["ok"], result.get("error")
     # None/None maps to acq_rel/gpu; every explicit pair must reach the instruction.
     assert result["pairs"] == EXPLICIT_PAIRS, result["pairs"]
+
+
+def releases(sem) -> bool:
+    return sem in ("release", "acq_rel")
+
+
+def acquires(sem) -> bool:
+    return sem in ("acquire", "acq_rel")
+
+
+def triton_orders_program(exact) -> bool:
+    """Whether this Triton brackets an ordering atomic with CTA barriers on its own.
+
+    Triton 3.9 does (a barrier before a releasing atomic, one after an acquiring one, whatever the
+    scope); Triton 3.6 emits the bare atom. iris.device adds its own barriers either way (3.6 needs
+    them), so on 3.9 they come in pairs. Read from a bare ``tl.atomic_add`` (section ``triton``)
+    rather than from the version number; an unknown third form fails here, loudly, instead of in
+    every case below."""
+    bare = exact["triton"]["release/sys"]
+    known = {(): False, (BAR,): True}
+    before = tuple(bare[:-1])
+    assert bare[-1:] == ["atom.release.sys.add.u32"] and before in known, (
+        f"Triton {exact['triton']['version']} lowers a bare release atomic to {bare}: a form these checks do not "
+        f"know (Triton 3.6: the atom alone; 3.9: a CTA barrier, then the atom)")
+    return known[before]
+
+
+def expected_order(ptx_op: str, sem, scope, triton_own: bool, iris_own: bool = True) -> list[str]:
+    """The exact memory-model instructions of one atomic (one element per thread).
+
+    ``None`` means the spec's defaults (acq_rel, gpu), and the semantics and scope reach the atom
+    unchanged. iris.device's atomics act for the whole program (their docstring: "a releasing
+    atomic orders every earlier access of the program's threads before it, an acquiring one every
+    later access after it"). On the GPU a program is many threads and each element's atomic is
+    issued by one of them, so that takes a CTA barrier before a releasing atomic (the other
+    threads' earlier accesses then happen before it) and one after an acquiring atomic (the other
+    threads' later accesses happen after it): release = [bar, atom], acquire = [atom, bar],
+    acq_rel = both, relaxed = the atom alone. Triton's own barriers (``triton_own``) sit between
+    iris.device's and the atom.
+    """
+    sem = sem or SPEC_DEFAULT_SEM
+    scope = scope or SPEC_DEFAULT_SCOPE
+    before = [BAR] * (iris_own * releases(sem) + triton_own * releases(sem))
+    after = [BAR] * (triton_own * acquires(sem) + iris_own * acquires(sem))
+    return [*before, f"atom.{sem}.{scope}.{ptx_op}", *after]
+
+
+def test_atomic_docstrings_state_the_spec_defaults(exact):
+    # The docstrings say "(None = "acq_rel")" and "(None = "gpu")": the spec's defaults, which the
+    # exact checks below hold the PTX to.
+    want = {"sem": SPEC_DEFAULT_SEM, "scope": SPEC_DEFAULT_SCOPE}
+    assert exact["docs"] == {op: want for op in OPS}, exact["docs"]
+
+
+def test_bare_triton_atomics_are_lowered_as_known(exact):
+    # What Triton itself emits for tl.atomic_add(sem, scope) in the exact kernels' shape: the
+    # baseline that iris.device's barriers are added to.
+    triton_own = triton_orders_program(exact)
+    wrong = {}
+    for sem in SEMS:
+        for scope in SCOPES:
+            got = exact["triton"][f"{sem}/{scope}"]
+            want = expected_order("add.u32", sem, scope, triton_own, iris_own=False)
+            if got != want:
+                wrong[f"{sem}/{scope}"] = (got, want)
+    assert not wrong, "\n".join(f"{k}: got {g}, want {w}" for k, (g, w) in wrong.items())
+
+
+@pytest.mark.parametrize("op_dtype", [f"{op}/{dt}" for op, dt in EXACT_OPS])
+def test_each_atomic_has_exactly_its_memory_order(exact, op_dtype):
+    # One atomic per kernel, every sem x scope, bound and free: the exact ordered CTA barriers,
+    # fences and atomics (semantics, scope, operation), not the set over a kernel. Catches a
+    # default that is not acq_rel/gpu, a sem or scope that reaches the PTX changed, and a lost
+    # (or extra) program-wide barrier.
+    op, dtype = op_dtype.split("/")
+    triton_own = triton_orders_program(exact)
+    wrong = {}
+    for form in FORMS:
+        for sem in SEMS:
+            for scope in SCOPES:
+                key = f"{op_dtype}/{form}/{sem}/{scope}"
+                want = expected_order(PTX_OP[op, dtype], sem, scope, triton_own)
+                got = exact["exact"][key]
+                if got != want:
+                    wrong[key] = (got, want)
+    assert not wrong, f"{len(wrong)} of {len(FORMS) * len(SEMS) * len(SCOPES)} cases differ:\n" + "\n".join(
+        f"{k}: got {g}, want {w}" for k, (g, w) in wrong.items())
+
+
+def test_exact_section_covers_every_atomic(exact):
+    assert {op for op, _ in EXACT_OPS} == set(OPS)
+    assert len(exact["exact"]) == len(EXACT_OPS) * len(FORMS) * len(SEMS) * len(SCOPES)
 
 
 def test_cache_modifiers_reach_the_ptx(compiled):
