@@ -4,6 +4,11 @@ Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_collective
 it). Prints one JSON object as its last line: per case, whether it compiled, the error if not, and
 counts of instructions the tests judge (vector loads and stores, system-scope release and acquire
 atomics, traps, device prints).
+
+With ``--order``: instead, purpose-built kernels with one flag operation (signal, wait, barrier,
+lock, ...) or one collective call each, and the exact ordered memory-model instructions of each
+(CTA barriers, fences, atomics, acquire loads; see :func:`memory_order`), plus what Triton emits
+for a bare release atomic (its own barriers differ between versions).
 """
 
 from __future__ import annotations
@@ -22,8 +27,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "wor
 
 import collective_kernels as K  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+
+import iris.collectives as ic  # noqa: E402
+from iris.collectives import _all_reduce as AR  # noqa: E402
+from iris.collectives import _sync as S  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32"}
@@ -37,6 +47,84 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     options = {"debug": bool(triton.knobs.runtime.debug)}
     return triton.compile(src, target=TARGET, options=options).asm["ptx"]
+
+
+# The memory-model instructions of a kernel, in program (text) order, normalized so that Triton 3.6
+# and 3.9 read the same where they mean the same (iris-device's compile checks parse the same way;
+# each package's tests stand alone):
+#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands)
+#   "fence.acq_rel.sys", "membar.gl"    fences, as written
+#   "atom.<sem>.<scope>.<op>.<type>"    atom and red (3.9 writes red where the old value is unused;
+#                                       same ordering), qualifiers in one order, state space dropped,
+#                                       "-" for a missing sem or scope qualifier
+#   "ld.acquire.sys", "ld.volatile"     loads and stores with a memory-order qualifier
+#   "loop{" ... "}"                     the body of a loop (a label with a branch back to it)
+# Predicates (which threads execute an instruction) are dropped: Triton 3.6 and 3.9 spell thread
+# 0's predicate differently.
+_ORDER_SEMS = ("relaxed", "acquire", "release", "acq_rel")
+_ORDER_SCOPES = ("cta", "gpu", "sys")
+_ORDER_TOKEN = re.compile(
+    r"(?<![\w.%$])(?:"
+    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync)\b"
+    r"|(?P<fence>(?:fence|membar)\.[\w.]+)"
+    r"|(?P<atom>(?:atom|red)\.[\w.]+)"
+    r"|(?P<ldst>(?:ld|st)\.[\w.]*?\b(?:acquire|release|relaxed|volatile)\b[\w.]*)"
+    r"|bra(?:\.uni)?\s+(?P<target>\$L__BB\w+)"
+    r")")
+_ORDER_LABEL = re.compile(r"^(\$L__BB\w+):")
+
+
+def _order_atom(text: str) -> str:
+    parts = text.split(".")[1:]
+    sem = next((p for p in parts if p in _ORDER_SEMS), "-")
+    scope = next((p for p in parts if p in _ORDER_SCOPES), "-")
+    rest = [p for p in parts if p not in _ORDER_SEMS and p not in _ORDER_SCOPES and p != "global"]
+    return ".".join(["atom", sem, scope, *rest])
+
+
+def _order_ldst(text: str) -> str:
+    parts = text.split(".")
+    sem = next(p for p in parts if p in _ORDER_SEMS or p == "volatile")
+    scope = [p for p in parts if p in _ORDER_SCOPES][:1]
+    return ".".join([parts[0], sem, *scope])
+
+
+def memory_order(ptx: str) -> list[str]:
+    """The kernel's memory-model instructions in order (see the table above)."""
+    items: list[tuple[str, str]] = []  # (kind, text): "op", "label" or "branch"
+    for line in ptx.splitlines():
+        text = line.split("//")[0].strip()
+        if not text or text.startswith("."):
+            continue
+        label = _ORDER_LABEL.match(text)
+        if label:
+            items.append(("label", label.group(1)))
+            continue
+        for m in _ORDER_TOKEN.finditer(text):  # several per line inside inline-asm blocks
+            if m.group("bar"):
+                items.append(("op", "bar.sync"))
+            elif m.group("fence"):
+                items.append(("op", m.group("fence")))
+            elif m.group("atom"):
+                items.append(("op", _order_atom(m.group("atom"))))
+            elif m.group("ldst"):
+                items.append(("op", _order_ldst(m.group("ldst"))))
+            else:
+                items.append(("branch", m.group("target")))
+    defined = {text: i for i, (kind, text) in enumerate(items) if kind == "label"}
+    opens: dict[int, int] = {}
+    closes: dict[int, int] = {}
+    for i, (kind, text) in enumerate(items):
+        if kind == "branch" and defined.get(text, i) < i:  # a branch back: a loop from the label to here
+            opens[defined[text]] = opens.get(defined[text], 0) + 1
+            closes[i] = closes.get(i, 0) + 1
+    out: list[str] = []
+    for i, (kind, text) in enumerate(items):
+        out += ["loop{"] * opens.get(i, 0)
+        if kind == "op":
+            out.append(text)
+        out += ["}"] * closes.get(i, 0)
+    return out
 
 
 def one_thread_predicates(ptx: str) -> set:
@@ -69,11 +157,31 @@ def single_thread_ops(ptx: str, op: str) -> int:
     return sum(1 for p in re.findall(rf"@(%p\d+) {op}\.global", ptx) if p in one)
 
 
+WATCHDOG_FUNC = re.compile(r"^\.func[^\n]*watchdog_check[^\n]*\($.*?^\}$", re.M | re.S)
+
+
+def without_watchdog(ptx: str) -> tuple[str, int]:
+    """``ptx`` without the body of the watchdog's out-of-line check (``iris.device._watchdog``:
+    the slow path of a wait that ran out of time, one copy per kernel), and how many bodies there
+    were. Its report stores, claim and drain atomics run only when a wait gives up; the tests
+    below are about the protocol the collectives run every call."""
+    bodies = WATCHDOG_FUNC.findall(ptx)
+    return WATCHDOG_FUNC.sub("", ptx), len(bodies)
+
+
 def summary(ptx: str) -> dict:
+    # No barrier count: in these kernels Triton's own barriers (layout conversions, shared-memory
+    # hand-overs) mix with the protocol's, differently per Triton version; --order checks every
+    # barrier exactly on kernels with one operation each.
     # ``red`` is an atomic whose old value is unused; Triton 3.9 emits it where 3.6 emits ``atom``
     # (same qualifiers, same ordering), so both count as atomics everywhere below.
+    calls_to_watchdog = len(re.findall(r"call(?:\.uni)?\s[^;]*watchdog_check", ptx))
+    ptx, watchdog_bodies = without_watchdog(ptx)
     atoms = re.findall(r"\b(atom|red)\.([\w.]+)", ptx)
     return {
+        "watchdog_bodies": watchdog_bodies,
+        "watchdog_calls": calls_to_watchdog,
+        "globaltimer_reads": ptx.count("%globaltimer"),
         "ld_v4": len(re.findall(r"ld\.global(\.\w+)*\.v4\.", ptx)),
         "st_v4": len(re.findall(r"st\.global(\.\w+)*\.v4\.", ptx)),
         "release_sys": sum(1 for _, q in atoms if "sys" in q and "release" in q),
@@ -81,7 +189,6 @@ def summary(ptx: str) -> dict:
         "atomics": sorted({f"{a}.{q}" for a, q in atoms}),
         "traps": ptx.count("trap;"),
         "prints": ptx.count("vprintf"),
-        "bar_sync": ptx.count("bar.sync"),
         "single_thread_stores": single_thread_ops(ptx, "st"),
         "single_thread_atomics": single_thread_ops(ptx, "(?:atom|red)"),
         "acquire_polls_all_threads": len(re.findall(r"^\s*ld\.acquire\.sys\.global\.b32", ptx, re.M)),
@@ -151,15 +258,112 @@ def cases(debug: bool) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# --order: one flag operation or one collective call per kernel, its memory-model instructions
+
+ORDER_WORLD = 4
+ORDER_RANK = 1
+#: The flag operations of iris.collectives._sync (and the spinlock's lock and unlock).
+ORDER_SYNC = ("signal", "signal_all", "wait_at_least", "device_barrier", "device_barrier_epoch", "next_epoch",
+              "lock", "unlock")
+#: The collectives, one call on one 32 x 64 tile; the ring in bf16 too (its fp32 partial sum then
+#: travels as two 16-bit pieces, with a credit in between).
+ORDER_COLLECTIVES = ("all_reduce_atomic/fp32", "all_reduce_spinlock/fp32", "all_reduce_one_shot/fp32",
+                     "all_reduce_two_shot/fp32", "all_reduce_ring/fp32", "all_reduce_ring/bf16",
+                     "reduce_scatter/fp32", "all_gather/fp32", "gather/fp32", "all_to_all/fp32")
+
+
+@triton.jit
+def sync_kernel(context, flags, rank: tl.constexpr, world_size: tl.constexpr, OP: tl.constexpr):
+    """Exactly one flag operation, ``OP``, on ``flags`` (towards the next rank where it has a peer)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    peer: tl.constexpr = (rank + 1) % world_size
+    if OP == "signal":
+        ic.signal(flags, ctx.rank, peer, ctx.heap_bases)
+    elif OP == "signal_all":
+        S.signal_all(flags, ctx.rank, ctx.world_size, ctx.heap_bases)
+    elif OP == "wait_at_least":
+        ic.wait_at_least(flags, 3)
+    elif OP == "device_barrier":
+        ic.device_barrier(ctx, flags)
+    elif OP == "device_barrier_epoch":
+        ic.device_barrier(ctx, flags, 5)
+    elif OP == "next_epoch":
+        tl.store(flags + 8, S.next_epoch(flags + 4))
+    elif OP == "lock":
+        # the last argument: the call counter the watchdog reports (compiled out with IRIS_TIMEOUT_S=0)
+        AR._lock(flags, ctx.rank, peer, ctx.heap_bases, 0, flags + S.EPOCH)
+    else:
+        tl.static_assert(OP == "unlock")
+        AR._unlock(flags, ctx.rank, peer, ctx.heap_bases)
+
+
+@triton.jit
+def collective_kernel(context, src, dst, locks, M, N, stride, rank: tl.constexpr, world_size: tl.constexpr,
+                      OP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Exactly one collective call, ``OP``, on this program's tile (no loop over tiles)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    src_view = ic.TensorView(src, M, N, stride, 1)
+    dst_view = ic.TensorView(dst, M, N, stride, 1)
+    view = ic.TileView(tl.program_id(0), tl.program_id(1), BLOCK_M, BLOCK_N)
+    tile = ic.Tile(view.pid_m, view.pid_n, BLOCK_M, BLOCK_N, src_view.load(view))
+    if OP == "all_reduce_atomic":
+        ic.all_reduce_atomic(ctx, tile, dst_view)
+    elif OP == "all_reduce_spinlock":
+        ic.all_reduce_spinlock(ctx, tile, dst_view, locks)
+    elif OP == "all_reduce_one_shot":
+        ic.all_reduce_one_shot(ctx, tile, src_view, dst_view, locks)
+    elif OP == "all_reduce_two_shot":
+        ic.all_reduce_two_shot(ctx, tile, src_view, dst_view, locks)
+    elif OP == "all_reduce_ring":
+        ic.all_reduce_ring(ctx, view, src_view, dst_view)
+    elif OP == "reduce_scatter":
+        ic.reduce_scatter(ctx, tile, src_view, dst_view, locks)
+    elif OP == "all_gather":
+        ic.all_gather(ctx, tile, dst_view, 0)
+    elif OP == "gather":
+        tl.store(dst + view.rows()[:, None] * stride + view.cols()[None, :], ic.gather(ctx, view, src_view, 0))
+    else:
+        tl.static_assert(OP == "all_to_all")
+        ic.all_to_all(ctx, view, src_view, dst_view, BLOCK_N)
+
+
+@triton.jit
+def bare_release_kernel(flag):
+    """A scalar release add with Triton alone, as ``signal`` makes it: what Triton adds by itself."""
+    tl.atomic_add(flag, 1, sem="release", scope="sys")
+
+
+def order_case(case: str) -> dict:
+    name, _, dtype = case.partition("/")
+    const = {"rank": ORDER_RANK, "world_size": ORDER_WORLD, "OP": name}
+    try:
+        if case == "bare_release":
+            ptx = compile_ptx(bare_release_kernel, {"flag": "*i32"}, {})
+        elif name in ORDER_SYNC:
+            ptx = compile_ptx(sync_kernel, {"context": "*i64", "flags": "*i32"}, const)
+        else:
+            sig = {"context": "*i64", "src": PTR[dtype], "dst": PTR[dtype], "locks": "*i32", "M": "i32", "N": "i32",
+                   "stride": "i32"}
+            if name == "all_reduce_spinlock":
+                sig["dst"] = PTR["fp32"]
+            ptx = compile_ptx(collective_kernel, sig, {**const, "BLOCK_M": 32, "BLOCK_N": 64},
+                              aligned=("src", "dst", "locks", "N", "stride"))
+        return {"ok": True, "order": memory_order(ptx)}
+    except Exception as exc:  # reported to the test, which shows it
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    parser.add_argument("--order", action="store_true", help="the exact memory-order kernels only")
     args = parser.parse_args()
     debug = bool(triton.knobs.runtime.debug)
-    todo = cases(debug)
+    todo = ["bare_release", *ORDER_SYNC, *ORDER_COLLECTIVES] if args.order else cases(debug)
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = dict(zip(todo, pool.map(run_case, todo)))
-    print(json.dumps({"debug": debug, "results": results}))
+        results = dict(zip(todo, pool.map(order_case if args.order else run_case, todo)))
+    print(json.dumps({"debug": debug, "triton": triton.__version__, "results": results}))
 
 
 if __name__ == "__main__":

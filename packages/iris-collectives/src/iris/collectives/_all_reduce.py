@@ -158,8 +158,10 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
     t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
     record = locks + t * LOCK_WORDS_C
     # The call count is read by peers: count it with a release at system scope (next_epoch's
-    # relaxed add would do for this rank alone, as in the other collectives). One thread adds and
-    # every thread gets the same result (see _sync.advance).
+    # relaxed add would do for this rank alone, as in the other collectives), after a CTA barrier,
+    # so that it releases every thread's earlier accesses to this tile, not only thread 0's (as
+    # signal does). One thread adds and every thread gets the same result (see _sync.advance).
+    tl.debug_barrier()
     epoch = tl.atomic_add(record + EPOCH, 1, sem="release", scope="sys") + 1
     contribution = round_to(tile.data, dst_ty)
     for i in tl.static_range(ctx.world_size):
