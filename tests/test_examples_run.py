@@ -33,7 +33,7 @@ CASES = {
                                               ("atomic", "spinlock", "one_shot", "two_shot", "ring")],
     ),
     "03_gemm_all_gather.py": (
-        ["--m", "64", "--n", "96", "--k", "40"],
+        ["--m", "96", "--n", "96", "--k", "40"],  # 96 splits evenly over 1, 2, 3 and 4 ranks
         [r"GEMM \+ all-gather: {n} ranks"] + [rf"(?m)^  dim {d}, {m} +correct " for d in (0, 1)
                                               for m in ("collective", "stores")],
     ),
