@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,11 +111,13 @@ def run_check(check: tuple[str, ...], root: str, env: dict[str, str]) -> tuple[b
         nranks, rest = check[1], check[2:]
         scenarios = [a for a in rest if "=" not in a]
         full.update(dict(a.split("=", 1) for a in rest if "=" in a))
-        sys.path.insert(0, os.path.join(pkgs, "iris-runtime", "src"))
-        from iris.runtime.testing import launcher
-
+        # the launcher of iris.runtime.testing, asked in a child (importing iris here would fix
+        # Triton's mode in this process)
+        code = "import shlex; from iris.runtime.testing import launcher; print(shlex.join(launcher()))"
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=True)
         worker = os.path.join(pkgs, "iris-collectives", "tests", "workers", "collectives_worker.py")
-        cmd = launcher() + ["-n", nranks, sys.executable, "-m", "mpi4py", worker, *scenarios]
+        cmd = shlex.split(found.stdout.strip().splitlines()[-1]) + ["-n", nranks, sys.executable, "-m", "mpi4py",
+                                                                    worker, *scenarios]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=root, timeout=1800)
     tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
