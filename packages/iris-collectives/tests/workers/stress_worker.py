@@ -24,46 +24,13 @@ import iris.collectives as ic  # imports iris.runtime first, which picks the bac
 import iris.runtime.testing
 
 # isort: split
-import triton
-import triton.language as tl
+from collective_kernels import ATOMIC, REDUCE_SCATTER, SPINLOCK, VARIANT_NAMES, all_reduce_kernel
 
-ATOMIC, SPINLOCK, ONE_SHOT, TWO_SHOT, RING, REDUCE_SCATTER = range(6)
-NAMES = ("atomic", "spinlock", "one_shot", "two_shot", "ring", "reduce_scatter")
+NAMES = tuple(VARIANT_NAMES[v].removeprefix("all_reduce_") for v in range(6))
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "int32": torch.int32}
 # Integers times a power of two: exact in the dtype, and every fp32 sum of up to 4 of them is exact.
 EXACT = {torch.float32: (1 << 20, 2.0 ** -12), torch.float16: (1 << 10, 2.0 ** -8),
          torch.bfloat16: (1 << 7, 2.0 ** -4)}
-
-
-@triton.jit
-def stress_kernel(context, inp, src, dst, locks, M, N, rank: tl.constexpr, world_size: tl.constexpr,
-                  VARIANT: tl.constexpr, STAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One collective of ``inp`` (M x N, any memory) into ``dst``; persistent grid. ``STAGE``: the
-    kernel copies its tile into the symmetric ``src`` first (else ``inp`` is ``src``)."""
-    ctx = ic.DeviceContext.initialize(context, rank, world_size)
-    in_view = ic.TensorView(inp, M, N, N, 1)
-    src_view = ic.TensorView(src, M, N, N, 1)
-    dst_view = ic.TensorView(dst, M, N, N, 1)
-    tiles_n = dst_view.num_tiles_n(BLOCK_N)
-    for t in range(tl.program_id(0), dst_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
-        pid_m, pid_n = ic.tile_coords(t, tiles_n)
-        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        data = in_view.load(view)
-        if STAGE:
-            src_view.store(view, data)
-        tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, data)
-        if VARIANT == 0:
-            ctx.all_reduce_atomic(tile, dst_view)
-        elif VARIANT == 1:
-            ctx.all_reduce_spinlock(tile, dst_view, locks)
-        elif VARIANT == 2:
-            ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)
-        elif VARIANT == 3:
-            ctx.all_reduce_two_shot(view, src_view, dst_view, locks)
-        elif VARIANT == 4:
-            ctx.all_reduce_ring(view, src_view, dst_view)
-        else:
-            ctx.reduce_scatter(tile, src_view, dst_view, locks)
 
 
 def draw(rng: random.Random, backend: str) -> dict:
@@ -123,9 +90,10 @@ def run_batch(ctx, cases: list[tuple[int, dict]], seed: int) -> None:
         state.append((index, case, inp if case["stage"] else src, src, dst, locks))
     ctx.barrier()  # every rank's buffers exist (and are zero) before any rank's kernels reach them
     for _index, case, inp, src, dst, locks in state:
-        stress_kernel[(case["grid"],)](ctx.get_device_context(), inp, src, dst, locks, case["M"], case["N"],
-                                       ctx.rank, ctx.world_size, case["variant"], case["stage"], case["BM"],
-                                       case["BN"])
+        M, N = case["M"], case["N"]
+        all_reduce_kernel[(case["grid"],)](ctx.get_device_context(), inp, src, dst, locks, M, N, N, N, N, ctx.rank,
+                                           ctx.world_size, case["variant"], True, case["stage"], False, case["BM"],
+                                           case["BN"])
     # all-reduce-atomic returns before the peers' adds land (its contract: the sum is complete once
     # every rank's call is), so wait for every rank; the others are complete when they return
     ctx.barrier()
