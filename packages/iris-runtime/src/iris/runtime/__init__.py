@@ -9,10 +9,6 @@ Importing this package picks the backend (``IRIS_BACKEND``: auto, cuda or cpu) a
 backend, switches Triton's interpreter on before any kernel is defined.
 """
 
-from ._mps_share import share_gpu_at_import
-
-share_gpu_at_import()  # before anything initialises CUDA (see _mps_share)
-
 from ._backend import prepare_interpreter_at_import
 
 # Before anything imports iris.device or the user defines kernels (see _backend).

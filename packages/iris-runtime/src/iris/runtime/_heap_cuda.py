@@ -19,7 +19,6 @@ from ._bootstrap import Bootstrap
 from ._errors import IrisBackendError
 from ._heap import SymmetricHeap
 from ._logging import logger
-from ._mps_share import VARIABLE, share_in_effect
 
 
 def _cuda():
@@ -120,10 +119,6 @@ class CudaIpcHeap(SymmetricHeap):
         self.device = torch.device("cuda", index)
         self.ranks_on_device = len(range(index, boot.local_size, count))  # local ranks r with r % count == index
         self.size = size
-        if not share_in_effect(self.ranks_on_device):
-            logger.warning("%d ranks share %s without an SM share each (%s): grids that wait for each "
-                           "other stalled under MPS so; import iris.runtime before anything uses CUDA, or set %s=%d",
-                           self.ranks_on_device, self.device, VARIABLE, VARIABLE, 100 // self.ranks_on_device)
         wait_for_device(driver, index)
         torch.cuda.set_device(self.device)
         _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")

@@ -122,15 +122,16 @@ class Iris(TensorFactories):
     def resident_grid(self, num_work: int, compiled=None) -> int:
         """Programs per rank for a launch whose programs wait for programs of other ranks.
 
-        Such a program only finishes if the one it waits for runs at the same time, so on a GPU
-        every rank's launch must be resident at once. The result is the most programs of the
-        compiled kernel ``compiled`` (what a launch or ``kernel.warmup(..., grid=(1,))`` returns)
-        that fit on the SMs this rank sees, divided by the ranks on the GPU, capped at ``num_work``
-        (e.g. the tile count); loop over the work in the kernel (a persistent grid). When ranks
-        share a GPU under MPS, ``import iris.runtime`` also caps each rank at ``100 /
-        ranks_on_device`` percent of the SMs (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``; a value you
-        set wins, ``IRIS_MPS_SHARE=0`` leaves it unset): without that, 8 ranks' grids stalled on an
-        H200 (benchmarks/NOTES.md).
+        Such a program only finishes if the one it waits for runs at the same time, so no rank's
+        programs may wait forever for SMs that other ranks' waiting programs hold. With one rank
+        per GPU the result is the most programs of the compiled kernel ``compiled`` (what a launch
+        or ``kernel.warmup(..., grid=(1,))`` returns) that fit on the GPU at once; with several
+        ranks on one GPU it is one program per SM shared out among them (``SMs //
+        ranks_on_device``), which makes a stall impossible whatever MPS does with the blocks of
+        several processes (the argument is in ``iris.runtime._residency``; grids sized for full SMs
+        stalled on an H200 with 8 ranks, benchmarks/NOTES.md). Capped at ``num_work`` (e.g. the
+        tile count): loop over the work in the kernel (a persistent grid). Launch such kernels of a
+        rank on one stream: two of them waiting at once on different streams count twice.
         On the cpu backend the interpreter runs a launch's programs one after another, so any
         grid works as long as a program waits only for programs of other ranks: it returns
         ``num_work`` and ``compiled`` may be None.

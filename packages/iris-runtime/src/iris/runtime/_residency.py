@@ -2,9 +2,24 @@
 
 A program that spins on a flag raised by a program of another rank only finishes if that program
 runs at the same time. A GPU starts the programs of a launch as resources free up, so every
-program that waits must be resident together with every program it waits for, on every rank
-that shares the GPU. These helpers compute that limit from a compiled kernel's registers, warps
-and shared memory and the device's per-SM limits.
+program that waits must be able to become resident while every program it waits for is resident.
+
+One rank per GPU: the only waiting programs on the GPU are this rank's, all of one kernel, and
+the GPU packs identical programs as tightly as their registers, warps and shared memory allow, so
+the grid may fill every SM (``programs_per_sm`` x SMs).
+
+Several ranks on one GPU (MPS): the programs of different processes do not pack like programs of
+one launch. Measured on an H200 with 8 ranks (benchmarks/NOTES.md), grids of 49 programs each
+(392 of the 396 that the per-SM arithmetic allows) stalled after 8 to 300 back-to-back calls: some
+ranks' kernels did not start while the others' programs spun, though the arithmetic said they
+fit. How MPS places blocks of several clients on an SM (shared-memory carve-outs, per-client
+state) is not documented well enough to rely on, so the grid is sized by an argument that needs
+none of it: at most ``SMs // ranks_on_device`` programs per rank. Then the waiting programs of
+all the ranks on the GPU number at most one per SM, so while any of them is not yet resident
+some SM holds no waiting program; the work on that SM (other kernels, which do not wait) ends,
+and an empty SM takes any program that fits on an SM at all. No placement policy can deadlock
+that. A cap set with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` shrinks the SM count each process
+sees, and the same argument holds inside each process's share.
 """
 
 from __future__ import annotations
@@ -61,17 +76,28 @@ def fit_per_sm(regs: int, warps: int, shared: int, props) -> int:
     return min(by_regs, by_threads, by_smem, _MAX_BLOCKS_PER_SM)
 
 
+def waiting_programs_limit(per_sm: int, sms: int, ranks_on_device: int) -> int:
+    """The most programs per rank that may wait for other ranks' programs (see the module doc):
+    every SM full (``per_sm * sms``) for one rank per GPU, one program per SM shared out among
+    the ranks (``sms // ranks_on_device``) when several ranks share it. 0: not even one fits."""
+    if per_sm < 1:
+        return 0
+    return per_sm * sms if ranks_on_device <= 1 else sms // ranks_on_device
+
+
 def resident_grid(compiled, num_work: int, device: torch.device, ranks_on_device: int) -> int:
-    """Programs per rank such that every rank's launch of ``compiled`` is resident at once.
+    """Programs per rank such that no rank's launch of ``compiled`` can wait forever for SMs that
+    the other ranks' waiting programs hold (see the module doc).
 
     ``num_work`` is the most programs that have work (e.g. the tile count); the result never
     exceeds it. Raises :class:`IrisUsageError` when not even one program per rank fits.
     """
     per_sm = _programs_per_sm(compiled, device, "resident_grid()")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    fits = per_sm * sms // ranks_on_device
+    fits = waiting_programs_limit(per_sm, sms, ranks_on_device)
     if fits < 1:
         raise IrisUsageError(
-            f"resident_grid(): {ranks_on_device} ranks share {device}, which holds {per_sm * sms} programs of "
-            f"this kernel at once; use fewer registers, warps or shared memory per program, or fewer ranks per GPU")
+            f"resident_grid(): {ranks_on_device} ranks share {device} ({sms} SMs, {per_sm} programs of this kernel "
+            f"per SM), which leaves no program per rank; use fewer registers, warps or shared memory per program, "
+            f"or fewer ranks per GPU (at most one per SM)")
     return min(num_work, fits)
