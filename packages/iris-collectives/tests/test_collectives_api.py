@@ -100,8 +100,22 @@ def test_errors_belong_to_the_iris_hierarchy():
 def test_ring_capacity_matches_the_signal_pad():
     from iris.device import _layout
 
-    # the ring's records fill the pad up to the watchdog's reserved words
-    assert ic.RING_MAX_TILES * ic.LOCK_WORDS * 4 == _layout.SIGNAL_PAD_BYTES - _layout.PAD_RESERVED_BYTES
+    # the ring's records (the four flag words of a lock record, in either mode) fill the pad up to
+    # the watchdog's reserved words
+    assert ic.RING_MAX_TILES * ic._sync.FLAG_WORDS * 4 == _layout.SIGNAL_PAD_BYTES - _layout.PAD_RESERVED_BYTES
+
+
+def test_lock_records_grow_only_in_debug_mode():
+    # production lock arrays keep their size; debug mode adds each call's signature to a record
+    code = "import iris.collectives as ic; print(ic.LOCK_WORDS, ic.lock_words(16, 16, 8, 8), ic.RING_MAX_TILES)"
+    sizes = {}
+    for debug in ("0", "1"):
+        env = dict(os.environ, IRIS_BACKEND="cpu", IRIS_DEBUG=debug)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        sizes[debug] = proc.stdout.split()
+    assert sizes["0"][:2] == ["4", "16"] and sizes["1"][:2] == ["16", "64"], sizes
+    assert sizes["0"][2] == sizes["1"][2], sizes
 
 
 def test_iris_device_does_not_import_collectives():

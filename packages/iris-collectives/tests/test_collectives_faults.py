@@ -10,6 +10,11 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
   remote store through an off-heap pointer, debug mode): the last rank's misuse is an IrisError
   that names it (on the GPU the bad pointer is a device assert) while the others wait in the
   kernel, and the job ends.
+- ``mismatch_collective``, ``mismatch_tiles``, ``mismatch_shape``, ``mismatch_grid`` (debug mode):
+  the last rank makes another call on the same lock array (two-shot for one-shot, 16 x 4 tiles for
+  8 x 8, 16 x 8 for 16 x 16, 4 programs for 2). The call signatures in the lock records end the job
+  at once (no wait runs out: the watchdog's limit is raised to 60 s for them), naming both ranks
+  and what differs; ``matched`` shows that calls that agree pass in debug mode.
 
 World sizes 2 and 4 (those of ``IRIS_TEST_WORLD_SIZES``); on the GPU several ranks share it under
 MPS, and the case after ``kill`` shows that the next job starts at once.
@@ -37,6 +42,11 @@ SPREAD = ("skip", "kill", "raise")
 CUDA = iris.runtime.DEFAULT_BACKEND == "cuda"
 # A job that hangs fails the test after this long instead of hanging it.
 ENV = {"IRIS_TIMEOUT_S": str(TIMEOUT_S), "MPIEXEC_TIMEOUT": "90"}
+# Mismatches must be caught by the signatures, long before any wait could run out.
+MISMATCH_TIMEOUT_S = 60
+MISMATCH_ENV = dict(ENV, IRIS_DEBUG="1", IRIS_TIMEOUT_S=str(MISMATCH_TIMEOUT_S),
+                    IRIS_DEBUG_TIMEOUT_S=str(MISMATCH_TIMEOUT_S))
+MISMATCH_ENDS_WITHIN_S = 15
 
 
 def expected(case: str, nranks: int) -> list[str]:
@@ -58,10 +68,34 @@ def expected(case: str, nranks: int) -> list[str]:
         "foreign": ["CHECK raised NotOnHeapError", "is not on this rank's symmetric heap", aborted],
         "bad_pointer": (["a pointer is not inside the symmetric heap"] if CUDA else
                         ["CHECK raised IrisUsageError", "outside the symmetric heap", aborted]),
-    }[case]
+    }[case] if not case.startswith("mismatch_") else mismatch_expected(case, nranks)
 
 
-CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer"]
+#: What the last rank changes in each mismatch case, as the message names it: (differs, its call).
+MISMATCHES = {
+    "mismatch_collective": ("collective", "all_reduce_two_shot of 16 x 16 in 8 x 8 tiles, grid (2, 1, 1)"),
+    "mismatch_tiles": ("tile shape", "all_reduce_one_shot of 16 x 16 in 16 x 4 tiles, grid (2, 1, 1)"),
+    "mismatch_shape": ("M x N", "all_reduce_one_shot of 16 x 8 in 8 x 8 tiles, grid (2, 1, 1)"),
+    "mismatch_grid": ("grid", "all_reduce_one_shot of 16 x 16 in 8 x 8 tiles, grid (4, 1, 1)"),
+}
+
+
+def mismatch_expected(case: str, nranks: int) -> list[str]:
+    """A rank names itself and the last rank (or the last rank names a peer), both calls, what
+    differs and the fix; no wait ran out."""
+    last = nranks - 1
+    differs, theirs = MISMATCHES[case]
+    ours = "all_reduce_one_shot of 16 x 16 in 8 x 8 tiles, grid (2, 1, 1)"
+    pair = (rf"rank (?P<a>\d) and rank (?P<b>\d) made different calls on the same lock array \(tile 0, call 2 on "
+            rf"it\): rank (?P=a) called ({re.escape(ours)}|{re.escape(theirs)}), rank (?P=b) called "
+            rf"({re.escape(ours)}|{re.escape(theirs)}); they differ in {re.escape(differs)}\.")
+    return [pair, rf"rank {last}", "IrisCallMismatchError",
+            re.escape("Every rank must make the same collective call with the same shapes, tiles and grid on a "
+                      "lock array"),
+            rf"iris: rank \d failed; aborting all {nranks} ranks"]
+
+
+CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer", *MISMATCHES]
 
 
 @pytest.mark.multirank
@@ -69,7 +103,8 @@ CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_poin
 @pytest.mark.parametrize("case, nranks", [(c, n) for c in CASES for n in WORLDS
                                           if n == WORLDS[0] or c in SPREAD or CUDA])
 def test_fault_ends_the_job_and_says_why(case, nranks):
-    env = dict(ENV, IRIS_DEBUG="1") if case == "bad_pointer" else ENV
+    mismatch = case in MISMATCHES
+    env = MISMATCH_ENV if mismatch else dict(ENV, IRIS_DEBUG="1") if case == "bad_pointer" else ENV
     start = time.monotonic()
     proc = run_ranks(nranks, WORKER, case, timeout=120, env=env, expect_failure=True)
     ended, elapsed = time.time(), time.monotonic() - start
@@ -80,11 +115,26 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
     print(f"\nfault {case}, {nranks} ranks: exit code {proc.returncode}, job ended {after_fault:.1f} s after the fault "
           f"({elapsed:.1f} s in all)")
     assert proc.returncode != 0
-    assert after_fault < 30, f"the job ended {after_fault:.1f} s after the fault\n{out}"
-    assert f"CHECK timeout {TIMEOUT_S}" in proc.stdout, out
+    assert after_fault < (MISMATCH_ENDS_WITHIN_S if mismatch else 30), \
+        f"the job ended {after_fault:.1f} s after the fault\n{out}"
+    assert f"CHECK timeout {MISMATCH_TIMEOUT_S if mismatch else TIMEOUT_S}" in proc.stdout, out
     for pattern in expected(case, nranks):
         assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
+    if mismatch:
+        # every report names the last rank (the odd one out) and another one
+        pairs = {(int(a), int(b)) for a, b in re.findall(r"rank (\d) and rank (\d) made different calls", out)}
+        assert pairs and all(nranks - 1 in pair and pair[0] != pair[1] for pair in pairs), (pairs, out)
+        assert "timed out" not in out and "waited" not in out, out  # the signatures, not a time limit
     assert "went on past the barrier" not in out, out
     files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
     left = [f for f in files if os.path.exists(f)]
     assert not left, f"left behind: {left}"
+
+
+@pytest.mark.multirank
+@pytest.mark.once
+def test_matched_calls_pass_in_debug_mode():
+    """IRIS_DEBUG=1: every lock-using collective, back to back with grids and shapes that change from
+    call to call (the same on every rank), passes the signature checks and gives the sums."""
+    proc = run_ranks(WORLDS[0], WORKER, "matched", timeout=120, env=MISMATCH_ENV)
+    assert "PASS matched" in proc.stdout, proc.stdout + proc.stderr

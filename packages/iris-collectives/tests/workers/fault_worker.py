@@ -4,6 +4,9 @@
     mpiexec -n 2 python -m mpi4py fault_worker.py kill   # the last rank is SIGKILLed while the others wait
     mpiexec -n 2 python -m mpi4py fault_worker.py raise  # the last rank raises between two launches
     ... exhaust | double_free | foreign | bad_pointer      # the last rank misuses the heap (below)
+    ... mismatch_collective | mismatch_tiles | mismatch_shape | mismatch_grid
+                        # IRIS_DEBUG=1: the last rank makes another call on the same lock array
+    mpiexec -n 2 python -m mpi4py fault_worker.py matched  # IRIS_DEBUG=1: matched calls pass
 
 Each scenario first runs one clean all-reduce (so the kernel is compiled and every rank is in
 step), then the fault. Lines starting with ``CHECK`` are read by test_collectives_faults.py.
@@ -24,17 +27,19 @@ import iris.runtime.testing
 # isort: split
 import triton
 import triton.language as tl
-from collective_kernels import ONE_SHOT, all_reduce_kernel
+from collective_kernels import ONE_SHOT, REDUCE_SCATTER, SPINLOCK, TWO_SHOT, all_reduce_kernel
 from mpi4py import MPI
 
 M = N = 16
 BLOCK = 8
 
 
-def launch(ctx, inp, dst, locks) -> None:
-    tiles = (M // BLOCK) * (N // BLOCK)
-    all_reduce_kernel[(tiles,)](ctx.get_device_context(), inp, inp, dst, locks, M, N, N, N, N, ctx.rank,
-                                ctx.world_size, ONE_SHOT, True, False, False, BLOCK, BLOCK)
+def launch(ctx, inp, dst, locks, variant=ONE_SHOT, m=M, n=N, block_m=BLOCK, block_n=BLOCK, grid=None) -> None:
+    """One all-reduce kernel over the top-left ``m x n`` of the ``M x N`` tensors (one program per
+    tile unless ``grid`` says how many: the kernel loops over its tiles)."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    all_reduce_kernel[(grid or tiles,)](ctx.get_device_context(), inp, inp, dst, locks, m, n, N, N, N, ctx.rank,
+                                        ctx.world_size, variant, True, False, False, block_m, block_n)
 
 
 def setup(ctx):
@@ -165,6 +170,63 @@ def scenario_bad_pointer(ctx):
         act()
         raise AssertionError("the debug check did not stop the kernel")
     misuse(ctx, "stores through a pointer off the heap", act)
+
+
+def mismatch(ctx, what: str, **call) -> None:
+    """IRIS_DEBUG=1: every rank all-reduces with one-shot in 8 x 8 tiles on a grid of 2, but the last
+    rank makes the call ``call`` changes (another collective, tiling, shape or grid) on the same
+    lock array. The signatures in the lock records must end the job at once, naming both ranks."""
+    inp, dst, locks = setup(ctx)
+    last = ctx.world_size - 1
+    mine = dict(grid=2)
+    if ctx.rank == last:
+        fault_at(f"rank {last} {what}")
+        mine.update(call)
+    launch(ctx, inp, dst, locks, **mine)
+    ctx.barrier()
+    print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
+
+
+def scenario_mismatch_collective(ctx):
+    mismatch(ctx, "calls all_reduce_two_shot where the others call all_reduce_one_shot", variant=TWO_SHOT)
+
+
+def scenario_mismatch_tiles(ctx):
+    # the same number of tiles (4) and grid: only the tile shape differs
+    mismatch(ctx, "tiles 16 x 4 where the others tile 8 x 8", block_m=16, block_n=4)
+
+
+def scenario_mismatch_shape(ctx):
+    mismatch(ctx, "all-reduces 16 x 8 where the others all-reduce 16 x 16", n=8)
+
+
+def scenario_mismatch_grid(ctx):
+    mismatch(ctx, "launches 4 programs where the others launch 2", grid=4)
+
+
+def scenario_matched(ctx):
+    """IRIS_DEBUG=1: every lock-using collective, back to back on one lock array each, with the grid
+    (and, for the all-reduces, the shape) changing from call to call, the same on every rank: no
+    mismatch, right sums. (reduce_scatter's owners follow the tile count, so its lock array keeps
+    one shape.)"""
+    inp = ctx.full((M, N), float(ctx.rank + 1), dtype=torch.float32)
+    dst = ctx.zeros((M, N), dtype=torch.float32)
+    want = ctx.world_size * (ctx.world_size + 1) / 2
+    tiles = (M // BLOCK) * (N // BLOCK)
+    for variant in (ONE_SHOT, TWO_SHOT, SPINLOCK, REDUCE_SCATTER):
+        locks = ctx.zeros(ic.lock_words(M, N, BLOCK, BLOCK), dtype=torch.int32)
+        for grid, m in ((tiles, M), (2, M), (1, M if variant == REDUCE_SCATTER else M // 2)):
+            dst.zero_()
+            ctx.barrier()  # the spinlock adds into every rank's dst: zeroed everywhere first
+            launch(ctx, inp, dst, locks, variant=variant, m=m, grid=grid)
+            ctx.barrier()
+            got = dst.cpu()[:m].reshape(m // BLOCK, BLOCK, N // BLOCK, BLOCK).permute(0, 2, 1, 3)
+            got = got.reshape(-1, BLOCK, BLOCK)
+            mine = (ic.reduce_scatter_tiles(ctx.rank, got.shape[0], ctx.world_size) if variant == REDUCE_SCATTER
+                    else range(got.shape[0]))
+            for t in mine:
+                assert torch.equal(got[t], torch.full((BLOCK, BLOCK), want)), (variant, grid, m, t, got[t])
+    print(f"CHECK rank {ctx.rank} matched calls passed", flush=True)
 
 
 if __name__ == "__main__":

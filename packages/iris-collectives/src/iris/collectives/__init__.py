@@ -30,7 +30,7 @@ import iris.runtime  # noqa: F401
 
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
 from ._context import CollectiveMethods, DeviceContext
-from ._errors import IrisWaitTimeoutError
+from ._errors import IrisCallMismatchError, IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
 from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
@@ -45,6 +45,7 @@ __all__ = [
     "RING_MAX_TILES",
     "CollectiveMethods",
     "DeviceContext",
+    "IrisCallMismatchError",
     "IrisWaitTimeoutError",
     "TensorView",
     "Tile",

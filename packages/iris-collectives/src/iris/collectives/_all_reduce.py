@@ -21,12 +21,14 @@ from iris.device import DEBUG, TraceEvent, atomic_add, atomic_cas, atomic_xchg, 
 from iris.device._watchdog import WATCHDOG, watchdog_tick
 
 from ._dtypes import accumulator_type, atomic_destination_type, check_lock_array
+from ._signature import publish_signature
 from ._sync import (
     ARRIVE,
     DONE,
     EPOCH,
     LOCK_WORDS_C,
     MUTEX,
+    advance,
     check_wait_time,
     enter_tile,
     pause,
@@ -161,14 +163,19 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
     # relaxed add would do for this rank alone, as in the other collectives), after a CTA barrier,
     # so that it releases every thread's earlier accesses to this tile, not only thread 0's (as
     # signal does). One thread adds and every thread gets the same result (see _sync.advance).
+    if DEBUG:
+        # the signature goes out before the count that lets peers in (its release covers it)
+        publish_signature(record, advance(record + EPOCH, 0) + 1, call, dst_view.M, dst_view.N, tile.BLOCK_M,
+                          tile.BLOCK_N)
     tl.debug_barrier()
     epoch = tl.atomic_add(record + EPOCH, 1, sem="release", scope="sys") + 1
     contribution = round_to(tile.data, dst_ty)
     for i in tl.static_range(ctx.world_size):
         peer = (ctx.rank + i) % ctx.world_size
         if i > 0:
+            # peer cannot leave this call before this rank's arrival below: its signature holds
             wait_at_least(peer_flag(record + EPOCH, ctx.rank, peer, ctx.heap_bases), epoch, call, "entered", ctx.rank,
-                          peer, t, ctx.heap_bases, record + EPOCH)
+                          peer, t, ctx.heap_bases, record + EPOCH, record)
         _lock(record + MUTEX, ctx.rank, peer, ctx.heap_bases, t, record + EPOCH)
         current = load(dst_ptrs, ctx.rank, peer, ctx.heap_bases, mask=mask, other=0)
         store(dst_ptrs, current + contribution, ctx.rank, peer, ctx.heap_bases, mask=mask)
@@ -211,10 +218,11 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     if ctx.world_size == 1:
         tl.store(dst_ptrs, round_to(tile.data.to(acc_ty), dst_view.ptr.dtype.element_ty), mask=mask)
     else:
-        t, record, epoch = enter_tile(tile, dst_view, locks)
+        t, record, epoch = enter_tile(tile, dst_view, locks, call)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        # no peer can leave this call before this rank's "done": their signatures hold
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
-                      ctx.heap_bases, record + EPOCH)
+                      ctx.heap_bases, record + EPOCH, record)
         acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
         tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
@@ -278,10 +286,11 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     if ctx.world_size == 1:
         tl.store(dst_ptrs, round_to(tl.load(src_ptrs, mask=mask, other=0).to(acc_ty), dst_ty), mask=mask)
     else:
-        t, record, epoch = enter_tile(tile, dst_view, locks)
+        t, record, epoch = enter_tile(tile, dst_view, locks, call)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        # no peer can leave this call before this rank's "done": their signatures hold
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
-                      ctx.heap_bases, record + EPOCH)
+                      ctx.heap_bases, record + EPOCH, record)
         share = (ctx.rank + t) % ctx.world_size
         if tile.BLOCK_M % ctx.world_size == 0:
             # Equal shares: a share is itself a tile of BLOCK_M / W rows, so every thread of the

@@ -13,4 +13,12 @@ class IrisWaitTimeoutError(IrisError, RuntimeError):
     """
 
 
-__all__ = ["IrisUnsupportedError", "IrisUsageError", "IrisWaitTimeoutError"]
+class IrisCallMismatchError(IrisUsageError):
+    """Two ranks made different calls on the same lock array (``IRIS_DEBUG=1``).
+
+    The message names the collective, both ranks, the tile, the call number and both calls:
+    collective, ``M x N``, tile shape and grid, and what differs between them.
+    """
+
+
+__all__ = ["IrisCallMismatchError", "IrisUnsupportedError", "IrisUsageError", "IrisWaitTimeoutError"]

@@ -4,10 +4,11 @@
 import triton
 import triton.language as tl
 
-from iris.device import TraceEvent, round_to
+from iris.device import DEBUG, TraceEvent, round_to
 
 from ._all_reduce import _sum_in_rank_order
 from ._dtypes import accumulator_type, check_lock_array
+from ._signature import check_signatures
 from ._sync import ARRIVE, DONE, EPOCH, enter_tile, signal, signal_all, wait_at_least
 
 
@@ -51,15 +52,20 @@ def reduce_scatter(ctx, tile, src_view, dst_view, locks):
     if ctx.world_size == 1:
         tl.store(dst_ptrs, round_to(tile.data.to(acc_ty), dst_view.ptr.dtype.element_ty), mask=mask)
     else:
-        t, record, epoch = enter_tile(tile, dst_view, locks)
+        t, record, epoch = enter_tile(tile, dst_view, locks, call)
         owner = reduce_scatter_owner(t, dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N), ctx.world_size)
         if owner == ctx.rank:
+            # no peer can leave this call before the owner's "done": their signatures hold
             wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
-                          ctx.heap_bases, record + EPOCH)
+                          ctx.heap_bases, record + EPOCH, record)
             acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
             tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
             signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         else:
+            if DEBUG:
+                # before the "ready" that lets the owner finish: the owner's signature holds (the
+                # owner compares every peer's in its wait)
+                check_signatures(record, ctx.rank, owner, ctx.heap_bases, call, t)
             signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
             wait_at_least(record + DONE, epoch, call, "done", ctx.rank, owner, t, ctx.heap_bases, record + EPOCH)
     if ctx.tracing.enabled:

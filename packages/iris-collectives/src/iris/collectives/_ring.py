@@ -2,7 +2,7 @@
 
 The ring takes no lock array (the spec's signature has none), so its flags live in the signal
 pad: ``iris.device._layout.SIGNAL_PAD_BYTES`` bytes that ``iris.runtime`` maps and zeroes right
-after every rank's heap, at ``heap_base + heap_size``. The pad holds ``LOCK_WORDS`` int32 words
+after every rank's heap, at ``heap_base + heap_size``. The pad holds ``FLAG_WORDS`` (4) int32 words
 per tile index, so one ring call covers up to :data:`RING_MAX_TILES` tiles.
 """
 
@@ -15,10 +15,11 @@ from iris.device import _layout as layout
 
 from ._dtypes import accumulator_type, int_type_of_width, pieces_per_partial
 from ._errors import IrisUsageError
-from ._sync import ARRIVE, DONE, LOCK_WORDS, LOCK_WORDS_C, advance, host_scalar, signal, wait_at_least
+from ._sync import ARRIVE, DONE, FLAG_WORDS, advance, host_scalar, signal, wait_at_least
 
 #: The most tiles one :func:`all_reduce_ring` call can use (its flags fill the signal pad).
-RING_MAX_TILES = (layout.SIGNAL_PAD_BYTES - layout.PAD_RESERVED_BYTES) // (4 * LOCK_WORDS)
+RING_MAX_TILES = (layout.SIGNAL_PAD_BYTES - layout.PAD_RESERVED_BYTES) // (4 * FLAG_WORDS)
+_RECORD_WORDS: tl.constexpr = tl.constexpr(FLAG_WORDS)
 _RING_MAX_TILES: tl.constexpr = tl.constexpr(RING_MAX_TILES)
 _HEAP_SIZE: tl.constexpr = tl.constexpr(layout.HEAP_SIZE)
 # The ring's words in a tile's record: ARRIVE (0, peers count arrivals into this rank's tile),
@@ -58,7 +59,7 @@ def _pad_record(ctx, t):
     # record is at the same offset from the peer's heap base, so the heap translation reaches it;
     # signals go without iris.device's debug address check, as the pad lies outside the heap.
     base = tl.load(ctx.heap_bases + ctx.rank) + tl.load(ctx.heap_bases + ctx.world_size + _HEAP_SIZE)
-    return tl.cast(base, tl.pointer_type(tl.int32)) + t * LOCK_WORDS_C
+    return tl.cast(base, tl.pointer_type(tl.int32)) + t * _RECORD_WORDS
 
 
 @triton.jit
@@ -92,7 +93,7 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
     Flow control: a rank writes into its right neighbour's tile only after that neighbour has
     granted a credit for this call (it has entered the call, so it is done with the previous
     result) and, for a second piece, after it read the first. Flags are int32 counters in the
-    signal pad, ``LOCK_WORDS`` words per tile index: arrivals and credits that peers add to, and
+    signal pad, four words per tile index: arrivals and credits that peers add to, and
     this rank's running totals of those it has consumed. They only grow, so calls can follow each
     other with no reset and no barrier, whatever their shapes and types.
 

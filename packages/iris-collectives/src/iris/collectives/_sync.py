@@ -29,13 +29,20 @@ from iris.device._debug import host_scalar
 from iris.device._watchdog import WATCHDOG, watchdog_tick
 
 from ._errors import IrisWaitTimeoutError
+from ._signature import CHECK_POLLS as SIGNATURE_POLLS
+from ._signature import SIGNATURE_WORDS, check_signatures, publish_signature
 
-#: int32 words per tile in a lock array. Word meanings (per tile ``t``, at ``locks + LOCK_WORDS*t``):
-#: ``ARRIVE`` (0) counts arrivals or "data ready" signals from peers, ``DONE`` (1) counts "done"
-#: signals, ``MUTEX`` (2) is the spinlock, ``EPOCH`` (3) counts this rank's own calls (written by
-#: this rank only; the spinlock lets peers read it). The ring's records in the signal pad have the
-#: same size and their own meanings (see ``_ring``).
-LOCK_WORDS = 4
+#: int32 flag words per tile in a lock record: ``ARRIVE`` (0) counts arrivals or "data ready"
+#: signals from peers, ``DONE`` (1) counts "done" signals, ``MUTEX`` (2) is the spinlock, ``EPOCH``
+#: (3) counts this rank's own calls (written by this rank only; the spinlock lets peers read it).
+#: The ring's records in the signal pad have the same size and their own meanings (see ``_ring``).
+FLAG_WORDS = 4
+#: int32 words per tile in a lock array (tile ``t``'s record at ``locks + LOCK_WORDS*t``): the flag
+#: words, and in debug mode (``IRIS_DEBUG=1``) the call's signature after them (see ``_signature``),
+#: rounded up to 16 words. Read at import, like ``IRIS_DEBUG``; size lock arrays with
+#: :func:`lock_words`, which follows it.
+LOCK_WORDS = 16 if DEBUG.value else FLAG_WORDS
+assert FLAG_WORDS + SIGNATURE_WORDS <= 16, "the debug-mode signature must fit a lock record"
 ARRIVE: tl.constexpr = tl.constexpr(0)
 DONE: tl.constexpr = tl.constexpr(1)
 MUTEX: tl.constexpr = tl.constexpr(2)
@@ -128,7 +135,7 @@ def check_wait_time(start, call: tl.constexpr, what: tl.constexpr, rank, peer, i
 
 @triton.jit
 def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = None, rank=-1, peer=-1, index=-1,
-                  heap_bases=None, calls=None):
+                  heap_bases=None, calls=None, record=None):
     """Wait until the int32 counter at ``flag`` is ``>= target``.
 
     ``flag`` is usually this rank's memory (peers add to it with :func:`signal`), but any address
@@ -146,6 +153,12 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
     heap offset (the lock record's ``EPOCH`` word): the report then names the ranks that are
     behind, i.e. never made the call.
 
+    ``record`` (debug mode only; the collectives pass it): this rank's lock record of the tile,
+    whose call signature is published (``_signature.publish_signature``). The wait then compares
+    the signatures of ``peer`` (-1: every other rank) with this rank's, when it starts to spin,
+    every few polls and when it ends, and fails at once on a mismatch (see ``_signature``). Pass it
+    only where no peer can finish the call before this rank signals again.
+
     Example::
 
         iris.collectives.signal(flags + slot, ctx.rank, peer, ctx.heap_bases)  # on the producer
@@ -154,12 +167,18 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
     seen = poll(flag)
     if DEBUG:
         start = device_clock_ns()
+        spins = 0
     polls = 0
     since = tl.full([], 0, tl.int64)
     stop = 0
     while (seen < target) & (stop == 0):
         pause()
         if DEBUG:
+            if record is not None:
+                # a peer that arrived with another call will never send what this wait counts
+                if spins % SIGNATURE_POLLS == 0:
+                    check_signatures(record, rank, peer, heap_bases, call, index)
+                spins += 1
             check_wait_time(start, call, what, rank, peer, index, seen, target)
         if WATCHDOG:
             if heap_bases is not None:
@@ -170,6 +189,10 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
         # The interpreter polls with volatile loads: confirm with one acquire read.
         seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
     tl.debug_barrier()
+    if DEBUG:
+        if record is not None:
+            # the peers waited for have arrived (unless the call differs): their signatures are there
+            check_signatures(record, rank, peer, heap_bases, call, index)
 
 
 @triton.jit
@@ -274,15 +297,20 @@ def advance(counter, amount):
 
 
 @triton.jit
-def enter_tile(tile, dst_view, locks):
+def enter_tile(tile, dst_view, locks, call: tl.constexpr = None):
     """Start this rank's call of a lock-using collective on ``tile``: its row-major tile id over
     ``dst_view``, its ``LOCK_WORDS`` record in ``locks`` and this rank's call count for the tile
-    (1 for the first call; see :func:`next_epoch`). Per program."""
+    (1 for the first call; see :func:`next_epoch`). In debug mode it also publishes the call's
+    signature (``call``, the shapes, tiles and grid) in the record, for peers to compare with
+    (see ``_signature``): call it before the call's first signal. Per program."""
     t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
     record = locks + t * LOCK_WORDS_C
     # next_epoch(record + EPOCH), written out: under the interpreter every nested jit call costs
     # about 0.2 ms, and this runs once per tile and call
-    return t, record, advance(record + EPOCH, 1) + 1
+    epoch = advance(record + EPOCH, 1) + 1
+    if DEBUG:
+        publish_signature(record, epoch, call, dst_view.M, dst_view.N, tile.BLOCK_M, tile.BLOCK_N)
+    return t, record, epoch
 
 
 @triton.jit
