@@ -250,10 +250,11 @@ def parse_args(argv=None):
                    help="GPU: capture this many launches in one CUDA graph and time its replays (what a program "
                         "that replays graphs pays per launch); 0 (default): every launch from the host")
     p.add_argument("--capture-barrier", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --graph: every rank finishes its capture before any rank replays (default). "
-                        "Without it, 8 ranks on one H200 stalled in 5 of 5 runs: ranks that captured late never "
-                        "started their first replay while the others' programs waited for them "
-                        "(benchmarks/NOTES.md); --no-capture-barrier reproduces that")
+                   help="with --graph: every rank finishes its capture before any rank replays (default, so "
+                        "that no rank times while another compiles or captures). With grids sized for full SMs, "
+                        "8 ranks on one H200 stalled without it in 5 of 5 runs; with resident_grid's one "
+                        "waiting program per SM among ranks that share a GPU, 3 of 3 ran clean without it "
+                        "(benchmarks/NOTES.md)")
     p.add_argument("--programs", type=int, default=None,
                    help="programs per rank (default: as many as stay resident with every rank's kernel on the GPU "
                         "at once, i.e. programs per SM x SMs / world size). A program waits for the same tile's "

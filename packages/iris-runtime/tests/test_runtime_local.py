@@ -141,7 +141,8 @@ def test_resident_grid_shares_the_gpu_between_ranks(h200):
     # 16 warps of 255 registers do not fit on an SM at all
     with pytest.raises(IrisUsageError, match=r"resident_grid\(\): 2 ranks share None \(132 SMs, 0 programs"):
         resident_grid(_NotYetLoaded(255, 16), 5, None, 2)
-    with pytest.raises(IrisUsageError, match=r"resident_grid\(\): 133 ranks share None .* fewer ranks per GPU \(at most one per SM\)"):
+    with pytest.raises(IrisUsageError,
+                       match=r"resident_grid\(\): 133 ranks share None .* fewer ranks per GPU \(at most one per SM\)"):
         resident_grid(_NotYetLoaded(32, 4), 5, None, 133)
 
 
