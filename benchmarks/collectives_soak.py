@@ -22,7 +22,7 @@ import time
 
 import torch
 
-import iris.collectives as ic  # first: picks the backend (and Triton's interpreter for cpu), shares the GPU
+import iris.collectives as ic  # first: picks the backend (and Triton's interpreter for cpu)
 import iris.runtime
 
 # isort: split

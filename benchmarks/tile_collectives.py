@@ -32,9 +32,9 @@ Markdown table and a plot next to it (when matplotlib is installed), and prints 
 under MPS on one GPU: without MPS the ranks' kernels take turns and the flags make every call wait
 for a time slice.
 Every rank's programs must be resident at the same time (a program waits for the same tile's
-program on the other ranks): the default grid starts from ``ctx.resident_grid``, what stays
-resident per SM (from the compiled kernel's registers, warps and shared memory) x SMs / ranks
-sharing the GPU, and is then balanced over the tiles (``--grid``); ``--programs``, ``--shapes``
+program on the other ranks): the default grid starts from ``ctx.resident_grid`` (every SM full
+for one rank per GPU, one program per SM among the ranks that share one), and is then balanced
+over the tiles (``--grid``); ``--programs``, ``--shapes``
 and ``--row-bytes`` tune it further. Launches after the first go
 straight to the compiled kernel (see ``Launch``): through Triton's launcher a launch costs more
 host time than a small all-reduce takes on the GPU.
