@@ -123,6 +123,16 @@ def packaging(session: nox.Session) -> None:
 
 
 @nox.session
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def release(session: nox.Session, package: str) -> None:
+    """Prepare one package's release (not in the default run): sdist and wheel, twine check, the
+    CHANGELOG section of its version, the wheel in a clean venv with its declared dependencies,
+    and the tag to create. Creates no tag, uploads nothing; the files go to dist/<package>/."""
+    session.install("build", "twine")
+    session.run("python", "tools/release.py", package, *session.posargs)
+
+
+@nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation with warnings as errors, and run every code block it shows."""
     install(session, *PACKAGES, extra=("matplotlib",))

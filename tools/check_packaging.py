@@ -17,6 +17,9 @@ For iris-device, also:
   it picks (the newest the range admits) must be a tested line;
 - ``import iris.device`` from the wheel's files works with torch and mpi4py blocked, and without
   the block it imports neither (nor iris.runtime).
+For the repository: the compatibility table in docs/release-notes.md is the one
+``tools/compat.py`` generates from the versions and declared ranges (stale: run
+``python tools/compat.py --write``), and every declared sibling range admits the sibling's version.
 
 Prints a table; exits 1 when any check fails.
 """
@@ -249,6 +252,15 @@ def check_import_isolation(wheel: str, workdir: str, report: Report) -> None:
         report.add("iris-device", check, rc == 0, out.strip().splitlines()[-1] if out.strip() else f"exit {rc}")
 
 
+def check_compat_table(report: Report) -> None:
+    """The docs' compatibility table matches the repository (tools/compat.py says how)."""
+    import compat  # tools/ is sys.path[0] when this file runs as a script
+
+    problems = compat.check()
+    report.add("repository", "compatibility table", not problems,
+               "; ".join(problems) or f"{os.path.relpath(compat.DOC, ROOT)} lists the current versions and ranges")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("packages", nargs="+", help="folders under packages/, e.g. iris-device")
@@ -257,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = Report()
     versions = repo_versions()
+    check_compat_table(report)
     with tempfile.TemporaryDirectory(prefix="iris-packaging-") as workdir:
         for package in args.packages:
             if not os.path.isdir(os.path.join(PACKAGES, package)):
