@@ -7,7 +7,7 @@ For each package (a folder under packages/), on a copy of the folder so the sour
 - builds a wheel alone (``python -m build --wheel``, or ``pip wheel --no-deps`` without ``build``);
 - checks the wheel: ``py.typed`` and ``_version.py`` present (and the version matches the wheel's),
   no ``iris/__init__.py`` (``iris`` is a PEP 420 namespace), nothing outside ``iris/<name>/``;
-- checks METADATA: iris-device requires triton only; a sibling (``iris-*``) requirement is a range
+- checks METADATA: iris-device requires triton (and numpy) only; a sibling (``iris-*``) requirement is a range
   such as ``>=0.1,<0.2`` that admits the sibling's current version, never ``==``; the Triton range
   admits every release pinned in ``constraints/triton-*.txt`` and not the minor release after the
   newest of them.
@@ -52,7 +52,8 @@ PACKAGES = os.path.join(ROOT, "packages")
 #: What ``pip install iris-device`` must never bring in.
 FORBIDDEN_FOR_DEVICE = {"torch", "mpi4py", "iris-runtime", "iris-collectives"}
 #: The only unconditional dependencies iris-device may have.
-DEVICE_ALLOWED = {"triton"}
+#: numpy: Triton's interpreter, which ``import iris.device`` turns on without a GPU, imports it.
+DEVICE_ALLOWED = {"triton", "numpy"}
 
 
 @dataclass
@@ -133,7 +134,7 @@ def check_wheel(package: str, wheel: str, versions: dict[str, str], report: Repo
     unconditional = [r for r in reqs if r.marker is None or "extra" not in str(r.marker)]
     if package == "iris-device":
         names_required = {r.name.lower() for r in unconditional}
-        report.add(package, "requires triton only", names_required <= DEVICE_ALLOWED,
+        report.add(package, "requires triton, numpy only", names_required <= DEVICE_ALLOWED,
                    ", ".join(str(r) for r in unconditional) or "nothing")
     siblings = [r for r in reqs if r.name.lower().startswith("iris-")]
     for req in siblings:
