@@ -12,7 +12,8 @@ For packages/<name> (on a clean copy of the folder, so the source tree stays as 
 4. the wheel installs into a clean venv with only its declared dependencies, resolved from the
    index under the repository's constraints (``constraints/cpu-test.txt`` and the newest tested
    Triton line), plus the wheels of the siblings it requires, built from this repository (they
-   are not on an index); ``pip check`` is clean, and ``import iris.<name>`` works from the
+   are not on an index), and an MPI (``mpich`` from PyPI) where the docs leave one to the user;
+   ``pip check`` is clean, and ``import iris.<name>`` works from the
    installed wheel and reports the version (iris-device: torch, mpi4py and iris-runtime are not
    installed at all);
 5. the tag ``<name>-vX.Y.Z`` does not exist yet, or already names HEAD.
@@ -45,6 +46,10 @@ ROOT = check_packaging.ROOT
 CONSTRAINTS = ["constraints/cpu-test.txt"]
 #: What ``pip install iris-device`` must never bring in (a kernel author gets Triton only).
 FORBIDDEN_FOR_DEVICE = check_packaging.FORBIDDEN_FOR_DEVICE
+#: What the docs name as the user's own, not as a dependency (getting-started: "and an MPI"), with
+#: the PyPI package that stands in for it in the clean venv: mpi4py loads an MPI library when
+#: ``iris.runtime`` is imported, and pip cannot know which one a cluster has.
+USER_PROVIDED = {"iris-runtime": ["mpich"], "iris-collectives": ["mpich"]}
 HEADING = re.compile(r"^## (?P<version>\S+) \((?P<date>[^)]*)\)\s*$")
 
 
@@ -157,9 +162,10 @@ def install_and_import(package: str, version: str, wheel: str, sibling_wheels: l
     # The siblings as files on the command line: pip takes them for those names (they are not on
     # an index), and refuses them when the declared range does not admit their version.
     cmd = [python, "-m", "pip", "install", "--quiet", "--report", os.path.join(workdir, f"{package}-report.json"),
-           *(a for c in constraints for a in ("-c", os.path.join(ROOT, c))), wheel, *sibling_wheels]
+           *(a for c in constraints for a in ("-c", os.path.join(ROOT, c))), wheel, *sibling_wheels,
+           *USER_PROVIDED.get(package, [])]
     rc, out = run(cmd, env=clean_env(), timeout=1800)
-    given = ", ".join(os.path.basename(w) for w in [wheel, *sibling_wheels])
+    given = ", ".join([*(os.path.basename(w) for w in [wheel, *sibling_wheels]), *USER_PROVIDED.get(package, [])])
     if not report.add(package, "install wheel + declared deps", rc == 0,
                       f"pip install {given} -c {' -c '.join(constraints)}" if rc == 0 else out.strip()[-900:]):
         return
@@ -171,7 +177,9 @@ def install_and_import(package: str, version: str, wheel: str, sibling_wheels: l
         report.add(package, "installs no torch/mpi4py/runtime", not bad,
                    f"installed: {names}" + (f"; FORBIDDEN: {bad}" if bad else ""))
     else:
-        report.add(package, "installed", True, names)
+        stand_ins = USER_PROVIDED.get(package, [])
+        report.add(package, "installed", True, names + (f" ({', '.join(stand_ins)}: the MPI the docs leave to the "
+                                                         "user, from PyPI)" if stand_ins else ""))
     rc, out = run([python, "-m", "pip", "check"], env=clean_env())
     report.add(package, "pip check", rc == 0, out.strip().splitlines()[-1] if out.strip() else f"exit {rc}")
     module = f"iris.{module_name(package)}"
@@ -207,7 +215,8 @@ def check_tag(package: str, version: str, report: Report) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("package", choices=compat.PACKAGES)
-    parser.add_argument("--outdir", default=os.path.join(ROOT, "dist"), help="where <package>/ gets the sdist and wheel")
+    parser.add_argument("--outdir", default=os.path.join(ROOT, "dist"),
+                        help="where <package>/ gets the sdist and wheel")
     parser.add_argument("--no-isolation", action="store_true",
                         help="build with the installed setuptools (a machine without an index)")
     args = parser.parse_args(argv)
