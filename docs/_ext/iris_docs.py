@@ -125,6 +125,16 @@ def _json_records(path: str, limit: int = 500) -> list[list[str]] | None:
     return [keys] + [[str(r.get(k, "")) for k in keys] for r in data]
 
 
+#: A ``text`` fence in a results file: a measured table, not code.
+RESULT_FENCE = re.compile(r"^(`{3,})text[ \t]*$", re.MULTILINE)
+
+
+def results_block(match: re.Match) -> str:
+    """The fence as a code block of class ``iris-results``: such tables are wider than a laptop's
+    column by design and may scroll (tools/check_docs_layout.py exempts the class)."""
+    return f"{match.group(1)}{{code-block}} text\n:class: iris-results\n"
+
+
 def gallery_markdown(folder: str, docdir: str) -> str:
     """MyST text showing the files of ``folder`` (absolute) for a page in ``docdir``."""
     if not os.path.isdir(folder):
@@ -151,7 +161,7 @@ def gallery_markdown(folder: str, docdir: str) -> str:
             text = open(path, encoding="utf-8").read()
             # Demote headings by three levels so the file's sections sit under its own.
             text = re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 3) + " ", text, flags=re.MULTILINE)
-            parts += [text.rstrip(), ""]
+            parts += [RESULT_FENCE.sub(results_block, text).rstrip(), ""]
         elif ext == ".csv":
             with open(path, newline="", encoding="utf-8") as fh:
                 rows = list(csv.reader(fh))
@@ -161,7 +171,7 @@ def gallery_markdown(folder: str, docdir: str) -> str:
         elif ext in (".txt", ".log"):
             text = open(path, encoding="utf-8", errors="replace").read()
             fence = "````" if "```" in text else "```"
-            parts += [fence + "text", text.rstrip(), fence, ""]
+            parts += [RESULT_FENCE.sub(results_block, fence + "text"), text.rstrip(), fence, ""]
         else:
             size = os.path.getsize(path)
             parts += [f"{{download}}`{name} <{rel}>` ({size / 1024:.1f} KiB)", ""]
