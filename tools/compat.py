@@ -131,7 +131,8 @@ def write(path: str = DOC) -> None:
         text = f.read()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        raise SystemExit(f"{os.path.relpath(path, ROOT)}: put the two marker lines where the table goes:\n{BEGIN}\n{END}")
+        raise SystemExit(f"{os.path.relpath(path, ROOT)}: put the two marker lines where the table goes:"
+                         f"\n{BEGIN}\n{END}")
     with open(path, "w") as f:
         f.write(text[:start] + render_table() + text[end + len(END):])
 
