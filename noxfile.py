@@ -4,6 +4,8 @@ docs and the demo (the main job). ``nox`` alone runs all of them but the demo.""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import nox
@@ -17,6 +19,12 @@ CONSTRAINTS = "constraints/cpu-test.txt"
 # Third-party packages of the CPU test environment (versions pinned in CONSTRAINTS, Triton and numpy
 # in one constraints/triton-<X.Y>.txt per tested Triton line).
 TEST_DEPS = ["torch", "mpich", "mpi4py", "pytest"]
+
+
+#: The oldest CPython the packages admit (requires-python) and the newest this kind of machine can
+#: install (pyenv's builds in its image; 3.14 is not to be had from PyPI or Debian 12). CI's own
+#: Python (3.11) runs every other session.
+PYTHONS = ["3.10", "3.13"]
 
 
 def _version_key(line: str) -> tuple[int, ...]:
@@ -97,6 +105,43 @@ def multirank(session: nox.Session, triton: str) -> None:
     pytest(session, "tests", posargs=rest, triton=triton)
 
 
+def expose_pyenv_pythons(versions: list[str]) -> None:
+    """Let nox find ``pythonX.Y`` for CPythons that pyenv has built but not selected.
+
+    pyenv's shims answer only for the versions ``pyenv global`` names (3.11 on this machine), so
+    ``python3.10`` on PATH is a shim that fails. Each wanted version that does not run is linked
+    from pyenv's newest X.Y.* build into ``.nox/_pythons``, which goes first on PATH.
+    """
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    links = Path(".nox/_pythons").resolve()
+    for version in versions:
+        name = f"python{version}"
+        if shutil.which(name) and subprocess.run([name, "-c", ""], capture_output=True).returncode == 0:
+            continue
+        builds = sorted(root.glob(f"{version}.*/bin/{name}"), key=lambda p: _version_key(p.parts[-3]))
+        if not builds:
+            continue  # nox reports the missing interpreter (error_on_missing_interpreters)
+        links.mkdir(parents=True, exist_ok=True)
+        link = links / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(builds[-1])
+    if links.is_dir():
+        os.environ["PATH"] = f"{links}{os.pathsep}{os.environ['PATH']}"
+
+
+expose_pyenv_pythons(PYTHONS)
+
+
+@nox.session(python=PYTHONS)
+def tests_python(session: nox.Session) -> None:
+    """iris-device's and iris-runtime's tests on the oldest and newest CPython (not in the default
+    run: torch for these comes from PyPI as its CUDA build, about 3 GB per Python, and pins
+    Triton 3.7.1, so they run on that line)."""
+    rest = install(session, *PACKAGES, triton="3.7")
+    pytest(session, "packages/iris-device/tests", "packages/iris-runtime/tests", posargs=rest)
+
+
 @nox.session
 def stress(session: nox.Session) -> None:
     """Nightly-style randomised stress of the collectives (not in the default run): 400 seeded cases
@@ -132,13 +177,33 @@ def release(session: nox.Session, package: str) -> None:
     session.run("python", "tools/release.py", package, *session.posargs)
 
 
+def ensure_browser(session: nox.Session) -> None:
+    """Headless Chromium for the layout check: Debian's, installed by apt-get when it is missing.
+
+    apt-get needs root; CI runs .ci/run as root on a fresh machine, so there it installs itself.
+    """
+    if any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        return
+    if not shutil.which("apt-get") or os.geteuid() != 0:
+        session.error("docs: the layout check needs a headless Chromium and this is not root with apt-get: "
+                      "install one (Debian: sudo apt-get install -y chromium fonts-liberation) and run again")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "update", "-q", external=True, env=env)
+    # fonts-liberation: the theme's monospace font (Liberation Mono) makes the widths the same everywhere.
+    session.run("apt-get", "install", "-y", "-q", "chromium", "fonts-liberation", external=True, env=env)
+
+
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation with warnings as errors, and run every code block it shows."""
+    """Build the documentation with warnings as errors, run every code block it shows, and check
+    in headless Chromium at 1366x900 that no code block scrolls sideways."""
     install(session, *PACKAGES, extra=("matplotlib",))
-    session.install("sphinx==9.0.4", "myst-parser==5.2.0")
+    session.install("sphinx==9.0.4", "myst-parser==5.2.0", "pydata-sphinx-theme==0.24.0")
     session.run("python", "docs/run_code_blocks.py")
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+    ensure_browser(session)
+    session.run("python", "tools/check_docs_layout.py", "docs/_build/html", "--width", "1366", "--height", "900",
+                "--screenshot", "collectives")
 
 
 @nox.session
