@@ -1,0 +1,40 @@
+"""Launching an op's kernel: the persistent grid, the tensor-descriptor decision, Triton options."""
+
+from __future__ import annotations
+
+import torch
+
+from iris.device import INTERPRETER
+
+from ._workspace import Workspace, ensure_allocator
+
+
+def tma_ok(cfg, *matrices: torch.Tensor) -> bool:
+    """Whether the kernel may load these matrices through tensor descriptors: asked for by the
+    config, on the GPU (never under the interpreter), unit column stride and row strides and
+    base addresses that are multiples of 16 bytes (what TMA requires)."""
+    if not cfg.use_tma or INTERPRETER:
+        return False
+    for t in matrices:
+        if t.device.type != "cuda" or t.stride(1) != 1:
+            return False
+        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            return False
+    ensure_allocator()
+    return True
+
+
+def launch(ctx, ws: Workspace, kernel, num_tiles: int, cfg, args: tuple, constexprs: dict) -> None:
+    """Run ``kernel`` on torch's current stream with a persistent grid of ``cfg.grid`` programs
+    (or, by default, as many as are resident on this rank's share of the GPU, at most
+    ``num_tiles``): its programs wait for programs of other ranks, so all of them must run at
+    once. The grid is found once per workspace (``resident_grid`` is collective and compiles the
+    kernel) and is the same on every rank."""
+    options = dict(constexprs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if ws.grid is None:
+        compiled = None
+        if ctx.device.type == "cuda":
+            compiled = kernel.warmup(*args, grid=(1,), **options)
+        resident = ctx.resident_grid(num_tiles, compiled)
+        ws.grid = min(resident, cfg.grid) if cfg.grid else resident
+    kernel[(ws.grid,)](*args, **options)
