@@ -86,6 +86,22 @@ def run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, confi
     return out
 
 
+def ref_matmul_reduce_scatter(W, rank, M, N, K, dtype, out_dtype, seed, with_bias):
+    full = ref_matmul_all_reduce(W, M, N, K, dtype, torch.float32, seed, with_bias)
+    m = M // W
+    return full[rank * m:(rank + 1) * m].to(out_dtype)
+
+
+def run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config):
+    dev, r = ctx.device, ctx.rank
+    a = ints((M, K), dtype, seed + 10 * r).to(dev)
+    b = ints((K, N), dtype, seed + 10 * r + 1).to(dev)
+    bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
+    out = poisoned((M // ctx.world_size, N), out_dtype, dev)
+    ops.matmul_reduce_scatter(ctx, out, a, b, bias, config=config)
+    return out
+
+
 # --- scenarios ----------------------------------------------------------------------------------------
 
 def scenario_matmul_all_reduce(ctx):
@@ -119,6 +135,25 @@ def scenario_matmul_all_reduce_back_to_back(ctx):
         if out is not None:
             ctx.barrier()  # peers may still write into this rank's out while it is freed
             ctx.free(out)
+
+
+def scenario_matmul_reduce_scatter(ctx):
+    """fp32/fp16/bf16, ragged rows per rank (M / W not a multiple of BLOCK_M), N and K ragged,
+    bias on and off, then back-to-back calls with new data and no barrier."""
+    W = ctx.world_size
+    cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
+             (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
+    for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+        seed = 200 + i
+        out = run_matmul_reduce_scatter(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, SMALL)
+        check(out, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+              f"matmul_reduce_scatter {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+    M, N, K = W * 12, 40, 20
+    results = [run_matmul_reduce_scatter(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True, SMALL)
+               for i in range(repeats(ctx))]
+    for i, got in enumerate(results):
+        check(got, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True),
+              f"matmul_reduce_scatter call {i}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ docs/fused-ops.md.
 
 from ._config import DEFAULTS, VARIANTS, Config, choose
 from ._matmul_all_reduce import matmul_all_reduce
+from ._matmul_reduce_scatter import matmul_reduce_scatter
 from ._workspace import clear as clear_workspaces
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "choose",
     "clear_workspaces",
     "matmul_all_reduce",
+    "matmul_reduce_scatter",
 ]
