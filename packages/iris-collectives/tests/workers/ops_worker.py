@@ -102,6 +102,26 @@ def run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, c
     return out
 
 
+def ref_all_gather_matmul(W, M, N, K, dtype, out_dtype, seed, with_bias):
+    a = torch.cat([ints((M // W, K), dtype, seed + 10 * r) for r in range(W)])
+    total = a.float() @ ints((K, N), dtype, seed + 1).float()
+    if with_bias:
+        total = total + ints((N,), dtype, seed + 5).float()
+    return total.to(out_dtype)
+
+
+def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None):
+    """all_gather_matmul or matmul_all_gather: rank r's [M / W, K] rows, one b for every rank."""
+    dev, r = ctx.device, ctx.rank
+    a = ints((M // ctx.world_size, K), dtype, seed + 10 * r).to(dev)
+    b = ints((K, N), dtype, seed + 1).to(dev)
+    bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
+    if out is None:
+        out = poisoned((M, N), out_dtype, dev)
+    op(ctx, out, a, b, bias, config=config)
+    return out
+
+
 # --- scenarios ----------------------------------------------------------------------------------------
 
 def scenario_matmul_all_reduce(ctx):
@@ -154,6 +174,35 @@ def scenario_matmul_reduce_scatter(ctx):
     for i, got in enumerate(results):
         check(got, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True),
               f"matmul_reduce_scatter call {i}")
+
+
+def gather_scenario(ctx, op, name, seed0):
+    W = ctx.world_size
+    cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
+             (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
+    for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+        seed = seed0 + i
+        out = run_gather_op(ctx, op, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, SMALL)
+        # matmul_all_gather's rows are each rank's (a_r @ b + bias): the same as gathering A first
+        check(out, ref_all_gather_matmul(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+              f"{name} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+    M, N, K = W * 12, 40, 20
+    results = [run_gather_op(ctx, op, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True, SMALL)
+               for i in range(repeats(ctx))]
+    for i, got in enumerate(results):
+        check(got, ref_all_gather_matmul(W, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True),
+              f"{name} call {i}")
+
+
+def scenario_all_gather_matmul(ctx):
+    """fp32/fp16/bf16, shards of M / W rows that straddle tiles, ragged N and K, bias on and
+    off, then back-to-back calls with new data and no barrier."""
+    gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul", 300)
+
+
+def scenario_matmul_all_gather(ctx):
+    """As all_gather_matmul, for the push-and-gather of the product."""
+    gather_scenario(ctx, ops.matmul_all_gather, "matmul_all_gather", 400)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,9 @@ Example::
 docs/fused-ops.md.
 """
 
+from ._all_gather_matmul import all_gather_matmul
 from ._config import DEFAULTS, VARIANTS, Config, choose
+from ._matmul_all_gather import matmul_all_gather
 from ._matmul_all_reduce import matmul_all_reduce
 from ._matmul_reduce_scatter import matmul_reduce_scatter
 from ._workspace import clear as clear_workspaces
@@ -33,8 +35,10 @@ __all__ = [
     "DEFAULTS",
     "VARIANTS",
     "Config",
+    "all_gather_matmul",
     "choose",
     "clear_workspaces",
+    "matmul_all_gather",
     "matmul_all_reduce",
     "matmul_reduce_scatter",
 ]
