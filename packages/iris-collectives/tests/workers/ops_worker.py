@@ -205,6 +205,79 @@ def scenario_matmul_all_gather(ctx):
     gather_scenario(ctx, ops.matmul_all_gather, "matmul_all_gather", 400)
 
 
+def scenario_tma_path_in_interpreter(ctx):
+    """The tensor-descriptor K loop (GPU default) under the interpreter, which emulates
+    tl.make_tensor_descriptor: same bits as the reference, for the three ops that use it. Strides
+    are multiples of 16 bytes (the descriptors' rule); M, N and K are still ragged."""
+    from iris.collectives.ops import _launch
+
+    if ctx.backend != "cpu":
+        return
+    W = ctx.world_size
+    _launch.INTERPRETER_TMA = True
+    try:
+        for dt in ("fp32", "bf16"):
+            d = DTYPES[dt]
+            out = run_matmul_all_reduce(ctx, 40, 40, 24, d, d, 500, True, SMALL)
+            check(out, ref_matmul_all_reduce(W, 40, 40, 24, d, d, 500, True), f"tma matmul_all_reduce {dt}")
+            out = run_matmul_reduce_scatter(ctx, W * 12, 40, 24, d, d, 501, True, SMALL)
+            check(out, ref_matmul_reduce_scatter(W, ctx.rank, W * 12, 40, 24, d, d, 501, True),
+                  f"tma matmul_reduce_scatter {dt}")
+            out = run_gather_op(ctx, ops.matmul_all_gather, W * 12, 40, 24, d, d, 502, True, SMALL)
+            check(out, ref_all_gather_matmul(W, W * 12, 40, 24, d, d, 502, True), f"tma matmul_all_gather {dt}")
+    finally:
+        _launch.INTERPRETER_TMA = False
+
+
+def scenario_argument_errors(ctx):
+    """Bad shapes, dtypes, devices, M not divisible by the world size, bad configs: an IrisError
+    whose message names the call, the argument, the values and the fix. Checked before any
+    allocation or launch, so every rank raises alike."""
+    W, dev = ctx.world_size, ctx.device
+    f32 = dict(dtype=torch.float32, device=dev)
+    a, b, out = torch.zeros(8, 4, **f32), torch.zeros(4, 6, **f32), torch.zeros(8, 6, **f32)
+    ar = "iris.collectives.ops.matmul_all_reduce"
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, torch.zeros(5, 6, **f32)), IrisUsageError, ar,
+                 "a is (8, 4)", "b is (5, 6)", "a's columns (4) must equal b's rows (5)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, torch.zeros(8, 7, **f32), a, b), IrisUsageError, ar,
+                 "out has shape (8, 7), expected (8, 6)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.to(torch.float16), b), UnsupportedDtypeError, ar,
+                 "a is torch.float16 but b is torch.float32", "one dtype")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.to(torch.int32), b), UnsupportedDtypeError, ar,
+                 "a has dtype torch.int32", "pass float32, float16 or bfloat16")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a[0], b), IrisUsageError, ar, "a must be 2-D",
+                 "shape (4,)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, torch.zeros(5, **f32)), IrisUsageError, ar,
+                 "bias must be a 1-D tensor of N=6 values", "(5,)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(variant="ring")), IrisUsageError,
+                 ar, "config.variant='ring'", "one_shot", "two_shot")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(block_m=24)), IrisUsageError,
+                 ar, "config.block_m=24", "power of two >= 16")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config={"block_m": 16}), IrisUsageError, ar,
+                 "must be an iris.collectives.ops.Config")
+    if dev.type == "cpu" and torch.cuda.is_available() is False:
+        meta = torch.zeros(8, 4, dtype=torch.float32, device="meta")
+        expect_error(lambda: ops.matmul_all_reduce(ctx, out, meta, b), IrisUsageError, ar, "a is on meta",
+                     f"runs on {dev}", ".to(")
+    else:
+        expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.cpu(), b), IrisUsageError, ar, "a is on cpu",
+                     f"runs on {dev}", ".to(")
+    rs = "iris.collectives.ops.matmul_reduce_scatter"
+    if W > 1:
+        odd = torch.zeros(W * 3 + 1, 4, **f32)
+        expect_error(lambda: ops.matmul_reduce_scatter(ctx, torch.zeros(3, 6, **f32), odd, b), IrisUsageError, rs,
+                     f"M={W * 3 + 1} rows", f"{W} ranks cannot split evenly", f"multiple of {W}")
+    a_rs = torch.zeros(W * 4, 4, **f32)
+    expect_error(lambda: ops.matmul_reduce_scatter(ctx, torch.zeros(5, 6, **f32), a_rs, b), IrisUsageError, rs,
+                 "out has shape (5, 6), expected (4, 6)")
+    ag = "iris.collectives.ops.all_gather_matmul"
+    expect_error(lambda: ops.all_gather_matmul(ctx, torch.zeros(8 * W + 1, 6, **f32), a, b), IrisUsageError, ag,
+                 f"out has shape ({8 * W + 1}, 6), expected ({8 * W}, 6)")
+    mg = "iris.collectives.ops.matmul_all_gather"
+    expect_error(lambda: ops.matmul_all_gather(ctx, out, a, b, torch.zeros(6, dtype=torch.int64, device=dev)),
+                 UnsupportedDtypeError, mg, "bias has dtype torch.int64")
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     iris.runtime.testing.run_scenarios(globals(), heap_size=1 << 24)

@@ -75,8 +75,8 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
         cols = tile_cols(pid_n, BLOCK_N)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         for i in tl.static_range(world_size):
-            acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am,
-                               stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION)
+            acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL,
+                               stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),

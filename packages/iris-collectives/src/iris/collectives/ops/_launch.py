@@ -8,18 +8,25 @@ from iris.device import INTERPRETER
 
 from ._workspace import Workspace, ensure_allocator
 
+#: Tests only: let the interpreter take the tensor-descriptor path too (Triton 3.9's interpreter
+#: emulates ``tl.make_tensor_descriptor``), so its index arithmetic is checked without a GPU.
+INTERPRETER_TMA = False
+
 
 def tma_ok(cfg, *matrices: torch.Tensor) -> bool:
     """Whether the kernel may load these matrices through tensor descriptors: asked for by the
-    config, on the GPU (never under the interpreter), unit column stride and row strides and
-    base addresses that are multiples of 16 bytes (what TMA requires)."""
-    if not cfg.use_tma or INTERPRETER:
+    config (under the interpreter only by :data:`INTERPRETER_TMA`), the matrices on the GPU, with
+    unit column stride and row strides and base addresses that are multiples of 16 bytes (what
+    TMA requires); otherwise the kernel takes the pointer path."""
+    if not (INTERPRETER_TMA if INTERPRETER else cfg.use_tma):
         return False
     for t in matrices:
-        if t.device.type != "cuda" or t.stride(1) != 1:
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             return False
-        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+        if not INTERPRETER and t.device.type != "cuda":
             return False
+    if INTERPRETER:
+        return True
     ensure_allocator()
     return True
 
