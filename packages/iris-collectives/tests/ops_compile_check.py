@@ -77,6 +77,10 @@ def cases():
                signature("a_shard staged b bias out flags", dt,
                          "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
                ("a_shard", "staged", "b", "out"))
+        yield (f"all_gather_matmul_arrival/{dt}/ptr", AGM._arrival_kernel,
+               signature("a_shard staged b bias out flags", dt,
+                         "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
+               ("a_shard", "staged", "b", "out"))
 
 
 def counts(ptx: str) -> dict:

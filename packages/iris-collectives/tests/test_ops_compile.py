@@ -16,7 +16,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ops_compile_check.py")
 OPS = {"matmul_all_reduce", "matmul_all_reduce_two_shot", "matmul_reduce_scatter", "matmul_all_gather",
-       "all_gather_matmul"}
+       "all_gather_matmul", "all_gather_matmul_arrival"}
 
 
 @pytest.fixture(scope="module")

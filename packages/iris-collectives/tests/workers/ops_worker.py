@@ -176,18 +176,18 @@ def scenario_matmul_reduce_scatter(ctx):
               f"matmul_reduce_scatter call {i}")
 
 
-def gather_scenario(ctx, op, name, seed0):
+def gather_scenario(ctx, op, name, seed0, config=SMALL):
     W = ctx.world_size
     cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
              (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
     for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
         seed = seed0 + i
-        out = run_gather_op(ctx, op, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, SMALL)
+        out = run_gather_op(ctx, op, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, config)
         # matmul_all_gather's rows are each rank's (a_r @ b + bias): the same as gathering A first
         check(out, ref_all_gather_matmul(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
               f"{name} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
     M, N, K = W * 12, 40, 20
-    results = [run_gather_op(ctx, op, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True, SMALL)
+    results = [run_gather_op(ctx, op, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True, config)
                for i in range(repeats(ctx))]
     for i, got in enumerate(results):
         check(got, ref_all_gather_matmul(W, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True),
@@ -198,6 +198,19 @@ def scenario_all_gather_matmul(ctx):
     """fp32/fp16/bf16, shards of M / W rows that straddle tiles, ragged N and K, bias on and
     off, then back-to-back calls with new data and no barrier."""
     gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul", 300)
+
+
+def scenario_all_gather_matmul_arrival(ctx):
+    """The arrival-order strategy (own shard first, then peers as they arrive), same cases; with
+    7 rows per rank and 16-row tiles, tiles run into two or three ranks' shards."""
+    cfg = ops.Config(variant="arrival", block_m=16, block_n=16, block_k=16, group_m=2)
+    gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul arrival", 600, cfg)
+    # fewer programs than tiles: each program takes a share of every rank's tiles
+    few = ops.Config(variant="arrival", block_m=16, block_n=16, block_k=16, grid=3)
+    out = run_gather_op(ctx, ops.all_gather_matmul, ctx.world_size * 20, 40, 20, torch.float32, torch.float32, 650,
+                        True, few)
+    check(out, ref_all_gather_matmul(ctx.world_size, ctx.world_size * 20, 40, 20, torch.float32, torch.float32, 650,
+                                     True), "all_gather_matmul arrival grid=3")
 
 
 def scenario_matmul_all_gather(ctx):

@@ -19,7 +19,7 @@ VARIANTS = {
     "matmul_all_reduce": ("one_shot", "two_shot"),
     "matmul_reduce_scatter": ("owner",),
     "matmul_all_gather": ("push",),
-    "all_gather_matmul": ("pull",),
+    "all_gather_matmul": ("pull", "arrival"),
 }
 
 

@@ -35,13 +35,17 @@ def launch(ctx, ws: Workspace, kernel, num_tiles: int, cfg, args: tuple, constex
     """Run ``kernel`` on torch's current stream with a persistent grid of ``cfg.grid`` programs
     (or, by default, as many as are resident on this rank's share of the GPU, at most
     ``num_tiles``): its programs wait for programs of other ranks, so all of them must run at
-    once. The grid is found once per workspace (``resident_grid`` is collective and compiles the
-    kernel) and is the same on every rank."""
+    once. The grid is found once per workspace and compiled variant (``resident_grid`` is
+    collective and compiles the kernel) and is the same on every rank, as long as every rank
+    compiles the same variant (the same bias-or-not, which the op requires, and the same
+    descriptor-or-pointer choice, which differs only for tensors misaligned on some ranks)."""
     options = dict(constexprs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if ws.grid is None:
+    variant = tuple(sorted(constexprs.items()))
+    grid = ws.grids.get(variant)
+    if grid is None:
         compiled = None
         if ctx.device.type == "cuda":
             compiled = kernel.warmup(*args, grid=(1,), **options)
         resident = ctx.resident_grid(num_tiles, compiled)
-        ws.grid = min(resident, cfg.grid) if cfg.grid else resident
-    kernel[(ws.grid,)](*args, **options)
+        grid = ws.grids[variant] = min(resident, cfg.grid) if cfg.grid else resident
+    kernel[(grid,)](*args, **options)

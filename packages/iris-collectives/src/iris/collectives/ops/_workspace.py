@@ -27,11 +27,12 @@ _LOCK = threading.Lock()
 
 @dataclass
 class Workspace:
-    """Buffers of one op and shape on one context: ``buffers`` by name, and the launch ``grid``
-    (programs per rank) once known."""
+    """Buffers of one op and shape on one context: ``buffers`` by name, and the launch grid
+    (programs per rank) of each compiled variant of the kernel once known (``grids``, keyed by
+    its compile-time arguments: bias or not, descriptors or pointers)."""
 
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
-    grid: int | None = None
+    grids: dict[tuple, int] = field(default_factory=dict)
 
 
 def workspace(ctx, key: tuple, make) -> Workspace:
