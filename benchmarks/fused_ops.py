@@ -66,7 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=8192)
     p.add_argument("--intermediate", type=int, default=28672, help="split over the ranks")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
-    p.add_argument("--variant", default=None, help="force Config(variant=...) for the fused op")
+    p.add_argument("--variant", default=None,
+                   help="force Config(variant=...) on the ops that have it (see iris.collectives.ops.VARIANTS)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--gemm-only", action="store_true",
@@ -216,7 +217,7 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
         b = torch.randn(b_shape, generator=torch.Generator().manual_seed(M)).to(dtype).to(dev)
     out = torch.empty(out_shape, dtype=dtype, device=dev)
     gemm_out = torch.empty((a_shape[0], b_shape[1]), dtype=dtype, device=dev)
-    config = ops.Config(variant=args.variant) if args.variant else None
+    config = ops.Config(variant=args.variant) if args.variant in ops.VARIANTS[op] else None
     fused_fn = getattr(ops, op)
 
     def fused():
@@ -270,7 +271,9 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     times["gemm_cublas"] = timer(gemm_cublas)
     times["collective"] = timer(collective)
     times["ideal"] = max(times["gemm_cublas"], times["collective"])
-    return {"op": op, "M": M, "a": list(a_shape), "b": list(b_shape), "out": list(out_shape), "flops": flops,
+    variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, config).variant
+    return {"op": op, "variant": variant, "M": M, "a": list(a_shape), "b": list(b_shape), "out": list(out_shape),
+            "flops": flops,
             "dtype": args.dtype, "times_s": times, "rel_error": error, "correct": error <= tolerance,
             "torch_fused_note": tdist.fused_reason if torch_fn is None and op in OPS[:2] else None}  # none for AR/MAG
 
