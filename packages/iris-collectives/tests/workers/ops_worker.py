@@ -248,6 +248,28 @@ def scenario_tma_path_in_interpreter(ctx):
         _launch.INTERPRETER_TMA = False
 
 
+def scenario_workspace_cache(ctx):
+    """One workspace per (op, shape, dtype, world, config), reused by later calls (no heap growth);
+    clear_workspaces frees them, and the next call allocates fresh ones and is still right."""
+    from iris.collectives.ops import _workspace
+
+    W, M, N, K = ctx.world_size, 24, 40, 20
+    cfg = ops.Config(block_m=16, block_n=16, block_k=16)
+    ops.clear_workspaces(ctx)
+    run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 700, False, cfg)
+    free = ctx.heap_free_bytes
+    for i in range(3):
+        out = run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 701 + i, False, cfg)
+        check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 701 + i, False), f"cached call {i}")
+    assert ctx.heap_free_bytes == free, "a later call with the same key allocated on the heap"
+    assert len(_workspace._CACHES[ctx]) == 1, list(_workspace._CACHES[ctx])
+    ctx.barrier()  # every rank is done with the buffers before any rank frees them
+    ops.clear_workspaces(ctx)
+    assert ctx.heap_free_bytes > free
+    out = run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 710, False, cfg)
+    check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 710, False), "after clear_workspaces")
+
+
 def scenario_argument_errors(ctx):
     """Bad shapes, dtypes, devices, M not divisible by the world size, bad configs: an IrisError
     whose message names the call, the argument, the values and the fix. Checked before any

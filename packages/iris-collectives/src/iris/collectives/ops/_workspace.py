@@ -47,7 +47,8 @@ def workspace(ctx, key: tuple, make) -> Workspace:
 
 def clear(ctx) -> None:
     """Free every workspace of ``ctx`` (collective: every rank must call it, in the same order
-    as its other allocations). The next call of an op allocates again, with fresh counters."""
+    as its other allocations, and only once no rank's kernel still uses them, e.g. after
+    ``ctx.barrier()``). The next call of an op allocates again, with fresh counters."""
     for ws in _CACHES.pop(ctx, {}).values():
         for t in ws.buffers.values():
             ctx.free(t)
