@@ -5,8 +5,8 @@ Inputs are small integers (|x| <= 4) in every dtype, so every product and sum is
 any order: each result must equal, bit for bit, torch's fp32 result rounded once to the output
 dtype. Outputs are poisoned (NaN) before each call, so an element the op skips fails.
 
-``IRIS_TEST_REPEATS`` sets the number of back-to-back calls (default 50 on cuda, 8 on cpu: the
-interpreter runs every program of every call in turn).
+``IRIS_TEST_REPEATS`` sets the number of back-to-back calls (default 50 on cuda, 6 on cpu: the
+interpreter runs every program of every call in turn, and CI has two cores).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SMALL = ops.Config(block_m=16, block_n=16, block_k=16, group_m=2)
 
 
 def repeats(ctx) -> int:
-    return int(os.environ.get("IRIS_TEST_REPEATS", "50" if ctx.backend == "cuda" else "8"))
+    return int(os.environ.get("IRIS_TEST_REPEATS", "50" if ctx.backend == "cuda" else "6"))
 
 
 def ints(shape, dtype, seed: int) -> torch.Tensor:
@@ -176,10 +176,11 @@ def scenario_matmul_reduce_scatter(ctx):
               f"matmul_reduce_scatter call {i}")
 
 
-def gather_scenario(ctx, op, name, seed0, config=SMALL):
+def gather_scenario(ctx, op, name, seed0, config=SMALL, only=None):
     W = ctx.world_size
     cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
              (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
+    cases = cases if only is None else [cases[i] for i in only]
     for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
         seed = seed0 + i
         out = run_gather_op(ctx, op, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, config)
@@ -201,10 +202,11 @@ def scenario_all_gather_matmul(ctx):
 
 
 def scenario_all_gather_matmul_arrival(ctx):
-    """The arrival-order strategy (own shard first, then peers as they arrive), same cases; with
-    7 rows per rank and 16-row tiles, tiles run into two or three ranks' shards."""
+    """The arrival-order strategy (own shard first, then peers as they arrive), on the ragged cases
+    (fp16, bf16): with 7 or 11 rows per rank and 16-row tiles, tiles run into two or three ranks'
+    shards."""
     cfg = ops.Config(variant="arrival", block_m=16, block_n=16, block_k=16, group_m=2)
-    gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul arrival", 600, cfg)
+    gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul arrival", 600, cfg, only=(1, 2))
     # fewer programs than tiles: each program takes a share of every rank's tiles
     few = ops.Config(variant="arrival", block_m=16, block_n=16, block_k=16, grid=3)
     out = run_gather_op(ctx, ops.all_gather_matmul, ctx.world_size * 20, 40, 20, torch.float32, torch.float32, 650,
