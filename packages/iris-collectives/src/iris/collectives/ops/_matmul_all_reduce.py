@@ -82,7 +82,9 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     dimension), ``out`` ``[M, N]`` on every rank, ``bias`` an optional ``[N]`` added once. Inputs
     are fp32 (tf32 unless ``Config(input_precision="ieee")``), fp16 or bf16; the product and the
     sum accumulate in fp32 and are rounded once to ``out.dtype``. Ordinary torch tensors work;
-    what peers must reach is staged on the symmetric heap in a cached workspace. Collective:
+    what peers must reach is staged on the symmetric heap in a cached workspace (two-shot writes
+    into ``out`` in place when it is on the heap: then it must be on the heap on every rank, the
+    same allocation, as for any symmetric tensor). Collective:
     every rank calls it with the same shapes and config. Enqueued on torch's current stream; no
     host barrier is needed between calls.
     """
