@@ -131,9 +131,8 @@ def test_every_waiting_call_is_named_in_the_watchdog_reports():
     import importlib
     import pkgutil
 
-    from iris.device._watchdog import WAIT_CALLS
-
     import iris.collectives.ops
+    from iris.device._watchdog import WAIT_CALLS
 
     waiting = []
     for package in (ic, iris.collectives.ops):
