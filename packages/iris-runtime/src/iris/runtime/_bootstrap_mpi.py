@@ -44,7 +44,7 @@ class MpiBootstrap(Bootstrap):
         MPI = _mpi()
         if comm is None:
             comm = MPI.COMM_WORLD
-            library = MPI.Get_library_version().splitlines()[0].strip() if comm.Get_size() == 1 else ""
+            library = " ".join(MPI.Get_library_version().split("\n")[0].split()) if comm.Get_size() == 1 else ""
             _launcher.check_mpi_world(comm.Get_size(), os.environ, library)
         node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
         return cls(comm, node_comm)
