@@ -32,7 +32,7 @@ def test_torchrun_scenarios(nranks):
     proc = run_torchrun(nranks, WORKER, *SCENARIOS, timeout=300)
     out = proc.stdout + proc.stderr
     assert passed(proc.stdout) == SCENARIOS, out
-    assert f"CHECK ranks torch " in proc.stdout and f", {nranks} ranks, " in proc.stdout, out
+    assert "CHECK ranks torch " in proc.stdout and f", {nranks} ranks, " in proc.stdout, out
     files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
     assert not existing(files), existing(files)
 

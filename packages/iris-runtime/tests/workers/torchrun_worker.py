@@ -25,7 +25,7 @@ import iris.runtime.testing
 from iris.runtime import IrisBootstrapError, IrisUsageError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runtime_worker import (  # noqa: E402  (the workers folder is not a package)
+from runtime_worker import (
     expect_error,
     scenario_barrier,
     scenario_broadcast,
@@ -36,7 +36,7 @@ from runtime_worker import (  # noqa: E402  (the workers folder is not a package
     scenario_kernels_write_every_peer,
     scenario_verify_allocation_order,
 )
-from tracing_worker import check_known_events, run_known_ops  # noqa: E402
+from tracing_worker import check_known_events, run_known_ops
 
 REUSED = (scenario_heap_bases, scenario_heap_files_unlinked, scenario_device_context,
           scenario_kernels_write_every_peer, scenario_broadcast, scenario_barrier, scenario_verify_allocation_order,

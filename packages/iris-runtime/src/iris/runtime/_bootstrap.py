@@ -93,6 +93,7 @@ class Bootstrap(abc.ABC):
     def abort(self, code: int) -> NoReturn:
         """End the whole job with exit code ``code``, from any thread, without waiting for peers."""
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Release what this bootstrap made for one ``Iris`` (collective)."""
 

@@ -151,6 +151,9 @@ class TorchBootstrap(Bootstrap):
     def node_barrier(self) -> None:
         self.barrier()  # the whole job calls it, so a job-wide barrier is also one of the node
 
+    def close(self) -> None:
+        pass  # the gloo group stays for the next Iris of this process (new_group is collective)
+
     def abort(self, code: int):
         sys.stdout.flush()
         sys.stderr.flush()

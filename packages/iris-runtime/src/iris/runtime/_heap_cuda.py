@@ -3,9 +3,9 @@ legacy CUDA IPC handles.
 
 Each rank exports a handle for its allocation together with the heap's offset inside the
 allocation the handle names (non-zero when the heap is carved out of a larger block), all-gathers
-them through the bootstrap (MPI or torch.distributed) and opens every peer's handle. Any number of ranks may share one GPU (device =
-local rank modulo device count); under MPS their kernels run concurrently, without it they are
-time-sliced.
+them (64 raw bytes each) through the bootstrap, MPI or torch.distributed, and opens every peer's
+handle. Any number of ranks may share one GPU (device = local rank modulo device count); under
+MPS their kernels run concurrently, without it they are time-sliced.
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def torch_env_missing(env: Mapping[str, str]) -> IrisBootstrapError:
     missing = ", ".join(n for n in ENV_INIT_VARS if n not in env)
     hint = ""
     if mpi_launched(env):
-        hint = f" This process was started by an MPI launcher ({_seen(env, MPI_MARKERS)}): pass bootstrap='mpi' or 'auto'."
+        hint = (f" This process was started by an MPI launcher ({_seen(env, MPI_MARKERS)}): pass bootstrap='mpi' "
+                f"or 'auto'.")
     return IrisBootstrapError(
         f"iris.runtime.iris(bootstrap='torch'): torch.distributed has no default process group, and {missing} "
         f"{'is' if ',' not in missing else 'are'} missing from the environment for init_method='env://'; "

@@ -25,8 +25,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import time
