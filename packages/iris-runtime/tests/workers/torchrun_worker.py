@@ -26,7 +26,9 @@ from iris.runtime import IrisBootstrapError, IrisUsageError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runtime_worker import (
+    BLOCK,
     expect_error,
+    fill_local,
     scenario_barrier,
     scenario_broadcast,
     scenario_close_and_reopen,
@@ -72,8 +74,14 @@ def scenario_ranks(ctx):
 
 def scenario_resident_grid_agrees(ctx):
     # Every rank asks for a different amount of work; all get the smallest (the bootstrap's MIN).
-    assert ctx.resident_grid(10 + ctx.rank) == 10
-    assert ctx.comm.allgather(ctx.resident_grid(3 + (ctx.rank % 2))) == [3] * ctx.world_size
+    # On a GPU the grid depends on a compiled kernel (the H200 run without one failed here): any
+    # kernel holds at least one program per SM, more than the 10 asked for.
+    compiled = None
+    if ctx.backend == "cuda":
+        out = ctx.zeros(BLOCK, dtype=torch.float32)
+        compiled = fill_local[(1,)](out, 1.0, BLOCK)
+    assert ctx.resident_grid(10 + ctx.rank, compiled) == 10
+    assert ctx.comm.allgather(ctx.resident_grid(3 + (ctx.rank % 2), compiled)) == [3] * ctx.world_size
 
 
 def scenario_tracing_export(ctx):
