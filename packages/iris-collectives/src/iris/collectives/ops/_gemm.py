@@ -6,8 +6,9 @@ communication step as soon as it has it. Within the loop:
 
 - :func:`grouped_tile` maps a linear tile index to ``(pid_m, pid_n)`` in groups of ``GROUP_M``
   rows of tiles, so that consecutive tiles share columns of B (L2 reuse);
-- :func:`dot_k` (pointers) or :func:`dot_k_tma` (tensor descriptors, GPU only) accumulate
-  ``A[rows, :] @ B[:, cols]`` in fp32 with ``tl.dot``;
+- :func:`tile_product` computes one tile ``A[rows, :] @ B[:, cols]`` in fp32 with ``tl.dot``,
+  through :func:`dot_k` (pointers) or :func:`dot_k_tma` (tensor descriptors, GPU only), reading
+  what :func:`gemm_operands` returned once before the loop;
 - :func:`add_bias` adds a ``[N]`` bias in fp32, once; the op then rounds the accumulator once to
   the output dtype with :func:`iris.device.round_to` (Triton's interpreter truncates ``.to(bf16)``).
 
@@ -104,6 +105,34 @@ def make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M: tl.co
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
     b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
     return a_desc, b_desc
+
+
+@triton.jit
+def gemm_operands(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, USE_TMA: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """What :func:`tile_product` reads A and B through: their tensor descriptors when ``USE_TMA``
+    (see :func:`make_descriptors`), else the pointers themselves. Per program, once before the
+    tile loop."""
+    if USE_TMA:
+        return make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        return a_ptr, b_ptr
+
+
+@triton.jit
+def tile_product(a_op, b_op, row0, col0, rows, row_mask, cols, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                 USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """One output tile ``A[rows, :K] @ B[:K, cols]`` in fp32, through what :func:`gemm_operands`
+    returned: :func:`dot_k_tma` from row ``row0`` and column ``col0`` (the first of ``rows`` and
+    ``cols``) when ``USE_TMA`` (rows past the descriptor's shape load as 0; the caller masks its stores),
+    else :func:`dot_k` with ``row_mask``. Per program; weak loads."""
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if USE_TMA:
+        return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION)
+    else:
+        return dot_k(acc, a_op, rows, row_mask, stride_am, stride_ak, b_op, cols, N, K, stride_bk, stride_bn,
+                     BLOCK_K, PRECISION)
 
 
 @triton.jit

@@ -15,7 +15,7 @@ from iris.device import round_to
 
 from ._checks import check_inputs, check_matrix
 from ._config import choose
-from ._gemm import add_bias, dot_k, dot_k_tma, grouped_tile, make_descriptors, tile_cols, tile_rows
+from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import tma_ok
 
 CALL = "iris.collectives.ops._matmul.matmul"
@@ -28,18 +28,13 @@ def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, st
     """Persistent GEMM: program ``p`` computes tiles ``p, p + P, ...`` in the grouped order."""
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    if USE_TMA:
-        a_desc, b_desc = make_descriptors(a, M, K, stride_am, b, N, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     for t in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         rows = tile_rows(pid_m, BLOCK_M)
         cols = tile_cols(pid_n, BLOCK_N)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if USE_TMA:
-            acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M, b_desc, pid_n * BLOCK_N, K, BLOCK_K, PRECISION)
-        else:
-            acc = dot_k(acc, a, rows, rows < M, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
-                        PRECISION)
+        acc = tile_product(a_op, b_op, pid_m * BLOCK_M, pid_n * BLOCK_N, rows, rows < M, cols, N, K, stride_am,
+                           stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),

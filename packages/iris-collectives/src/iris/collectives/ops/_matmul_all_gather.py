@@ -27,7 +27,7 @@ from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch
 from .._views import TensorView, Tile
 from ._checks import check_inputs, check_matrix
 from ._config import choose
-from ._gemm import add_bias, dot_k, dot_k_tma, grouped_tile, make_descriptors, tile_cols, tile_rows
+from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import launch, tma_ok
 from ._workspace import workspace
 
@@ -59,18 +59,14 @@ def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K,
     ctx = DeviceContext.initialize(context, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    if USE_TMA:
-        a_desc, b_desc = make_descriptors(a, M_LOCAL, K, stride_am, b, N, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M_LOCAL, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     for t in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         local_rows = tile_rows(pid_m, BLOCK_M)
         cols = tile_cols(pid_n, BLOCK_N)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if USE_TMA:
-            acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M, b_desc, pid_n * BLOCK_N, K, BLOCK_K, PRECISION)
-        else:
-            acc = dot_k(acc, a, local_rows, local_rows < M_LOCAL, stride_am, stride_ak, b, cols, N, K, stride_bk,
-                        stride_bn, BLOCK_K, PRECISION)
+        acc = tile_product(a_op, b_op, pid_m * BLOCK_M, pid_n * BLOCK_N, local_rows, local_rows < M_LOCAL, cols, N,
+                           K, stride_am, stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N,
+                           BLOCK_K)
         result = round_to(add_bias(acc, bias, cols, N, HAS_BIAS), out.dtype.element_ty)
         own_rows = rank * M_LOCAL + local_rows
         mask = (local_rows[:, None] < M_LOCAL) & (cols[None, :] < N)

@@ -32,7 +32,7 @@ from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signa
 from .._views import Tile
 from ._checks import check_inputs, check_matrix, check_rows_divide
 from ._config import choose
-from ._gemm import add_bias, dot_k, dot_k_tma, grouped_tile, make_descriptors, tile_cols, tile_rows
+from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import launch, tma_ok
 from ._workspace import workspace
 
@@ -64,8 +64,7 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     per_chunk = tiles_m * tiles_n
-    if USE_TMA:
-        a_desc, b_desc = make_descriptors(a, M, K, stride_am, b, N, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     for t in range(tl.program_id(0), world_size * per_chunk, tl.num_programs(0)):
         owner = t // per_chunk
         pid_m, pid_n = grouped_tile(t % per_chunk, tiles_m, tiles_n, GROUP_M)
@@ -73,14 +72,10 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
         rows = owner * M_LOCAL + local_rows
         row_mask = local_rows < M_LOCAL
         cols = tile_cols(pid_n, BLOCK_N)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if USE_TMA:
-            # Rows past the chunk are computed (they belong to the next chunk) but never stored.
-            acc = dot_k_tma(acc, a_desc, owner * M_LOCAL + pid_m * BLOCK_M, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
-                            PRECISION)
-        else:
-            acc = dot_k(acc, a, rows, row_mask, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
-                        PRECISION)
+        # With descriptors, rows past the chunk are computed (they belong to the next chunk) but never stored.
+        acc = tile_product(a_op, b_op, owner * M_LOCAL + pid_m * BLOCK_M, pid_n * BLOCK_N, rows, row_mask, cols, N,
+                           K, stride_am, stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N,
+                           BLOCK_K)
         mask = row_mask[:, None] & (cols[None, :] < N)
         out_ptrs = out + local_rows[:, None] * stride_om + cols[None, :] * stride_on
         if world_size == 1:
