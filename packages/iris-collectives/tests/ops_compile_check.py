@@ -18,27 +18,22 @@ import traceback
 assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 
+import collectives_compile_check  # noqa: E402  (beside this file: the shared sm_90 compile)
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
 from iris.collectives.ops import _all_gather_matmul as AGM  # noqa: E402
 from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
 from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
 from iris.collectives.ops import _matmul_reduce_scatter as MRS  # noqa: E402
 
-TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
 
 
 def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
-    sig = dict(signature)
-    sig.update({k: "constexpr" for k in constexprs})
-    names = list(sig)
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=TARGET, options={"num_warps": 8, "num_stages": 3}).asm["ptx"]
+    # the GEMM's launch options (the default H200 config's warps and stages)
+    return collectives_compile_check.compile_ptx(fn, signature, constexprs, aligned,
+                                                 options={"num_warps": 8, "num_stages": 3})
 
 
 def signature(names: str, dt: str, ints: str) -> dict:
