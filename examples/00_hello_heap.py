@@ -2,6 +2,10 @@
 what it received.
 
     mpirun -n 4 python examples/00_hello_heap.py [--n 4096]
+    torchrun --nproc-per-node 4 examples/00_hello_heap.py [--n 4096]
+
+The same program under either launcher: ``iris.runtime.iris()`` bootstraps from MPI under mpirun
+and from torch.distributed under torchrun (``ctx.comm.gather`` works with both).
 """
 
 import argparse
@@ -48,7 +52,8 @@ def main() -> int:
         bad = [src for src in range(world) if not torch.equal(received[src], src * 1000 + offs)]
         report = ctx.comm.gather((rank, bad), root=0)
         if rank == 0:
-            print(f"hello heap: {world} ranks, backend {ctx.backend}, {args.n} float32 per message, "
+            print(f"hello heap: {world} ranks, backend {ctx.backend}, bootstrap {ctx.bootstrap}, "
+                  f"{args.n} float32 per message, "
                   f"{world * world} messages in {elapsed * 1e3:.1f} ms")
             for r, b in report:
                 print(f"  rank {r}: " + ("received every peer's block" if not b else f"WRONG data from ranks {b}"))

@@ -119,3 +119,14 @@ def test_gpu_probes_draw_their_committed_results(tmp_path, script, results):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     png = copy.with_suffix(".png")
     assert png.exists() and png.stat().st_size > 10_000, proc.stdout
+
+
+@pytest.mark.multirank
+def test_fused_ops_quick(tmp_path):
+    # every op, fused and unfused (gloo stands in for nccl on the cpu backend), checked against each other
+    proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    result = json.loads((tmp_path / "fused_ops_2ranks_quick.json").read_text())
+    assert {r["op"] for r in result["rows"]} == {"all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
+                                                 "matmul_all_gather"}, result
+    assert all(r["correct"] and r["times_s"]["fused"] > 0 and r["times_s"]["ideal"] > 0 for r in result["rows"])
+    assert "f/ideal" in proc.stdout and "f/ideal" in (tmp_path / "fused_ops_2ranks_quick.md").read_text()

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from iris.runtime.testing import run_ranks, world_sizes
+from iris.runtime.testing import run_ranks, run_torchrun, world_sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -57,6 +57,18 @@ def test_example_runs(example, nranks):
     proc = run_ranks(nranks, os.path.join(EXAMPLES, example), *args, timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
     for pattern in expected:
         pattern = pattern.format(n=nranks, last=nranks - 1)
+        assert re.search(pattern, proc.stdout), f"no line matching {pattern!r} in:\n{proc.stdout}\n{proc.stderr}"
+    assert "WRONG" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.multirank
+def test_hello_heap_under_torchrun():
+    """The first example runs under torchrun as it is: the ranks bootstrap through torch.distributed.
+    (Its default size: torchrun would take ``--n`` for an abbreviation of its own options.)"""
+    _, expected = CASES["00_hello_heap.py"]
+    proc = run_torchrun(2, os.path.join(EXAMPLES, "00_hello_heap.py"), timeout=300)
+    for pattern in expected + [r"bootstrap torch"]:
+        pattern = pattern.format(n=2, last=1)
         assert re.search(pattern, proc.stdout), f"no line matching {pattern!r} in:\n{proc.stdout}\n{proc.stderr}"
     assert "WRONG" not in proc.stdout, proc.stdout
 

@@ -39,13 +39,15 @@ TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32"}
 
 
-def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
+def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None) -> str:
+    """PTX of ``fn`` for sm_90: ``signature`` and ``constexprs`` as ASTSource takes them, the
+    arguments named in ``aligned`` marked 16-divisible, ``options`` added to Triton's."""
     sig = dict(signature)
     sig.update({k: "constexpr" for k in constexprs})
     names = list(sig)
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    options = {"debug": bool(triton.knobs.runtime.debug)}
+    options = {"debug": bool(triton.knobs.runtime.debug), **(options or {})}
     return triton.compile(src, target=TARGET, options=options).asm["ptx"]
 
 

@@ -186,7 +186,7 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
     assert "still missing: peer 0" in describe(words(1, "iris.collectives.device_barrier", "arrivals", 1, -1, 0, 1, 2,
                                                      0), 2, 5)
     # check() raises once a report is there; timeout 0 starts no thread, so nothing aborts here
-    dog = Watchdog(comm=None, rank=0, world_size=2, device=torch.device("cpu"), timeout_s=0)
+    dog = Watchdog(rank=0, world_size=2, device=torch.device("cpu"), timeout_s=0)
     dog.check("barrier()")
     dog.record.copy_(torch.tensor(words(1, "iris.collectives.reduce_scatter", "done", 0, 1, 3, 0, 1, 3 * 10**9)))
     with pytest.raises(iris.runtime.IrisTimeoutError, match=r"barrier\(\): iris watchdog: rank 0 waited 3.0 s in "

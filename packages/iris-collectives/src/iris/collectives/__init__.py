@@ -9,6 +9,11 @@ around it. Two forms of each:
 - the spec's bound form on ``from iris.collectives import DeviceContext``:
   ``ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)``.
 
+Host-callable fused GEMM + communication built on them live in :mod:`iris.collectives.ops`
+(``matmul_all_reduce``, ``matmul_reduce_scatter``, ``all_gather_matmul``, ``matmul_all_gather``;
+``from iris.collectives import ops``): host context first, output second, one persistent kernel
+per call on torch's current stream.
+
 Example::
 
     import iris.runtime                       # first: picks the backend (and the interpreter on CPUs)

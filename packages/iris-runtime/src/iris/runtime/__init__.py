@@ -1,4 +1,5 @@
-"""iris.runtime: MPI bootstrap and a symmetric heap shared by every rank, with torch tensors on it.
+"""iris.runtime: a symmetric heap shared by every rank, with torch tensors on it; the ranks find
+each other through MPI (``mpirun``) or torch.distributed (``torchrun``).
 
     import iris.runtime
     ctx = iris.runtime.iris(heap_size=1 << 30)   # collective
@@ -18,6 +19,7 @@ from ._allocator import SymmetricAllocator, format_bytes
 from ._errors import (
     HeapExhaustedError,
     IrisBackendError,
+    IrisBootstrapError,
     IrisError,
     IrisTimeoutError,
     IrisUnsupportedError,
@@ -41,6 +43,7 @@ __all__ = [
     "HeapExhaustedError",
     "Iris",
     "IrisBackendError",
+    "IrisBootstrapError",
     "IrisError",
     "IrisTimeoutError",
     "IrisUnsupportedError",

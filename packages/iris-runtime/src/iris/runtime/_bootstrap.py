@@ -1,45 +1,142 @@
-"""MPI bootstrap: who am I, how many are we, who shares my node, and one rule for failures.
+"""The bootstrap: who am I, how many are we, who shares my node, host collectives, and one rule
+for failures.
 
-Works under ``mpirun -n N`` and as plain ``python app.py`` (a world of one).
+Everything the runtime says to the other ranks on the host (heap handle exchange, barriers,
+broadcasts, the watchdog's end of the job, tracing's gather) goes through one :class:`Bootstrap`.
+Two implementations, one module each: MPI (``_bootstrap_mpi``, under ``mpirun`` and for a plain
+``python app.py``, a world of one) and torch.distributed (``_bootstrap_torch``, under
+``torchrun`` or with a process group the program made). :mod:`._launcher` decides which.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
+import os
 import sys
 import traceback
-from dataclasses import dataclass
+from typing import NoReturn
 
-from mpi4py import MPI
+import numpy as np
+import torch
+
+from . import _launcher
+
+#: Names of the reductions :meth:`Bootstrap.allreduce` takes.
+REDUCTIONS = ("sum", "min", "max")
 
 
-@dataclass(frozen=True)
-class Bootstrap:
-    """The communicators and rank numbers a run needs."""
+class Bootstrap(abc.ABC):
+    """How the ranks of one job find each other and talk on the host.
 
-    comm: MPI.Comm
+    The object collectives have the names and meaning of mpi4py's lowercase methods (``allgather``,
+    ``gather``, ``bcast``, ``allreduce``, ``barrier``), with the reduction named by a string. Every
+    method is collective over the job, except :meth:`abort`.
+    """
+
+    #: ``"mpi"`` or ``"torch"``.
+    name: str
+    #: What :meth:`abort` calls, for messages (``"MPI_Abort"``, ``"os._exit"``).
+    abort_call: str
     rank: int
     world_size: int
-    node_comm: MPI.Comm
+    #: This rank's index among the ranks of its node, and how many there are.
     local_rank: int
     local_size: int
     num_nodes: int
 
+    @property
+    @abc.abstractmethod
+    def comm(self):
+        """What ``Iris.comm`` shows users: mpi4py's communicator, or an object with its lowercase
+        object collectives."""
 
-def bootstrap(comm: MPI.Comm | None = None) -> Bootstrap:
-    """Read rank and world size from ``comm`` (default ``MPI.COMM_WORLD``) and split it by node."""
-    comm = MPI.COMM_WORLD if comm is None else comm
-    rank, world_size = comm.Get_rank(), comm.Get_size()
-    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    local_rank, local_size = node_comm.Get_rank(), node_comm.Get_size()
-    num_nodes = comm.allreduce(1 if local_rank == 0 else 0, op=MPI.SUM)
-    if world_size > 1:
-        install_abort_on_exception(comm)
-    return Bootstrap(comm, rank, world_size, node_comm, local_rank, local_size, num_nodes)
+    @property
+    def process_group(self):
+        """torch.distributed's default process group, or None (MPI)."""
+        return None
+
+    @abc.abstractmethod
+    def allgather(self, obj) -> list:
+        """Every rank's ``obj`` (picklable), in rank order, on every rank."""
+
+    @abc.abstractmethod
+    def gather(self, obj, root: int = 0) -> list | None:
+        """Every rank's ``obj`` in rank order on ``root``; None elsewhere."""
+
+    @abc.abstractmethod
+    def bcast(self, obj, root: int = 0):
+        """``root``'s ``obj`` on every rank."""
+
+    @abc.abstractmethod
+    def allreduce(self, value, op: str = "sum"):
+        """``value`` reduced over the ranks with ``op`` (``"sum"``, ``"min"`` or ``"max"``)."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Return once every rank has called it."""
+
+    @abc.abstractmethod
+    def gather_int64(self, array: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
+        """Every rank's 1-D int64 ``array`` (sizes may differ) on ``root``, None elsewhere: the
+        bulk path (tracing's events), without pickling where the transport allows."""
+
+    @abc.abstractmethod
+    def node_allgather(self, obj) -> list:
+        """The ``obj`` of every rank of this node, in local rank order (collective over the job)."""
+
+    @abc.abstractmethod
+    def node_barrier(self) -> None:
+        """Return once every rank of this node has called it (collective over the job)."""
+
+    @abc.abstractmethod
+    def abort(self, code: int) -> NoReturn:
+        """End the whole job with exit code ``code``, from any thread, without waiting for peers."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what this bootstrap made for one ``Iris`` (collective)."""
+
+    def check_op(self, op) -> str:
+        """``op`` if it names a reduction, else :class:`IrisUsageError` naming the fix."""
+        if op not in REDUCTIONS:
+            from ._errors import IrisUsageError
+
+            raise IrisUsageError(
+                f"allreduce(op={op!r}): the {self.name} bootstrap reduces with one of {REDUCTIONS}; pass the name "
+                f"(mpi4py's MPI.SUM/MIN/MAX objects only work on an mpi4py communicator)")
+        return op
+
+
+def group_initialised() -> bool:
+    """True when torch.distributed has a default process group (torch already imports
+    torch.distributed, so asking costs nothing)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def start_bootstrap(requested: str | None = None, comm=None, backend: str = "cpu") -> Bootstrap:
+    """The bootstrap of this process: ``requested`` is ``"auto"``, ``"mpi"`` or ``"torch"``
+    (None reads ``IRIS_BOOTSTRAP``, default auto); ``comm`` an mpi4py communicator (MPI only);
+    ``backend`` the Iris backend (which torch backend a default group made here gets).
+    Collective. Installs :func:`install_abort_on_exception` when there are several ranks."""
+    if requested is None:
+        requested = os.environ.get("IRIS_BOOTSTRAP", "auto")
+    kind = _launcher.choose_bootstrap(requested, os.environ, group_initialised(), comm is not None)
+    if kind == "torch":
+        from ._bootstrap_torch import TorchBootstrap
+
+        boot = TorchBootstrap.start(backend)
+    else:
+        from ._bootstrap_mpi import MpiBootstrap
+
+        boot = MpiBootstrap.start(comm)
+    if boot.world_size > 1:
+        install_abort_on_exception(boot)
+    return boot
 
 
 _installed = False
-#: Called (best effort, in order) by a failing rank before MPI_Abort; see add_abort_hook.
+#: Called (best effort, in order) by a failing rank before the job is aborted; see add_abort_hook.
 _abort_hooks: list = []
 
 
@@ -50,11 +147,13 @@ def add_abort_hook(hook) -> None:
 
 
 def remove_abort_hook(hook) -> None:
+    """Undo :func:`add_abort_hook` (nothing happens if ``hook`` is not registered)."""
     with contextlib.suppress(ValueError):
         _abort_hooks.remove(hook)
 
 
 def run_abort_hooks() -> None:
+    """Call every abort hook, ignoring their failures."""
     for hook in list(_abort_hooks):
         try:
             hook()
@@ -62,17 +161,18 @@ def run_abort_hooks() -> None:
             pass
 
 
-def install_abort_on_exception(comm: MPI.Comm) -> None:
+def install_abort_on_exception(boot: Bootstrap) -> None:
     """Make an uncaught exception on any rank end the whole job.
 
     Without this, a rank that raises leaves its peers waiting forever in the next collective. The
-    hook prints the traceback with the rank in front, then calls ``MPI_Abort``.
+    hook prints the traceback with the rank in front, runs the abort hooks, then ends the job
+    through ``boot.abort`` (``MPI_Abort``, or for torch this process's exit, which ends the job).
     """
     global _installed
     if _installed:
         return
     previous = sys.excepthook
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank, size = boot.rank, boot.world_size
 
     def abort_job(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):
@@ -83,7 +183,7 @@ def install_abort_on_exception(comm: MPI.Comm) -> None:
         sys.stderr.flush()
         sys.stdout.flush()
         run_abort_hooks()
-        comm.Abort(1)
+        boot.abort(1)
 
     sys.excepthook = abort_job
     _installed = True

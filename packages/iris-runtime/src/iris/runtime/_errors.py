@@ -32,9 +32,16 @@ class RankError(IrisUsageError):
     """A rank number outside ``[0, world_size)``."""
 
 
+class IrisBootstrapError(IrisBackendError):
+    """The launcher that started this process and the bootstrap that was asked for (or found) do
+    not agree: e.g. ``WORLD_SIZE=4`` set but no way to reach the other ranks, or ``mpi4py`` seeing
+    one rank where ``mpirun`` started four. Raised instead of running as a silent world of one."""
+
+
 __all__ = [
     "HeapExhaustedError",
     "IrisBackendError",
+    "IrisBootstrapError",
     "IrisError",
     "IrisTimeoutError",
     "IrisUnsupportedError",

@@ -48,10 +48,9 @@ class SharedMemoryHeap(SymmetricHeap):
         self.size = size
         self.device = torch.device("cpu")
         self.ranks_on_device = boot.local_size
-        self._comm = boot.comm
         # allgather, not bcast: it returns only once every rank is here, so no file exists before
         # all ranks reached the heap's set-up (a rank failing earlier leaves nothing behind).
-        job = boot.comm.allgather(uuid.uuid4().hex[:16] if boot.rank == 0 else None)[0]
+        job = boot.allgather(uuid.uuid4().hex[:16] if boot.rank == 0 else None)[0]
         self._paths = [os.path.join(SHM_DIR, f"{FILE_PREFIX}{job}-{r}") for r in range(boot.world_size)]
         self._maps: list[mmap.mmap | None] = [None] * boot.world_size
         finished = False
@@ -96,7 +95,7 @@ class SharedMemoryHeap(SymmetricHeap):
                     os.close(fd)
             except Exception as exc:
                 error = f"rank {boot.rank}: {type(exc).__name__}: {exc}"
-            errors = [e for e in boot.comm.allgather(error) if e]
+            errors = [e for e in boot.allgather(error) if e]
             if not errors:
                 try:
                     for r, path in enumerate(self._paths):
@@ -108,7 +107,7 @@ class SharedMemoryHeap(SymmetricHeap):
                                 os.close(fd)
                 except Exception as exc:
                     error = f"rank {boot.rank}: {type(exc).__name__}: {exc}"
-                errors = [e for e in boot.comm.allgather(error) if e]
+                errors = [e for e in boot.allgather(error) if e]
         finally:
             # Everyone has mapped everything (or failed): the name is no longer needed.
             if created:

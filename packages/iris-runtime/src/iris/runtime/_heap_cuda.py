@@ -3,9 +3,9 @@ legacy CUDA IPC handles.
 
 Each rank exports a handle for its allocation together with the heap's offset inside the
 allocation the handle names (non-zero when the heap is carved out of a larger block), all-gathers
-them over MPI and opens every peer's handle. Any number of ranks may share one GPU (device =
-local rank modulo device count); under MPS their kernels run concurrently, without it they are
-time-sliced.
+them (64 raw bytes each) through the bootstrap, MPI or torch.distributed, and opens every peer's
+handle. Any number of ranks may share one GPU (device = local rank modulo device count); under
+MPS their kernels run concurrently, without it they are time-sliced.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class CudaIpcHeap(SymmetricHeap):
         offset = ptr - int(alloc_base)
         _check(runtime.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 
-        shared = boot.node_comm.allgather((bytes(handle.reserved), offset, boot.rank))
+        shared = boot.node_allgather((bytes(handle.reserved), offset, boot.rank))
         self.bases = [0] * boot.world_size
         self._opened: list[int] = []
         for handle_bytes, peer_offset, peer_rank in shared:
@@ -150,7 +150,7 @@ class CudaIpcHeap(SymmetricHeap):
                 f"cudaIpcOpenMemHandle(rank {peer_rank}'s heap)"))
             self._opened.append(mapped)
             self.bases[peer_rank] = mapped + peer_offset
-        self._node_comm = boot.node_comm
+        self._boot = boot
         self._word_stream = self._word_host = None  # for write_int32 / read_int32
         self._local = torch.as_tensor(self._block, device=self.device)
         self.check_alignment()
@@ -199,7 +199,7 @@ class CudaIpcHeap(SymmetricHeap):
             _check(runtime.cudaIpcCloseMemHandle(mapped), "cudaIpcCloseMemHandle")
         self._opened = []
         # Peers must have closed their handles to our block before it may be freed.
-        self._node_comm.Barrier()
+        self._boot.node_barrier()
         # The block itself is freed when the last tensor on it (ours or the caller's) is gone.
         self._local = None
         self._block = None

@@ -7,14 +7,13 @@ import atexit
 import os
 
 import torch
-from mpi4py import MPI
 
 from iris.device import _layout as layout
 from iris.device._watchdog import timeout_from_env
 
 from . import _backend
 from ._allocator import SymmetricAllocator, format_bytes
-from ._bootstrap import add_abort_hook, bootstrap, remove_abort_hook
+from ._bootstrap import add_abort_hook, remove_abort_hook, start_bootstrap
 from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
@@ -41,12 +40,17 @@ class Iris(TensorFactories):
 
     Attributes: ``rank``, ``world_size``, ``local_rank``, ``num_nodes``, ``device``, ``backend``,
     ``heap_size``, ``ranks_on_device`` (ranks of this node that share this rank's device, this
-    one included), ``tracing`` (:class:`Tracing`). Use it as a context manager, or call
+    one included), ``tracing`` (:class:`Tracing`), ``bootstrap`` (``"mpi"`` or ``"torch"``: how
+    the ranks found each other), ``comm`` (MPI: the mpi4py communicator; torch: an object with
+    mpi4py's lowercase object collectives ``allgather``, ``gather``, ``bcast``, ``allreduce``
+    (``op="sum"``, ``"min"`` or ``"max"``) and ``barrier``, over a gloo group), ``process_group``
+    (torch: torch.distributed's default group; MPI: None). Use it as a context manager, or call
     :meth:`close`, to release the heap.
     """
 
     def __init__(self, heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, *, comm=None,
-                 verify: bool | None = None, log_level: int | str | None = None, timeout_s: float | None = None):
+                 bootstrap: str | None = None, verify: bool | None = None, log_level: int | str | None = None,
+                 timeout_s: float | None = None):
         if not isinstance(heap_size, int) or heap_size <= 0:
             raise IrisUsageError(
                 f"iris.runtime.iris(heap_size={heap_size!r}): pass a positive number of bytes, e.g. 1 << 30")
@@ -57,9 +61,11 @@ class Iris(TensorFactories):
                                  f"(0 switches the watchdog off; the default is IRIS_TIMEOUT_S, else 300)")
         self.backend = _backend.resolve_backend(backend)
         _backend.check_interpreter_matches(self.backend)
-        boot = bootstrap(comm)
+        boot = start_bootstrap(bootstrap, comm, self.backend)
         self._boot = boot
+        self.bootstrap = boot.name
         self.comm = boot.comm
+        self.process_group = boot.process_group
         self.rank, self.world_size = boot.rank, boot.world_size
         self.local_rank, self.num_nodes = boot.local_rank, boot.num_nodes
         configure_logging(self.rank, self.world_size, log_level)
@@ -87,7 +93,7 @@ class Iris(TensorFactories):
         logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
 
     def _start_watchdog(self, timeout_s: float) -> Watchdog:
-        watchdog = Watchdog(self.comm, self.rank, self.world_size, self.device, timeout_s, heap=self._heap,
+        watchdog = Watchdog(self.rank, self.world_size, self.device, timeout_s, heap=self._heap,
                             heap_size=self.heap_size, boot=self._boot)
         add_abort_hook(watchdog.before_abort)
         atexit.register(watchdog.mark_exit)
@@ -150,7 +156,7 @@ class Iris(TensorFactories):
             raise IrisUsageError(f"resident_grid(num_work={num_work!r}): pass a positive int, e.g. the tile count")
         mine = num_work if self.device.type != "cuda" else resident_grid(
             compiled, num_work, self.device, self.ranks_on_device)
-        return self.comm.allreduce(mine, op=MPI.MIN)
+        return self._boot.allreduce(mine, "min")
 
     # --- heap and context ------------------------------------------------------------------------
     def get_heap_bases(self) -> torch.Tensor:
@@ -218,7 +224,7 @@ class Iris(TensorFactories):
 
     # --- synchronisation -------------------------------------------------------------------------
     def barrier(self) -> None:
-        """Wait for this rank's device work, then for every rank (MPI barrier).
+        """Wait for this rank's device work, then for every rank (a host barrier of the bootstrap).
 
         With ``verify=True`` (or ``IRIS_VERIFY=1``) it also checks that every rank made the same
         allocation calls since the last barrier, and raises :class:`SymmetryError` otherwise.
@@ -228,10 +234,10 @@ class Iris(TensorFactories):
         self._watchdog.check("barrier()")
         if self.verify:
             self._verify_symmetric_calls()
-        self.comm.Barrier()
+        self._boot.barrier()
 
     def _verify_symmetric_calls(self) -> None:
-        logs = self.comm.allgather(self._allocator.take_log())
+        logs = self._boot.allgather(self._allocator.take_log())
         reference = logs[0]
         for rank, log in enumerate(logs[1:], start=1):
             if log == reference:
@@ -253,7 +259,7 @@ class Iris(TensorFactories):
             # whole heap), and the sender must not get back an alias of its own tensor.
             is_tensor = isinstance(obj, torch.Tensor)
             payload = ("tensor", obj.detach().to("cpu", copy=True)) if is_tensor else ("object", obj)
-        kind, value = self.comm.bcast(payload, root=src)
+        kind, value = self._boot.bcast(payload, root=src)
         return value.to(self.device) if kind == "tensor" else value
 
     # --- lifetime --------------------------------------------------------------------------------
@@ -263,7 +269,7 @@ class Iris(TensorFactories):
 
     def close(self) -> None:
         """Release the heap on every rank (collective). Peers' mappings are closed, shared-memory
-        files are already gone, and MPI stays usable."""
+        files are already gone, and MPI (or the torch process group) stays usable."""
         if self._closed:
             return
         self._watchdog.mark_exit()  # peers must not take this rank's end for a crash
@@ -274,9 +280,8 @@ class Iris(TensorFactories):
         self._buffer = None
         self._heap.close()
         self._closed = True
-        self.comm.Barrier()
-        # Each Iris splits off a node communicator; free it, or repeated iris() calls exhaust MPI's ids.
-        self._boot.node_comm.Free()
+        self._boot.barrier()
+        self._boot.close()
 
     def __enter__(self) -> Iris:
         return self
@@ -291,13 +296,19 @@ class Iris(TensorFactories):
 
 
 def iris(heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, **options) -> Iris:
-    """Start Iris on this rank: bootstrap MPI, map every rank's heap, return the :class:`Iris`.
+    """Start Iris on this rank: bootstrap, map every rank's heap, return the :class:`Iris`.
 
     ``backend``: ``"auto"`` (default, or ``IRIS_BACKEND``), ``"cuda"`` or ``"cpu"``. Options:
-    ``comm`` (an mpi4py communicator), ``verify`` (check allocation order at each barrier),
-    ``log_level``, ``timeout_s`` (the watchdog's bound on every wait of iris.collectives, in
-    seconds: default ``IRIS_TIMEOUT_S`` or 300; 0 switches it off). When a wait runs out, the
-    ranks print what they waited for and the job ends (``MPI_Abort``). Collective: every rank
+    ``bootstrap`` (how the ranks find each other: ``"auto"``, the default, or ``IRIS_BOOTSTRAP``,
+    uses torch.distributed when a default process group exists or torchrun started the process,
+    MPI under an MPI launcher, else a world of one; ``"mpi"``; ``"torch"``), ``comm`` (an mpi4py
+    communicator, MPI only), ``verify`` (check allocation order at each barrier), ``log_level``,
+    ``timeout_s`` (the watchdog's bound on every wait of iris.collectives, in seconds: default
+    ``IRIS_TIMEOUT_S`` or 300; 0 switches it off). When a wait runs out, the ranks print what
+    they waited for and the job ends (``MPI_Abort``; under torchrun, the rank exits and torchrun
+    ends the others). A launcher that started several ranks which this process cannot reach
+    (``WORLD_SIZE=4`` without torchrun's variables, ``mpirun -n 4`` with an mpi4py of another MPI,
+    ``bootstrap="mpi"`` under torchrun) raises :class:`IrisBootstrapError`. Collective: every rank
     calls it.
     """
     return Iris(heap_size, backend, **options)

@@ -6,7 +6,7 @@ symmetric heap; their addresses go into the context tensor after the heap bases
 ``DeviceContext.initialize(..., tracing=True)`` *and* the host enabled tracing.
 
 ``export(path)`` is collective: every rank copies its events off the device in one bulk copy,
-rank 0 gathers them over MPI and writes one Chrome/Perfetto trace file
+rank 0 gathers them through the bootstrap (MPI or torch.distributed) and writes one Chrome/Perfetto trace file
 (:mod:`iris.runtime._trace_export` describes the file and how clocks line up across ranks).
 """
 
@@ -92,36 +92,27 @@ class Tracing:
         """Write every rank's events to one Chrome/Perfetto trace-event JSON file at ``path``.
 
         Collective: every rank must call it (rank 0 writes the file). Each rank copies its events
-        off the device once and sends them to rank 0 in one MPI gather. Open the file in
+        off the device once and sends them to rank 0 in one gather. Open the file in
         https://ui.perfetto.dev (or chrome://tracing), or run
         ``python -m iris.runtime.trace summary|plot FILE``. Returns ``path`` on every rank once
         the file is written.
         """
         owner = self._owner
-        comm = owner.comm
+        boot = owner._boot
         path = os.fspath(path)
         events, dropped = self.recorded()
         rows = np.ascontiguousarray(events.numpy(), dtype=np.int64)
-        info = self._rank_info(dropped)
-        infos = comm.gather(info, root=0)
-        counts = comm.gather(rows.size, root=0)
-        if owner.rank == 0:
-            gathered = np.empty(sum(counts), dtype=np.int64)
-            comm.Gatherv(rows, [gathered, counts], root=0)
-        else:
-            comm.Gatherv(rows, None, root=0)
+        infos = boot.gather(self._rank_info(dropped), root=0)
+        chunks = boot.gather_int64(rows, root=0)
         error = None
         if owner.rank == 0:
             try:
-                traces, offset = [], 0
-                for info_r, count in zip(infos, counts):
-                    chunk = gathered[offset:offset + count].reshape(-1, layout.TRACE_EVENT_FIELDS)
-                    traces.append(RankTrace(events=chunk, **info_r))
-                    offset += count
+                traces = [RankTrace(events=chunk.reshape(-1, layout.TRACE_EVENT_FIELDS), **info_r)
+                          for info_r, chunk in zip(infos, chunks)]
                 write_trace(build_trace(traces), path)
             except OSError as exc:
                 error = f"tracing.export({path!r}): rank 0 could not write the trace file: {exc}; pass a writable path"
-        error = comm.bcast(error, root=0)
+        error = boot.bcast(error, root=0)
         if error is not None:
             raise IrisUsageError(error)
         return path

@@ -4,9 +4,10 @@ The device side (``iris.device._watchdog``) bounds every wait of iris.collective
 in the context tensor and, when one runs out, writes a report into the host-visible words that
 this module allocates. A daemon thread polls those words every ``POLL_S`` seconds: plain reads of
 pinned host memory, no CUDA call, so it works while kernels spin, while another thread captures a
-CUDA graph, and while the main thread is blocked in a synchronisation or in MPI. When a report
+CUDA graph, and while the main thread is blocked in a synchronisation or in a host collective. When a report
 appears it prints it on stderr, waits ``GRACE_S`` so that the other ranks' reports get out too,
-and ends the whole job with ``MPI_Abort`` (exit code ``EXIT_CODE``). ``Iris.barrier()`` and
+and ends the whole job through the bootstrap (``MPI_Abort``, or under torchrun this rank's exit,
+which makes the elastic agent end the others; exit code ``EXIT_CODE``). ``Iris.barrier()`` and
 ``Iris.close()`` also look, so a program never goes on past a wait that gave up.
 
 Two more ways a job ends without a hang, and without killing ranks whose kernels still spin
@@ -14,7 +15,7 @@ Two more ways a job ends without a hang, and without killing ranks whose kernels
 
 - a rank that fails (an uncaught exception, or the watchdog ending the job) first raises every
   rank's *drain* word (``drain_all``): the waiting kernels stop within a millisecond and report,
-  then ``MPI_Abort`` ends the processes;
+  then the bootstrap's abort ends the processes;
 - the thread also watches the other ranks of its node: a rank whose process is gone without
   having closed its context or exited normally (``NodeExitFlags``) was killed. The thread names
   it, drains every rank and ends the job.
@@ -94,22 +95,23 @@ def process_gone(pid: int) -> bool:
 
 class NodeExitFlags:
     """One int32 per rank of the node, in shared host memory: 1 once that rank has closed its
-    context or is exiting normally. Set up collectively over the node communicator."""
+    context or is exiting normally. Set up collectively through the bootstrap ``boot``."""
 
-    def __init__(self, node_comm, local_rank: int, local_size: int):
-        self.local_rank = local_rank
-        path = node_comm.bcast(f"/dev/shm/iris-exit-{uuid.uuid4().hex[:16]}" if local_rank == 0 else None)
+    def __init__(self, boot):
+        self.local_rank = local_rank = boot.local_rank
+        local_size = boot.local_size
+        path = boot.node_allgather(f"/dev/shm/iris-exit-{uuid.uuid4().hex[:16]}" if local_rank == 0 else None)[0]
         if local_rank == 0:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             os.ftruncate(fd, 4 * local_size)
             os.close(fd)
-        node_comm.Barrier()
+        boot.node_barrier()
         fd = os.open(path, os.O_RDWR)
         try:
             self._map = mmap.mmap(fd, 4 * local_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        node_comm.Barrier()
+        boot.node_barrier()
         if local_rank == 0:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -125,9 +127,9 @@ class NodeExitFlags:
 class Watchdog:
     """The report words of this rank and the thread that watches them (and the node's ranks)."""
 
-    def __init__(self, comm, rank: int, world_size: int, device: torch.device, timeout_s: float, heap=None,
+    def __init__(self, rank: int, world_size: int, device: torch.device, timeout_s: float, heap=None,
                  heap_size: int = 0, boot=None):
-        self.comm, self.rank, self.world_size, self.timeout_s = comm, rank, world_size, timeout_s
+        self.boot, self.rank, self.world_size, self.timeout_s = boot, rank, world_size, timeout_s
         self.heap, self.heap_size = heap, heap_size
         # Pinned host memory: with unified addressing its address is valid on the GPU as well.
         self.record = torch.zeros(device_watchdog.RECORD_WORDS, dtype=torch.int64,
@@ -139,8 +141,8 @@ class Watchdog:
         self.exit_flags = None
         self._peers: list[tuple[int, int, int]] = []  # (rank, local rank, pid) of the node's other ranks
         if boot is not None:
-            self.exit_flags = NodeExitFlags(boot.node_comm, boot.local_rank, boot.local_size)
-            node = boot.node_comm.allgather((rank, boot.local_rank, os.getpid()))
+            self.exit_flags = NodeExitFlags(boot)
+            node = boot.node_allgather((rank, boot.local_rank, os.getpid()))
             self._peers = [p for p in node if p[0] != rank]
         if timeout_s > 0:
             self._thread = threading.Thread(target=self._watch, name=f"iris-watchdog-{rank}", daemon=True)
@@ -177,7 +179,7 @@ class Watchdog:
         return done
 
     def before_abort(self) -> None:
-        """What a failing rank does before ``MPI_Abort``: stop every rank's waiting kernels, and give
+        """What a failing rank does before the job is aborted: stop every rank's waiting kernels, and give
         them a moment to end (a process killed while its kernels spin upsets MPS)."""
         if self.timeout_s > 0 and not self._closing and self.drain_all() > 0:
             time.sleep(DRAIN_S)
@@ -195,8 +197,8 @@ class Watchdog:
     def _abort(self, message: str, grace: float) -> None:
         print(message, file=sys.stderr, flush=True)
         time.sleep(grace)
-        print(f"iris watchdog: rank {self.rank}: MPI_Abort({EXIT_CODE})", file=sys.stderr, flush=True)
-        self.comm.Abort(EXIT_CODE)
+        print(f"iris watchdog: rank {self.rank}: {self.boot.abort_call}({EXIT_CODE})", file=sys.stderr, flush=True)
+        self.boot.abort(EXIT_CODE)
 
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):

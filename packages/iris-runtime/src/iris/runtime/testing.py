@@ -12,15 +12,21 @@ Worker side::
     if __name__ == "__main__":
         iris.runtime.testing.run_scenarios(globals())
 
+:func:`run_torchrun` does the same under torchrun (``python -m torch.distributed.run
+--standalone --nproc-per-node N worker.py ...``): the ranks bootstrap from torch.distributed, and
+a failing rank's exit makes torchrun end the others.
+
 Environment: ``IRIS_MPIEXEC`` overrides the launcher (e.g. ``"mpirun --oversubscribe"``);
 ``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -59,15 +65,49 @@ def run_ranks(nranks: int, script: str, *args: str, timeout: float = 600, env: d
     """Run ``script`` on ``nranks`` ranks; raise ``AssertionError`` with the ranks' output unless it
     exits 0 (or, with ``expect_failure``, unless it exits non-zero)."""
     cmd = launcher() + ["-n", str(nranks), sys.executable, "-m", "mpi4py", script, *args]
+    return run_command(cmd, timeout=timeout, env=env, expect_failure=expect_failure)
+
+
+def torchrun_launcher(nranks: int) -> list[str]:
+    """The torchrun command line prefix for ``nranks`` ranks on this machine (this Python's
+    ``torch.distributed.run``, a standalone rendezvous on a free local port)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nranks}"]
+
+
+def run_torchrun(nranks: int, script: str, *args: str, timeout: float = 600, env: dict | None = None,
+                 expect_failure: bool = False) -> subprocess.CompletedProcess:
+    """Like :func:`run_ranks`, with torchrun as the launcher: ``script`` runs on ``nranks`` ranks
+    that bootstrap through torch.distributed. Output is kept and shown on failure."""
+    # OMP_NUM_THREADS: torchrun sets 1 anyway and prints a banner about it; saying so silences it.
+    env = {"OMP_NUM_THREADS": "1", **(env or {})}
+    return run_command(torchrun_launcher(nranks) + [script, *args], timeout=timeout, env=env,
+                       expect_failure=expect_failure)
+
+
+def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
+                expect_failure: bool = False) -> subprocess.CompletedProcess:
+    """Run a launcher command line ``cmd`` under ``timeout`` with ``env`` added to this process's
+    environment; raise ``AssertionError`` with its output unless it exits 0 (or, with
+    ``expect_failure``, unless it exits non-zero).
+
+    The job runs in a session of its own, and a timeout (or Ctrl-C) kills the whole session: a
+    launcher killed alone leaves its ranks behind (torchrun's workers outlive a killed agent).
+    """
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     start = time.monotonic()
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                           start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        raise AssertionError(
-            f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}") from None
+        out, err = job.communicate(timeout=timeout)
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        out, err = job.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise AssertionError(
+                f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}") from None
+        raise
+    proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     elapsed = time.monotonic() - start
     failed = proc.returncode != 0
     if failed != expect_failure:

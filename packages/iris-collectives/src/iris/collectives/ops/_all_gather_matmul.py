@@ -1,0 +1,227 @@
+"""``all_gather_matmul``: ``out = all_gather(a_shard, dim 0) @ b + bias``.
+
+Two strategies share the staging and the GEMM; ``arrival`` is described at its kernel. Strategy
+``pull``: each rank stages its ``[M / W, K]`` shard on the symmetric heap (a copy on the
+stream, before the kernel), then every program computes output tiles of the full ``[M, N]``
+result, loading the rows of A straight from the rank that holds them (through translated
+pointers, ``iris.device.translate``), starting with the tiles of this rank's own shard (which it
+reads from ``a_shard`` itself, with no wait). Two :func:`iris.collectives.device_barrier` per
+program and call bound the peers' reads: at entry (every rank's shard is staged for this call) and
+at exit (no peer reads this rank's staging any more, so the next call may overwrite it). A tile
+whose rows straddle two shards (``M / W`` not a multiple of ``BLOCK_M``) accumulates each shard's
+rows separately; the other rows add exact zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from iris.device import round_to, translate
+
+from .. import _host
+from .._context import DeviceContext
+from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
+from ._checks import check_inputs, check_matrix
+from ._config import choose
+from ._gemm import add_bias, dot_k, grouped_tile, tile_cols, tile_rows
+from ._launch import launch
+from ._workspace import workspace
+
+CALL = "iris.collectives.ops.all_gather_matmul"
+CALL_C: tl.constexpr = tl.constexpr(CALL)
+#: Polls of every waiting peer's flag before ``_next_arrived`` falls back to a bounded wait.
+SPIN_POLLS: tl.constexpr = tl.constexpr(64)
+
+
+@triton.jit
+def _dot_rows_of(ctx, acc, p: tl.constexpr, a_shard, staged, row0, rows, M_LOCAL, stride_am, stride_ak, K, b, cols, N,
+                 stride_bk, stride_bn, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WAIT: tl.constexpr = False,
+                 flags=None, epoch=0, ready=0):
+    """``acc + A_p[rows] @ B`` over the rows of ``rows`` that rank ``p``'s shard holds (the others
+    add zeros), skipped when the tile has none. Rank ``p`` = this rank reads ``a_shard``; a peer's
+    shard is read from its staging (weak loads through translated pointers), which the caller
+    acquired (entry barrier), or, with ``WAIT``, this function does unless bit ``p`` of ``ready``
+    is set: it waits for ``p``'s ``ENTER`` count at ``flags + p`` to reach ``epoch`` (acquire,
+    system scope). Per program."""
+    first = p * M_LOCAL
+    local = rows - first
+    holds = (local >= 0) & (local < M_LOCAL)
+    if (row0 < first + M_LOCAL) & (row0 + rows.shape[0] > first):
+        if p == ctx.rank:
+            acc = dot_k(acc, a_shard, local, holds, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
+                        PRECISION)
+        else:
+            if WAIT:
+                if ((ready >> p) & 1) == 0:
+                    wait_at_least(flags + p, epoch, CALL_C, "entered", ctx.rank, p, -1, ctx.heap_bases)
+            peer_rows = translate(staged, ctx.rank, p, ctx.heap_bases)
+            acc = dot_k(acc, peer_rows, local, holds, K, 1, b, cols, N, K, stride_bk, stride_bn, BLOCK_K, PRECISION)
+    return acc
+
+
+@triton.jit
+def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
+                              stride_bk, stride_bn, stride_om, stride_on, rank: tl.constexpr,
+                              world_size: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr):
+    """Persistent: program ``p`` computes tiles ``p, p + P, ...`` of ``out`` (grouped order,
+    rotated so that each rank starts with the rows of its own shard). ``staged``: this rank's
+    shard on the heap, ``M_LOCAL x K`` contiguous. ``flags``: two barrier slots per program."""
+    ctx = DeviceContext.initialize(context, rank, world_size)
+    pid = tl.program_id(0)
+    entry = flags + (2 * pid) * BARRIER_WORDS_C
+    if world_size > 1:
+        device_barrier(ctx, entry)
+    tiles_m = (M + BLOCK_M - 1) // BLOCK_M
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    own_first = (rank * M_LOCAL) // BLOCK_M
+    for t in range(pid, tiles_m * tiles_n, tl.num_programs(0)):
+        pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
+        pid_m = (pid_m + own_first) % tiles_m
+        rows = tile_rows(pid_m, BLOCK_M)
+        cols = tile_cols(pid_n, BLOCK_N)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for i in tl.static_range(world_size):
+            acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL,
+                               stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION)
+        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),
+                 mask=mask)
+    if world_size > 1:
+        device_barrier(ctx, entry + BARRIER_WORDS_C)
+
+
+@triton.jit
+def _next_arrived(flags, epoch, done, rank: tl.constexpr, world_size: tl.constexpr):
+    """The next peer whose shard to consume: the first (from ``rank + 1`` on) not yet in the bit
+    mask ``done`` whose ``ENTER`` count at ``flags + peer`` has reached ``epoch``. Polls (one
+    acquire atomic at system scope per peer and round, the same value in every thread) up to
+    ``SPIN_POLLS`` rounds, then returns the first peer not done anyway, for the caller's bounded
+    :func:`wait_at_least`. Per program, scalars."""
+    choice = -1
+    first = -1
+    for i in tl.static_range(1, world_size):
+        peer: tl.constexpr = (rank + i) % world_size
+        if (first < 0) & (((done >> peer) & 1) == 0):
+            first = peer
+    polls = 0
+    while (choice < 0) & (polls < SPIN_POLLS):
+        for i in tl.static_range(1, world_size):
+            q: tl.constexpr = (rank + i) % world_size
+            if (choice < 0) & (((done >> q) & 1) == 0):
+                # An atomic, not poll(): Triton runs it in one thread and hands every thread the
+                # same value, so the whole program picks the same peer (per-thread acquire loads
+                # could see the flag at different times and split the program between peers).
+                if tl.atomic_add(flags + q, 0, sem="acquire", scope="sys") >= epoch:
+                    choice = q
+        if choice < 0:
+            pause()
+        polls += 1
+    return tl.where(choice < 0, first, choice)
+
+
+@triton.jit
+def _rows_of_rank(p, M_LOCAL, BLOCK_M: tl.constexpr):
+    """The tile rows ``[start, end)`` whose first row lies in rank ``p``'s shard."""
+    return (p * M_LOCAL + BLOCK_M - 1) // BLOCK_M, ((p + 1) * M_LOCAL + BLOCK_M - 1) // BLOCK_M
+
+
+@triton.jit
+def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak, stride_bk,
+                    stride_bn, stride_om, stride_on, rank: tl.constexpr, world_size: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Strategy ``arrival``: consume the shards in the order they arrive, own shard first.
+
+    ``flags`` (int32, on the heap, zeroed once): words ``[0, W)`` count each rank's entries into
+    the op (``ENTER``: its shard is staged), word ``W`` counts peers' programs done reading this
+    rank's shard (``DONE``), words ``W + 1 + pid`` are each program's call counter. Program 0
+    announces this rank's shard to every peer. Every program computes its share of the tiles
+    whose rows start in its own shard, then, peer by peer as their ``ENTER`` arrives, its share of
+    theirs; a tile whose rows run into a further shard also waits for that one. At the end every
+    program tells every peer it is done reading; the last program waits until every peer's
+    programs are, so that the kernel's end means no peer reads this rank's staging any more (the
+    next call's copy may overwrite it). Each program publishes before it waits for anything, so
+    the interpreter, which runs programs in turn, cannot deadlock."""
+    ctx = DeviceContext.initialize(context, rank, world_size)
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    epoch = next_epoch(flags + world_size + 1 + pid)
+    if world_size > 1:
+        if pid == 0:
+            signal_all(flags + rank, rank, world_size, ctx.heap_bases)
+    done = 0
+    for phase in tl.static_range(world_size):
+        if phase == 0:
+            p = rank
+        else:
+            p = _next_arrived(flags, epoch, done, rank, world_size)
+            wait_at_least(flags + p, epoch, CALL_C, "entered", rank, p, -1, ctx.heap_bases)
+        done = done | (1 << p)
+        start, end = _rows_of_rank(p, M_LOCAL, BLOCK_M)
+        for j in range(pid, (end - start) * tiles_n, programs):
+            pid_m, pid_n = grouped_tile(j, end - start, tiles_n, GROUP_M)
+            pid_m = pid_m + start
+            rows = tile_rows(pid_m, BLOCK_M)
+            cols = tile_cols(pid_n, BLOCK_N)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for i in tl.static_range(world_size):
+                acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
+                                   M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K,
+                                   PRECISION, True, flags, epoch, done)
+            acc = add_bias(acc, bias, cols, N, HAS_BIAS)
+            mask = (rows[:, None] < M) & (cols[None, :] < N)
+            tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on,
+                     round_to(acc, out.dtype.element_ty), mask=mask)
+    if world_size > 1:
+        signal_all(flags + world_size, rank, world_size, ctx.heap_bases)
+        if pid == programs - 1:
+            wait_at_least(flags + world_size, epoch * (world_size - 1) * programs, CALL_C, "done reading", rank, -1,
+                          -1, ctx.heap_bases)
+
+
+def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Tensor,
+                      bias: torch.Tensor | None = None, config=None) -> torch.Tensor:
+    """``out = all_gather(a_shard, dim 0) @ b + bias`` on every rank; returns ``out``.
+
+    ``a_shard`` is this rank's ``[M / W, K]`` block of rows of A (rank order), ``b`` ``[K, N]``
+    (the same on every rank, or each rank's own column block: only this rank's ``b`` is read),
+    ``out`` ``[M, N]``, ``bias`` an optional ``[N]``. fp32 accumulation, one rounding to
+    ``out.dtype``. The shard is copied to a cached heap buffer each call (peers read it there).
+    Collective; enqueued on torch's current stream; no barrier between calls.
+    """
+    check_inputs(CALL, ctx, out, a_shard, b, bias)
+    m_local, N, K = a_shard.shape[0], b.shape[1], a_shard.shape[1]
+    M = m_local * ctx.world_size
+    check_matrix(CALL, "out", out, (M, N))
+    cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config)
+    # Bias or not is in the key (every rank passes the same): the arrival strategy's counters
+    # assume the same grid on every call of a workspace, and each compiled variant has its own.
+    key = ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg, bias is not None)
+    num_tiles = _host.num_tiles(M, N, cfg.block_m, cfg.block_n)
+
+    arrival = cfg.variant == "arrival"
+
+    def make(ctx):
+        # pull: two barrier slots per program; arrival: ENTER per rank, DONE, a counter per program
+        # (the grid is at most one program per tile either way)
+        words = ctx.world_size + 1 + num_tiles if arrival else _host.barrier_words(2 * num_tiles)
+        return {"staged": ctx.zeros(m_local, K, dtype=a_shard.dtype), "flags": ctx.zeros(words, dtype=torch.int32)}
+
+    ws = workspace(ctx, key, make)
+    staged = ws.buffers["staged"]
+    if ctx.world_size > 1:
+        staged.copy_(a_shard)  # stream-ordered before the kernel; the last call's readers are done
+    args = (ctx.get_device_context(), a_shard, staged, b, bias if bias is not None else b, out, ws.buffers["flags"],
+            M, N, K, m_local, a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1), out.stride(0),
+            out.stride(1))
+    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
+                      PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                      GROUP_M=cfg.group_m)
+    launch(ctx, ws, _arrival_kernel if arrival else _all_gather_matmul_kernel, num_tiles, cfg, args, constexprs)
+    return out

@@ -1,0 +1,107 @@
+"""``Config``: what a caller of a fused op may force, and the default chooser.
+
+Choosing is data, not code: :data:`DEFAULTS` is a small table keyed by (backend, op, shape class,
+world size); :func:`choose` looks a call up in it and fills in what the caller left as ``None``.
+The GPU rows are starting points for an H200 (bf16, 128 x 128 x 64 tiles, 8 warps, 4 stages) until
+``benchmarks/fused_ops.py`` measures better ones; the cpu rows use small tiles so that Triton's
+interpreter, which runs every program in turn, stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from iris.runtime import IrisUsageError
+
+#: Strategies each op accepts (``Config.variant``); the first is the default where the table says
+#: nothing else.
+VARIANTS = {
+    "matmul_all_reduce": ("one_shot", "two_shot"),
+    "matmul_reduce_scatter": ("owner",),
+    "matmul_all_gather": ("push",),
+    "all_gather_matmul": ("pull", "arrival"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Launch settings of a fused op; every field left ``None`` is chosen by :func:`choose`.
+
+    - ``variant``: the communication strategy (see :data:`VARIANTS` and docs/fused-ops.md).
+    - ``block_m``, ``block_n``, ``block_k``: the GEMM tile (powers of two, at least 16).
+    - ``group_m``: rows of tiles visited together in the grouped order (L2 reuse of B).
+    - ``num_warps``, ``num_stages``: Triton's launch options.
+    - ``grid``: programs per rank (a persistent grid); capped at what is resident on the GPU.
+    - ``use_tma``: tensor descriptors (TMA) for the GEMM's loads on the GPU; ignored by the
+      interpreter, which always takes the pointer path.
+    - ``input_precision``: ``tl.dot``'s for fp32 inputs, ``"tf32"`` (default) or ``"ieee"``.
+    """
+
+    variant: str | None = None
+    block_m: int | None = None
+    block_n: int | None = None
+    block_k: int | None = None
+    group_m: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    grid: int | None = None
+    use_tma: bool | None = None
+    input_precision: str | None = None
+
+
+#: Defaults by (backend, op or "*", shape class or "*", world size or 0 for any): the first
+#: matching row, from the most specific, fills the fields a caller left out.
+DEFAULTS: list[tuple[tuple[str, str, str, int], dict]] = [
+    (("cpu", "*", "*", 0), dict(block_m=16, block_n=16, block_k=16, group_m=4, num_warps=4, num_stages=1,
+                               use_tma=False)),
+    (("cuda", "*", "small", 0), dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4,
+                                    use_tma=True)),
+    (("cuda", "*", "*", 0), dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4,
+                                use_tma=True)),
+]
+
+
+def shape_class(M: int, N: int, K: int) -> str:
+    """``"small"`` when the output has fewer than ~2 tiles of 128 x 128 per H200 SM, else ``"large"``."""
+    return "small" if M * N < 2 * 132 * 128 * 128 else "large"
+
+
+def _is_pow2(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, config: Config | None) -> Config:
+    """The complete :class:`Config` for one call: ``config``'s fields where set, the table's elsewhere.
+
+    Raises :class:`iris.runtime.IrisUsageError` naming ``op`` for an unknown variant or a bad tile.
+    """
+    if config is not None and not isinstance(config, Config):
+        raise IrisUsageError(f"iris.collectives.ops.{op}: config={config!r} must be an "
+                             f"iris.collectives.ops.Config or None")
+    given = {k: v for k, v in dataclasses.asdict(config or Config()).items() if v is not None}
+    shape = shape_class(M, N, K)
+    fields: dict = {}
+    for (b, o, s, w), row in reversed(DEFAULTS):
+        if b == backend and o in ("*", op) and s in ("*", shape) and w in (0, world_size):
+            fields.update(row)
+    fields.setdefault("variant", VARIANTS[op][0])
+    fields.setdefault("input_precision", "tf32")
+    fields.update(given)
+    chosen = Config(**{f.name: fields.get(f.name) for f in dataclasses.fields(Config)})
+    where = f"iris.collectives.ops.{op}"
+    if chosen.variant not in VARIANTS[op]:
+        raise IrisUsageError(f"{where}: config.variant={chosen.variant!r} is not one of {VARIANTS[op]}")
+    for name in ("block_m", "block_n", "block_k"):
+        value = getattr(chosen, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 16 or not _is_pow2(value):
+            raise IrisUsageError(f"{where}: config.{name}={value!r} must be a power of two >= 16 (tl.dot's minimum)")
+    for name in ("group_m", "num_warps", "num_stages"):
+        value = getattr(chosen, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise IrisUsageError(f"{where}: config.{name}={value!r} must be a positive int")
+    if chosen.grid is not None and (isinstance(chosen.grid, bool) or not isinstance(chosen.grid, int)
+                                    or chosen.grid < 1):
+        raise IrisUsageError(f"{where}: config.grid={chosen.grid!r} must be a positive int or None")
+    if chosen.input_precision not in ("tf32", "ieee"):
+        raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")
+    return chosen

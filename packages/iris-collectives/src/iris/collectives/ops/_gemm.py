@@ -1,0 +1,145 @@
+"""The GEMM core every fused op is built on: persistent tile loop, grouped order, K loop, epilogue.
+
+An op's kernel is a persistent grid: program ``p`` computes output tiles ``p, p + P, p + 2P, ...``
+(``P`` programs, see :func:`iris.runtime.Iris.resident_grid`) and hands each tile to its
+communication step as soon as it has it. Within the loop:
+
+- :func:`grouped_tile` maps a linear tile index to ``(pid_m, pid_n)`` in groups of ``GROUP_M``
+  rows of tiles, so that consecutive tiles share columns of B (L2 reuse);
+- :func:`tile_product` computes one tile ``A[rows, :] @ B[:, cols]`` in fp32 with ``tl.dot``,
+  through :func:`dot_k` (pointers) or :func:`dot_k_tma` (tensor descriptors, GPU only), reading
+  what :func:`gemm_operands` returned once before the loop;
+- :func:`add_bias` adds a ``[N]`` bias in fp32, once; the op then rounds the accumulator once to
+  the output dtype with :func:`iris.device.round_to` (Triton's interpreter truncates ``.to(bf16)``).
+
+Everything here is per program and touches only memory given to it (local or translated
+pointers); no flags, no memory-model semantics beyond weak loads.
+"""
+
+# No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
+import triton
+import triton.language as tl
+
+from iris.device import INTERPRETER
+
+from .._views import INDEX_TYPE
+
+
+@triton.jit
+def grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M: tl.constexpr):
+    """``(pid_m, pid_n)`` of linear tile ``tile_id`` in the grouped order: tiles are visited
+    column by column inside bands of ``GROUP_M`` tile rows (the last band may be shorter).
+    Per program, scalars, no memory access."""
+    in_band = GROUP_M * num_tiles_n
+    band = tile_id // in_band
+    first_m = band * GROUP_M
+    band_rows = tl.minimum(num_tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % in_band) % band_rows
+    pid_n = (tile_id % in_band) // band_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def tile_rows(pid_m, BLOCK_M: tl.constexpr):
+    """Row indices ``pid_m * BLOCK_M + [0, BLOCK_M)`` (``INDEX_TYPE``; some may lie past the end)."""
+    return pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(INDEX_TYPE)
+
+
+@triton.jit
+def tile_cols(pid_n, BLOCK_N: tl.constexpr):
+    """Column indices ``pid_n * BLOCK_N + [0, BLOCK_N)`` (``INDEX_TYPE``)."""
+    return pid_n * BLOCK_N + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
+
+
+@triton.jit
+def dot_k(acc, a_ptr, rows, row_mask, stride_am, stride_ak, b_ptr, cols, N, K, stride_bk, stride_bn,
+          BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """``acc + A[rows, :K] @ B[:K, cols]`` with pointer loads, fp32 accumulation.
+
+    ``rows`` (``[BLOCK_M]``, relative to ``a_ptr``) with ``row_mask`` says which rows exist; masked
+    rows and columns, and the K tail, load as 0 and add exact zeros. ``a_ptr`` may be a translated
+    pointer into a peer's heap. Per program; weak loads. ``PRECISION``: ``tl.dot``'s
+    ``input_precision`` (``"tf32"`` or ``"ieee"``; it only matters for fp32 inputs).
+    """
+    tl.static_assert(BLOCK_K >= 16, "iris.collectives.ops: BLOCK_K must be >= 16 (tl.dot)")
+    ks = tl.arange(0, BLOCK_K).to(INDEX_TYPE)
+    a_rows = a_ptr + rows[:, None] * stride_am
+    b_cols = b_ptr + cols[None, :] * stride_bn
+    col_mask = cols < N
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + ks
+        a = tl.load(a_rows + kk[None, :] * stride_ak, mask=row_mask[:, None] & (kk[None, :] < K), other=0)
+        b = tl.load(b_cols + kk[:, None] * stride_bk, mask=(kk[:, None] < K) & col_mask[None, :], other=0)
+        if INTERPRETER:
+            # The interpreter's tl.dot gives garbage for bf16 operands (numpy has no bf16); widening
+            # is exact and the products and sums are fp32 either way.
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def dot_k_tma(acc, a_desc, row0, b_desc, col0, K, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """``acc + A[row0 : row0 + BLOCK_M, :K] @ B[:K, col0 : col0 + BLOCK_N]`` through tensor
+    descriptors (TMA on sm_90; see :func:`make_descriptors`). Rows, columns and the K tail past
+    the descriptors' shapes load as 0. Per program; weak loads."""
+    for k0 in range(0, K, BLOCK_K):
+        a = a_desc.load([row0, k0])
+        b = b_desc.load([k0, col0])
+        if INTERPRETER:
+            a = a.to(tl.float32)  # as in dot_k: the interpreter's bf16 tl.dot is wrong
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+    """Tensor descriptors of A (``M x K``, row stride ``stride_am``, unit column stride) and B
+    (``K x N``, row stride ``stride_bk``, unit column stride) with the GEMM's blocks. Per program
+    (built once, before the tile loop). GPU only: the host must have called
+    ``triton.set_allocator`` (see ``_workspace.ensure_allocator``), and strides must be multiples
+    of 16 bytes (the host checks before asking for this path)."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def gemm_operands(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, USE_TMA: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """What :func:`tile_product` reads A and B through: their tensor descriptors when ``USE_TMA``
+    (see :func:`make_descriptors`), else the pointers themselves. Per program, once before the
+    tile loop."""
+    if USE_TMA:
+        return make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        return a_ptr, b_ptr
+
+
+@triton.jit
+def tile_product(a_op, b_op, row0, col0, rows, row_mask, cols, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                 USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """One output tile ``A[rows, :K] @ B[:K, cols]`` in fp32, through what :func:`gemm_operands`
+    returned: :func:`dot_k_tma` from row ``row0`` and column ``col0`` (the first of ``rows`` and
+    ``cols``) when ``USE_TMA`` (rows past the descriptor's shape load as 0; the caller masks its stores),
+    else :func:`dot_k` with ``row_mask``. Per program; weak loads."""
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if USE_TMA:
+        return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION)
+    else:
+        return dot_k(acc, a_op, rows, row_mask, stride_am, stride_ak, b_op, cols, N, K, stride_bk, stride_bn,
+                     BLOCK_K, PRECISION)
+
+
+@triton.jit
+def add_bias(acc, bias_ptr, cols, N, HAS_BIAS: tl.constexpr):
+    """``acc + bias[cols]`` (in fp32, broadcast over rows) when ``HAS_BIAS``, else ``acc``.
+    Per program; one weak load of ``BLOCK_N`` values."""
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + cols, mask=cols < N, other=0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    return acc

@@ -1,0 +1,51 @@
+"""Launching an op's kernel: the persistent grid, the tensor-descriptor decision, Triton options."""
+
+from __future__ import annotations
+
+import torch
+
+from iris.device import INTERPRETER
+
+from ._workspace import Workspace, ensure_allocator
+
+#: Tests only: let the interpreter take the tensor-descriptor path too (Triton 3.9's interpreter
+#: emulates ``tl.make_tensor_descriptor``), so its index arithmetic is checked without a GPU.
+INTERPRETER_TMA = False
+
+
+def tma_ok(cfg, *matrices: torch.Tensor) -> bool:
+    """Whether the kernel may load these matrices through tensor descriptors: asked for by the
+    config (under the interpreter only by :data:`INTERPRETER_TMA`), the matrices on the GPU, with
+    unit column stride and row strides and base addresses that are multiples of 16 bytes (what
+    TMA requires); otherwise the kernel takes the pointer path."""
+    if not (INTERPRETER_TMA if INTERPRETER else cfg.use_tma):
+        return False
+    for t in matrices:
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            return False
+        if not INTERPRETER and t.device.type != "cuda":
+            return False
+    if INTERPRETER:
+        return True
+    ensure_allocator()
+    return True
+
+
+def launch(ctx, ws: Workspace, kernel, num_tiles: int, cfg, args: tuple, constexprs: dict) -> None:
+    """Run ``kernel`` on torch's current stream with a persistent grid of ``cfg.grid`` programs
+    (or, by default, as many as are resident on this rank's share of the GPU, at most
+    ``num_tiles``): its programs wait for programs of other ranks, so all of them must run at
+    once. The grid is found once per workspace and compiled variant (``resident_grid`` is
+    collective and compiles the kernel) and is the same on every rank, as long as every rank
+    compiles the same variant (the same bias-or-not, which the op requires, and the same
+    descriptor-or-pointer choice, which differs only for tensors misaligned on some ranks)."""
+    options = dict(constexprs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    variant = tuple(sorted(constexprs.items()))
+    grid = ws.grids.get(variant)
+    if grid is None:
+        compiled = None
+        if ctx.device.type == "cuda":
+            compiled = kernel.warmup(*args, grid=(1,), **options)
+        resident = ctx.resident_grid(num_tiles, compiled)
+        grid = ws.grids[variant] = min(resident, cfg.grid) if cfg.grid else resident
+    kernel[(grid,)](*args, **options)

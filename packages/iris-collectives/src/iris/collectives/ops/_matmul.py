@@ -1,0 +1,66 @@
+"""The GEMM core alone, ``out = a @ b + bias``, with no communication and no host context.
+
+It is what every fused op computes before it communicates, as its own kernel: the compute floor
+the benchmark (``benchmarks/fused_ops.py --gemm-only``) holds against ``torch.matmul``. Private:
+users call ``torch.matmul`` for a plain GEMM.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from iris.device import round_to
+
+from ._checks import check_inputs, check_matrix
+from ._config import choose
+from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
+from ._launch import tma_ok
+
+CALL = "iris.collectives.ops._matmul.matmul"
+
+
+@triton.jit
+def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
+                   HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Persistent GEMM: program ``p`` computes tiles ``p, p + P, ...`` in the grouped order."""
+    tiles_m = (M + BLOCK_M - 1) // BLOCK_M
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    for t in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+        pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
+        rows = tile_rows(pid_m, BLOCK_M)
+        cols = tile_cols(pid_n, BLOCK_N)
+        acc = tile_product(a_op, b_op, pid_m * BLOCK_M, pid_n * BLOCK_N, rows, rows < M, cols, N, K, stride_am,
+                           stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),
+                 mask=mask)
+
+
+def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
+           programs: int | None = None) -> torch.Tensor:
+    """``out = a @ b + bias`` with the fused ops' GEMM core, on torch's current stream. ``programs``:
+    the persistent grid (default: one program per tile on the cpu backend, 2 per SM on a GPU)."""
+
+    class _Local:  # check_inputs wants a context: only its device matters here
+        device = a.device
+
+    check_inputs(CALL, _Local, out, a, b, bias)
+    M, N, K = a.shape[0], b.shape[1], a.shape[1]
+    check_matrix(CALL, "out", out, (M, N))
+    cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config)
+    tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
+    if programs is None:
+        programs = tiles
+        if a.device.type == "cuda":
+            programs = min(tiles, 2 * torch.cuda.get_device_properties(a.device).multi_processor_count)
+    _matmul_kernel[(programs,)](
+        a, b, bias if bias is not None else a, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        out.stride(0), out.stride(1), HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
+        PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out

@@ -1,0 +1,108 @@
+"""Compile every fused op's kernel for an H200 (sm_90) without a GPU; report what the PTX shows.
+
+Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ops_compile.py`` does it).
+Per kernel, dtype and load path (tensor descriptors or pointers): whether it compiled, the error if
+not, and counts the test judges: TMA loads (``cp.async.bulk.tensor``), tensor-core MMAs
+(``wgmma`` / ``mma``), device-side descriptor creation (``tensormap``), system-scope acquire loads
+and release operations of the flags. Prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import traceback
+
+assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
+os.environ.setdefault("IRIS_BACKEND", "cuda")
+
+import collectives_compile_check  # noqa: E402  (beside this file: the shared sm_90 compile)
+import triton  # noqa: E402
+
+from iris.collectives.ops import _all_gather_matmul as AGM  # noqa: E402
+from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
+from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
+from iris.collectives.ops import _matmul_reduce_scatter as MRS  # noqa: E402
+
+PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
+TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
+
+
+def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
+    # the GEMM's launch options (the default H200 config's warps and stages)
+    return collectives_compile_check.compile_ptx(fn, signature, constexprs, aligned,
+                                                 options={"num_warps": 8, "num_stages": 3})
+
+
+def signature(names: str, dt: str, ints: str) -> dict:
+    sig = {"context": "*i64"}
+    for n in names.split():
+        sig[n] = "*i32" if n in ("locks", "flags") else ("*fp32" if n == "partial" else PTR[dt])
+    sig.update({n: "i32" for n in ints.split()})
+    return sig
+
+
+STRIDES = "M N K stride_am stride_ak stride_bk stride_bn stride_om stride_on"
+
+
+def cases():
+    """(name, kernel, signature, constexprs, aligned args) for each op, dtype and load path."""
+    for dt in ("bf16", "fp32"):
+        precision = "tf32" if dt == "fp32" else "ieee"
+        for tma in (True, False):
+            common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+            path = "tma" if tma else "ptr"
+            yield (f"matmul_all_reduce/{dt}/{path}", MAR._matmul_all_reduce_kernel,
+                   signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=tma),
+                   ("a", "b", "out", "partial"))
+            yield (f"matmul_all_reduce_two_shot/{dt}/{path}", MAR._matmul_all_reduce_kernel,
+                   signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=True, USE_TMA=tma),
+                   ("a", "b", "out", "partial"))
+            rs = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"
+            yield (f"matmul_reduce_scatter/{dt}/{path}", MRS._matmul_reduce_scatter_kernel,
+                   signature("a b bias partial out locks", dt, rs), dict(common, USE_TMA=tma),
+                   ("a", "b", "out", "partial"))
+            yield (f"matmul_all_gather/{dt}/{path}", MAG._matmul_all_gather_kernel,
+                   signature("a b bias staging out flags", dt, rs), dict(common, USE_TMA=tma),
+                   ("a", "b", "out", "staging"))
+        common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+        yield (f"all_gather_matmul/{dt}/ptr", AGM._all_gather_matmul_kernel,
+               signature("a_shard staged b bias out flags", dt,
+                         "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
+               ("a_shard", "staged", "b", "out"))
+        yield (f"all_gather_matmul_arrival/{dt}/ptr", AGM._arrival_kernel,
+               signature("a_shard staged b bias out flags", dt,
+                         "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
+               ("a_shard", "staged", "b", "out"))
+
+
+def counts(ptx: str) -> dict:
+    return {
+        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
+        "tensormaps": len(re.findall(r"tensormap", ptx)),
+        "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+        "mma": len(re.findall(r"\bmma\.sync", ptx)),
+        "acquire_sys_loads": len(re.findall(r"ld\.acquire\.sys", ptx)),
+        "release_sys": len(re.findall(r"\.release\.sys|fence\.acq_rel\.sys", ptx)),
+    }
+
+
+def main() -> int:
+    results = {}
+    only = set(sys.argv[1:])
+    for name, fn, sig, constexprs, aligned in cases():
+        if only and name.split("/")[0] not in only:
+            continue
+        try:
+            results[name] = dict(ok=True, **counts(compile_ptx(fn, sig, constexprs, aligned)))
+        except Exception as exc:  # reported to the test
+            results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],
+                                 trace=traceback.format_exc()[-4000:])
+    print(json.dumps({"triton": triton.__version__, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Multi-rank scenarios of iris.collectives.ops (run by test_ops_multirank.py on 1..N ranks).
+
+Every rank regenerates every rank's inputs from seeds, so the reference needs no communication.
+Inputs are small integers (|x| <= 4) in every dtype, so every product and sum is exact in fp32 in
+any order: each result must equal, bit for bit, torch's fp32 result rounded once to the output
+dtype. Outputs are poisoned (NaN) before each call, so an element the op skips fails.
+
+``IRIS_TEST_REPEATS`` sets the number of back-to-back calls (default 50 on cuda, 6 on cpu: the
+interpreter runs every program of every call in turn, and CI has two cores).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+import iris.runtime.testing
+from iris.collectives import ops
+from iris.runtime import IrisUsageError, UnsupportedDtypeError
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+SMALL = ops.Config(block_m=16, block_n=16, block_k=16, group_m=2)
+
+
+def repeats(ctx) -> int:
+    return int(os.environ.get("IRIS_TEST_REPEATS", "50" if ctx.backend == "cuda" else "6"))
+
+
+def ints(shape, dtype, seed: int) -> torch.Tensor:
+    """Integers in [-4, 4] as ``dtype``, the same wherever generated (CPU generator)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-4, 5, shape, generator=g).to(dtype)
+
+
+def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bit for bit (NaN poison included)."""
+    actual = actual.cpu()
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
+    bits = {2: torch.int16, 4: torch.int32}[expected.element_size()]
+    differ = actual.contiguous().view(bits) != expected.contiguous().view(bits)
+    count = int(differ.sum())
+    if count:
+        where = differ.nonzero()[:5].tolist()
+        pairs = [(actual[tuple(i)].item(), expected[tuple(i)].item()) for i in where]
+        raise AssertionError(f"{what}: {count} of {actual.numel()} elements differ; first (got, expected) at "
+                             f"{where}: {pairs}")
+
+
+def poisoned(shape, dtype, device) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def expect_error(fn, kind, *fragments) -> None:
+    try:
+        fn()
+    except kind as exc:
+        text = str(exc)
+        missing = [f for f in fragments if f not in text]
+        assert not missing, f"error message {text!r} lacks {missing}"
+        return
+    raise AssertionError(f"expected {kind.__name__} with {fragments}")
+
+
+# --- references (host, fp32, exact for small integers) ----------------------------------------------
+
+def ref_matmul_all_reduce(W, M, N, K, dtype, out_dtype, seed, with_bias):
+    total = sum(ints((M, K), dtype, seed + 10 * r).float() @ ints((K, N), dtype, seed + 10 * r + 1).float()
+                for r in range(W))
+    if with_bias:
+        total = total + ints((N,), dtype, seed + 5).float()
+    return total.to(out_dtype)
+
+
+def run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None):
+    dev, r = ctx.device, ctx.rank
+    a = ints((M, K), dtype, seed + 10 * r).to(dev)
+    b = ints((K, N), dtype, seed + 10 * r + 1).to(dev)
+    bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
+    if out is None:
+        out = poisoned((M, N), out_dtype, dev)
+    else:
+        out.fill_(float("nan"))
+    ops.matmul_all_reduce(ctx, out, a, b, bias, config=config)
+    return out
+
+
+def ref_matmul_reduce_scatter(W, rank, M, N, K, dtype, out_dtype, seed, with_bias):
+    full = ref_matmul_all_reduce(W, M, N, K, dtype, torch.float32, seed, with_bias)
+    m = M // W
+    return full[rank * m:(rank + 1) * m].to(out_dtype)
+
+
+def run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config):
+    dev, r = ctx.device, ctx.rank
+    a = ints((M, K), dtype, seed + 10 * r).to(dev)
+    b = ints((K, N), dtype, seed + 10 * r + 1).to(dev)
+    bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
+    out = poisoned((M // ctx.world_size, N), out_dtype, dev)
+    ops.matmul_reduce_scatter(ctx, out, a, b, bias, config=config)
+    return out
+
+
+def ref_all_gather_matmul(W, M, N, K, dtype, out_dtype, seed, with_bias):
+    a = torch.cat([ints((M // W, K), dtype, seed + 10 * r) for r in range(W)])
+    total = a.float() @ ints((K, N), dtype, seed + 1).float()
+    if with_bias:
+        total = total + ints((N,), dtype, seed + 5).float()
+    return total.to(out_dtype)
+
+
+def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None):
+    """all_gather_matmul or matmul_all_gather: rank r's [M / W, K] rows, one b for every rank."""
+    dev, r = ctx.device, ctx.rank
+    a = ints((M // ctx.world_size, K), dtype, seed + 10 * r).to(dev)
+    b = ints((K, N), dtype, seed + 1).to(dev)
+    bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
+    if out is None:
+        out = poisoned((M, N), out_dtype, dev)
+    op(ctx, out, a, b, bias, config=config)
+    return out
+
+
+# --- scenarios ----------------------------------------------------------------------------------------
+
+def scenario_matmul_all_reduce(ctx):
+    """Both strategies, fp32/fp16/bf16 in and out, ragged M, N, K, bias on and off."""
+    W = ctx.world_size
+    cases = [(40, 36, 20, "fp32", "fp32", True), (33, 50, 27, "fp16", "fp16", False),
+             (21, 70, 45, "bf16", "bf16", True), (48, 32, 32, "bf16", "fp32", False)]
+    for variant in ("one_shot", "two_shot"):
+        cfg = ops.Config(variant=variant, block_m=16, block_n=16, block_k=16, group_m=2)
+        for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+            seed = 100 + i
+            out = run_matmul_all_reduce(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, cfg)
+            check(out, ref_matmul_all_reduce(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+                  f"matmul_all_reduce {variant} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+
+
+def scenario_matmul_all_reduce_back_to_back(ctx):
+    """Many calls with new data, no barrier between them, for both strategies (out on the heap
+    for two-shot: written in place)."""
+    W, M, N, K = ctx.world_size, 24, 40, 20
+    for variant in ("one_shot", "two_shot"):
+        cfg = ops.Config(variant=variant, block_m=16, block_n=16, block_k=16)
+        out = ctx.zeros(M, N, dtype=torch.bfloat16) if variant == "two_shot" else None
+        results = []
+        for i in range(repeats(ctx)):
+            got = run_matmul_all_reduce(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 1000 + i, True, cfg, out)
+            results.append(got.clone())
+        for i, got in enumerate(results):
+            check(got, ref_matmul_all_reduce(W, M, N, K, torch.bfloat16, torch.bfloat16, 1000 + i, True),
+                  f"matmul_all_reduce {variant} call {i}")
+        if out is not None:
+            ctx.barrier()  # peers may still write into this rank's out while it is freed
+            ctx.free(out)
+
+
+def scenario_matmul_reduce_scatter(ctx):
+    """fp32/fp16/bf16, ragged rows per rank (M / W not a multiple of BLOCK_M), N and K ragged,
+    bias on and off, then back-to-back calls with new data and no barrier."""
+    W = ctx.world_size
+    cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
+             (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
+    for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+        seed = 200 + i
+        out = run_matmul_reduce_scatter(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, SMALL)
+        check(out, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+              f"matmul_reduce_scatter {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+    M, N, K = W * 12, 40, 20
+    results = [run_matmul_reduce_scatter(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True, SMALL)
+               for i in range(repeats(ctx))]
+    for i, got in enumerate(results):
+        check(got, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True),
+              f"matmul_reduce_scatter call {i}")
+
+
+def gather_scenario(ctx, op, name, seed0, config=SMALL, only=None):
+    W = ctx.world_size
+    cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
+             (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
+    cases = cases if only is None else [cases[i] for i in only]
+    for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+        seed = seed0 + i
+        out = run_gather_op(ctx, op, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, config)
+        # matmul_all_gather's rows are each rank's (a_r @ b + bias): the same as gathering A first
+        check(out, ref_all_gather_matmul(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+              f"{name} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+    M, N, K = W * 12, 40, 20
+    results = [run_gather_op(ctx, op, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True, config)
+               for i in range(repeats(ctx))]
+    for i, got in enumerate(results):
+        check(got, ref_all_gather_matmul(W, M, N, K, torch.bfloat16, torch.bfloat16, seed0 + 100 + i, True),
+              f"{name} call {i}")
+
+
+def scenario_all_gather_matmul(ctx):
+    """fp32/fp16/bf16, shards of M / W rows that straddle tiles, ragged N and K, bias on and
+    off, then back-to-back calls with new data and no barrier."""
+    gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul", 300)
+
+
+def scenario_all_gather_matmul_arrival(ctx):
+    """The arrival-order strategy (own shard first, then peers as they arrive), on the ragged cases
+    (fp16, bf16): with 7 or 11 rows per rank and 16-row tiles, tiles run into two or three ranks'
+    shards."""
+    cfg = ops.Config(variant="arrival", block_m=16, block_n=16, block_k=16, group_m=2)
+    gather_scenario(ctx, ops.all_gather_matmul, "all_gather_matmul arrival", 600, cfg, only=(1, 2))
+    # fewer programs than tiles: each program takes a share of every rank's tiles
+    few = ops.Config(variant="arrival", block_m=16, block_n=16, block_k=16, grid=3)
+    out = run_gather_op(ctx, ops.all_gather_matmul, ctx.world_size * 20, 40, 20, torch.float32, torch.float32, 650,
+                        True, few)
+    check(out, ref_all_gather_matmul(ctx.world_size, ctx.world_size * 20, 40, 20, torch.float32, torch.float32, 650,
+                                     True), "all_gather_matmul arrival grid=3")
+
+
+def scenario_matmul_all_gather(ctx):
+    """As all_gather_matmul, for the push-and-gather of the product."""
+    gather_scenario(ctx, ops.matmul_all_gather, "matmul_all_gather", 400)
+
+
+def scenario_tma_path_in_interpreter(ctx):
+    """The tensor-descriptor K loop (GPU default) under the interpreter, which emulates
+    tl.make_tensor_descriptor: same bits as the reference, for the three ops that use it. Strides
+    are multiples of 16 bytes (the descriptors' rule); M, N and K are still ragged."""
+    from iris.collectives.ops import _launch
+
+    if ctx.backend != "cpu":
+        return
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    if not hasattr(InterpreterBuilder, "create_make_tensor_descriptor"):
+        if ctx.rank == 0:
+            print("note: this Triton's interpreter has no tensor descriptors; descriptor path not run", flush=True)
+        return
+    W = ctx.world_size
+    _launch.INTERPRETER_TMA = True
+    try:
+        for dt in ("fp32", "bf16"):
+            d = DTYPES[dt]
+            out = run_matmul_all_reduce(ctx, 40, 40, 24, d, d, 500, True, SMALL)
+            check(out, ref_matmul_all_reduce(W, 40, 40, 24, d, d, 500, True), f"tma matmul_all_reduce {dt}")
+            out = run_matmul_reduce_scatter(ctx, W * 12, 40, 24, d, d, 501, True, SMALL)
+            check(out, ref_matmul_reduce_scatter(W, ctx.rank, W * 12, 40, 24, d, d, 501, True),
+                  f"tma matmul_reduce_scatter {dt}")
+            out = run_gather_op(ctx, ops.matmul_all_gather, W * 12, 40, 24, d, d, 502, True, SMALL)
+            check(out, ref_all_gather_matmul(W, W * 12, 40, 24, d, d, 502, True), f"tma matmul_all_gather {dt}")
+    finally:
+        _launch.INTERPRETER_TMA = False
+
+
+def scenario_workspace_cache(ctx):
+    """One workspace per (op, shape, dtype, world, config), reused by later calls (no heap growth);
+    clear_workspaces frees them, and the next call allocates fresh ones and is still right."""
+    from iris.collectives.ops import _workspace
+
+    W, M, N, K = ctx.world_size, 24, 40, 20
+    cfg = ops.Config(block_m=16, block_n=16, block_k=16)
+    ops.clear_workspaces(ctx)
+    run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 700, False, cfg)
+    free = ctx.heap_free_bytes
+    for i in range(3):
+        out = run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 701 + i, False, cfg)
+        check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 701 + i, False), f"cached call {i}")
+    assert ctx.heap_free_bytes == free, "a later call with the same key allocated on the heap"
+    assert len(_workspace._CACHES[ctx]) == 1, list(_workspace._CACHES[ctx])
+    ctx.barrier()  # every rank is done with the buffers before any rank frees them
+    ops.clear_workspaces(ctx)
+    assert ctx.heap_free_bytes > free
+    out = run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 710, False, cfg)
+    check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 710, False), "after clear_workspaces")
+
+
+def scenario_argument_errors(ctx):
+    """Bad shapes, dtypes, devices, M not divisible by the world size, bad configs: an IrisError
+    whose message names the call, the argument, the values and the fix. Checked before any
+    allocation or launch, so every rank raises alike."""
+    W, dev = ctx.world_size, ctx.device
+    f32 = dict(dtype=torch.float32, device=dev)
+    a, b, out = torch.zeros(8, 4, **f32), torch.zeros(4, 6, **f32), torch.zeros(8, 6, **f32)
+    ar = "iris.collectives.ops.matmul_all_reduce"
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, torch.zeros(5, 6, **f32)), IrisUsageError, ar,
+                 "a is (8, 4)", "b is (5, 6)", "a's columns (4) must equal b's rows (5)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, torch.zeros(8, 7, **f32), a, b), IrisUsageError, ar,
+                 "out has shape (8, 7), expected (8, 6)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.to(torch.float16), b), UnsupportedDtypeError, ar,
+                 "a is torch.float16 but b is torch.float32", "one dtype")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.to(torch.int32), b), UnsupportedDtypeError, ar,
+                 "a has dtype torch.int32", "pass float32, float16 or bfloat16")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a[0], b), IrisUsageError, ar, "a must be 2-D",
+                 "shape (4,)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, torch.zeros(5, **f32)), IrisUsageError, ar,
+                 "bias must be a 1-D tensor of N=6 values", "(5,)")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(variant="ring")), IrisUsageError,
+                 ar, "config.variant='ring'", "one_shot", "two_shot")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(block_m=24)), IrisUsageError,
+                 ar, "config.block_m=24", "power of two >= 16")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config={"block_m": 16}), IrisUsageError, ar,
+                 "must be an iris.collectives.ops.Config")
+    if dev.type == "cpu" and torch.cuda.is_available() is False:
+        meta = torch.zeros(8, 4, dtype=torch.float32, device="meta")
+        expect_error(lambda: ops.matmul_all_reduce(ctx, out, meta, b), IrisUsageError, ar, "a is on meta",
+                     f"runs on {dev}", ".to(")
+    else:
+        expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.cpu(), b), IrisUsageError, ar, "a is on cpu",
+                     f"runs on {dev}", ".to(")
+    rs = "iris.collectives.ops.matmul_reduce_scatter"
+    if W > 1:
+        odd = torch.zeros(W * 3 + 1, 4, **f32)
+        expect_error(lambda: ops.matmul_reduce_scatter(ctx, torch.zeros(3, 6, **f32), odd, b), IrisUsageError, rs,
+                     f"M={W * 3 + 1} rows", f"{W} ranks cannot split evenly", f"multiple of {W}")
+    a_rs = torch.zeros(W * 4, 4, **f32)
+    expect_error(lambda: ops.matmul_reduce_scatter(ctx, torch.zeros(5, 6, **f32), a_rs, b), IrisUsageError, rs,
+                 "out has shape (5, 6), expected (4, 6)")
+    ag = "iris.collectives.ops.all_gather_matmul"
+    expect_error(lambda: ops.all_gather_matmul(ctx, torch.zeros(8 * W + 1, 6, **f32), a, b), IrisUsageError, ag,
+                 f"out has shape ({8 * W + 1}, 6), expected ({8 * W}, 6)")
+    mg = "iris.collectives.ops.matmul_all_gather"
+    expect_error(lambda: ops.matmul_all_gather(ctx, out, a, b, torch.zeros(6, dtype=torch.int64, device=dev)),
+                 UnsupportedDtypeError, mg, "bias has dtype torch.int64")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    iris.runtime.testing.run_scenarios(globals(), heap_size=1 << 24)

@@ -1,0 +1,163 @@
+"""The torch.distributed bootstrap: ranks from the default process group, host collectives over a
+private gloo group.
+
+The default group is the program's when it made one (any backend: gloo, nccl, or both); under
+torchrun without one it is made here from ``env://``: ``gloo`` for the cpu backend, and for the
+cuda backend torch's own default, ``cpu:gloo,cuda:nccl``, so the program can still run NCCL
+collectives on its CUDA tensors (NCCL connects lazily, at the first of them: several ranks on one
+GPU, which NCCL refuses, work as long as the program does not use it).
+
+The runtime's collectives carry host objects (heap handles, pids, offsets), which an nccl group
+cannot move, and must not interleave with the program's own traffic on the default group; so
+they run on a gloo group of all ranks made once per default group (``new_group`` is collective;
+later ``iris()`` calls reuse it).
+
+Ending the job: :meth:`TorchBootstrap.abort` exits this process at once (``os._exit``, after
+flushing). Under torchrun the elastic agent sees a worker fail and sends SIGTERM to the others
+(measured on the CPU machine: within 0.05 s; the job's exit code is then torchrun's 1, not the
+rank's); without torchrun, peers blocked in a gloo collective get "Connection closed by peer",
+raise, and end the same way through the exception hook.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import operator
+import os
+import socket
+import sys
+
+import numpy as np
+import torch
+
+from . import _launcher
+from ._bootstrap import Bootstrap
+from ._errors import IrisBootstrapError
+from ._logging import logger
+
+# (default group, the gloo group made from it), so repeated iris() calls make one gloo group.
+_private: tuple | None = None
+
+
+def _dist():
+    if not torch.distributed.is_available():
+        raise IrisBootstrapError(
+            "iris.runtime.iris(bootstrap='torch'): this torch build has no torch.distributed "
+            "(torch.distributed.is_available() is False); install a torch build with distributed support, "
+            "or launch with mpirun and bootstrap='mpi'")
+    return torch.distributed
+
+
+def init_default_group(backend: str) -> None:
+    """Make the default process group from torchrun's ``env://`` variables (``backend``: the
+    Iris backend, which decides the torch backend; see the module doc) and destroy it at exit."""
+    dist = _dist()
+    if not all(name in os.environ for name in _launcher.ENV_INIT_VARS):
+        raise _launcher.torch_env_missing(os.environ)
+    torch_backend = "gloo" if backend == "cpu" else None  # None: torch's cpu:gloo,cuda:nccl
+    dist.init_process_group(backend=torch_backend, init_method="env://")
+    logger.debug("torch.distributed: initialised the default group (%s) from env://", dist.get_backend())
+
+    def destroy():
+        with contextlib.suppress(Exception):  # exiting: nothing to report to
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    atexit.register(destroy)
+
+
+def private_group():
+    """The gloo group of all ranks that the runtime talks on (made on first use; collective)."""
+    global _private
+    dist = _dist()
+    default = dist.group.WORLD
+    if _private is None or _private[0] is not default:
+        _private = (default, dist.new_group(backend="gloo"))
+    return _private[1]
+
+
+class TorchBootstrap(Bootstrap):
+    """Host collectives over torch.distributed (gloo). ``comm`` is this object: its lowercase
+    methods are mpi4py's object collectives, so ``ctx.comm.allgather(x)`` works under both."""
+
+    name = "torch"
+    abort_call = "os._exit"
+
+    def __init__(self, group):
+        dist = _dist()
+        self._group = group
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        # Ranks of one host share a node, like MPI's COMM_TYPE_SHARED split; torchrun numbers
+        # them consecutively, so local_rank equals its LOCAL_RANK (checked below).
+        hosts = self.allgather(socket.gethostname())
+        self._node_ranks = [r for r, host in enumerate(hosts) if host == hosts[self.rank]]
+        self.local_rank, self.local_size = self._node_ranks.index(self.rank), len(self._node_ranks)
+        self.num_nodes = len(set(hosts))
+        announced = os.environ.get("LOCAL_RANK")
+        if announced is not None and announced != str(self.local_rank):
+            logger.warning("LOCAL_RANK=%s but rank %d is local rank %d among the ranks on host %s; Iris uses %d",
+                           announced, self.rank, self.local_rank, hosts[self.rank], self.local_rank)
+
+    @classmethod
+    def start(cls, backend: str = "cpu") -> TorchBootstrap:
+        """Bootstrap over the default process group, making it from ``env://`` when the program
+        has not (``backend``: the Iris backend, ``"cpu"`` or ``"cuda"``)."""
+        dist = _dist()
+        if not dist.is_initialized():
+            init_default_group(backend)
+        return cls(private_group())
+
+    @property
+    def comm(self):
+        return self
+
+    @property
+    def process_group(self):
+        return _dist().group.WORLD
+
+    def allgather(self, obj) -> list:
+        out = [None] * self.world_size
+        _dist().all_gather_object(out, obj, group=self._group)
+        return out
+
+    def gather(self, obj, root: int = 0) -> list | None:
+        out = [None] * self.world_size if self.rank == root else None
+        _dist().gather_object(obj, out, dst=root, group=self._group)
+        return out
+
+    def bcast(self, obj, root: int = 0):
+        box = [obj]
+        _dist().broadcast_object_list(box, src=root, group=self._group)
+        return box[0]
+
+    def allreduce(self, value, op: str = "sum"):
+        # Host values are few and small: reduce the gathered list here, in rank order on every
+        # rank, so every rank gets the same result (also for floats).
+        combine = {"sum": operator.add, "min": min, "max": max}[self.check_op(op)]
+        return functools.reduce(combine, self.allgather(value))
+
+    def barrier(self) -> None:
+        _dist().barrier(group=self._group)
+
+    def gather_int64(self, array: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
+        return self.gather(np.ascontiguousarray(array, dtype=np.int64).reshape(-1), root=root)
+
+    def node_allgather(self, obj) -> list:
+        everyone = self.allgather(obj)
+        return [everyone[r] for r in self._node_ranks]
+
+    def node_barrier(self) -> None:
+        self.barrier()  # the whole job calls it, so a job-wide barrier is also one of the node
+
+    def close(self) -> None:
+        pass  # the gloo group stays for the next Iris of this process (new_group is collective)
+
+    def abort(self, code: int):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def __repr__(self) -> str:
+        return f"TorchBootstrap(rank={self.rank}, world_size={self.world_size}, gloo group)"
