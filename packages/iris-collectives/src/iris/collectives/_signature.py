@@ -29,7 +29,7 @@ import triton.language as tl
 from iris.device import INTERPRETER
 from iris.device._debug import host_scalar
 from iris.device._layout import HEAP_BASES_C, NUM_RANKS
-from iris.device._watchdog import WAIT_CALLS
+from iris.device._watchdog import WAIT_CALLS, _call_index  # the index the watchdog reports use
 
 from ._errors import IrisCallMismatchError
 
@@ -44,15 +44,6 @@ _DIFFERS = ("collective", "M x N", "tile shape", "grid")
 _NUM_RANKS_BEFORE_BASES: tl.constexpr = tl.constexpr(HEAP_BASES_C.value - NUM_RANKS)
 
 
-@triton.constexpr_function
-def _collective_id(call):
-    # A loop, not tuple.index: Triton refuses bound methods of globals in what a kernel references.
-    for i, name in enumerate(WAIT_CALLS):
-        if name == call:
-            return i
-    return 0
-
-
 @triton.jit
 def publish_signature(record, epoch, call: tl.constexpr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Debug mode only: publish this rank's signature of call ``epoch`` on the tile whose lock record
@@ -62,7 +53,7 @@ def publish_signature(record, epoch, call: tl.constexpr, M, N, BLOCK_M: tl.const
     barrier and a release exchange of ``SIGNED`` at system scope: a peer that acquires ``SIGNED``
     (or any flag this program releases later) sees the words of this call."""
     sig = record + SIGNED
-    tl.store(sig + 1, tl.full([], _collective_id(call), tl.int32))
+    tl.store(sig + 1, tl.full([], _call_index(call), tl.int32))
     tl.store(sig + 2, tl.full([], 0, tl.int32) + M)
     tl.store(sig + 3, tl.full([], 0, tl.int32) + N)
     tl.store(sig + 4, tl.full([], BLOCK_M, tl.int32))
