@@ -54,7 +54,8 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None)
 # The memory-model instructions of a kernel, in program (text) order, normalized so that Triton 3.6
 # and 3.9 read the same where they mean the same (iris-device's compile checks parse the same way;
 # each package's tests stand alone):
-#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands)
+#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands, and the
+#                                       votes bar.red.and/or, which order memory like bar.sync)
 #   "fence.acq_rel.sys", "membar.gl"    fences, as written
 #   "atom.<sem>.<scope>.<op>.<type>"    atom and red (3.9 writes red where the old value is unused;
 #                                       same ordering), qualifiers in one order, state space dropped,
@@ -67,7 +68,7 @@ _ORDER_SEMS = ("relaxed", "acquire", "release", "acq_rel")
 _ORDER_SCOPES = ("cta", "gpu", "sys")
 _ORDER_TOKEN = re.compile(
     r"(?<![\w.%$])(?:"
-    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync)\b"
+    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync|bar(?:rier)?(?:\.cta)?\.red\.(?:and|or|popc))\b"
     r"|(?P<fence>(?:fence|membar)\.[\w.]+)"
     r"|(?P<atom>(?:atom|red)\.[\w.]+)"
     r"|(?P<ldst>(?:ld|st)\.[\w.]*?\b(?:acquire|release|relaxed|volatile)\b[\w.]*)"
@@ -179,7 +180,7 @@ def summary(ptx: str) -> dict:
     # (same qualifiers, same ordering), so both count as atomics everywhere below.
     calls_to_watchdog = len(re.findall(r"call(?:\.uni)?\s[^;]*watchdog_check", ptx))
     ptx, watchdog_bodies = without_watchdog(ptx)
-    atoms = re.findall(r"\b(atom|red)\.([\w.]+)", ptx)
+    atoms = re.findall(r"(?<![\w.])(atom|red)\.([\w.]+)", ptx)  # not bar.red (a vote)
     return {
         "watchdog_bodies": watchdog_bodies,
         "watchdog_calls": calls_to_watchdog,

@@ -64,12 +64,13 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
 
 
 def instructions(ptx: str) -> list[str]:
-    return re.findall(r"\b(?:ld|st|atom|red)\.[\w.]+", ptx)
+    return re.findall(r"(?<![\w.])(?:ld|st|atom|red)\.[\w.]+", ptx)  # not bar.red (a vote)
 
 
 # The memory-model instructions of a kernel, in program (text) order, normalized so that Triton 3.6
 # and 3.9 read the same where they mean the same:
-#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands)
+#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands, and the
+#                                       votes bar.red.and/or, which order memory like bar.sync)
 #   "fence.acq_rel.sys", "membar.gl"    fences, as written
 #   "atom.<sem>.<scope>.<op>.<type>"    atom and red (3.9 writes red where the old value is unused;
 #                                       same ordering), qualifiers in one order, state space dropped,
@@ -82,7 +83,7 @@ _ORDER_SEMS = ("relaxed", "acquire", "release", "acq_rel")
 _ORDER_SCOPES = ("cta", "gpu", "sys")
 _ORDER_TOKEN = re.compile(
     r"(?<![\w.%$])(?:"
-    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync)\b"
+    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync|bar(?:rier)?(?:\.cta)?\.red\.(?:and|or|popc))\b"
     r"|(?P<fence>(?:fence|membar)\.[\w.]+)"
     r"|(?P<atom>(?:atom|red)\.[\w.]+)"
     r"|(?P<ldst>(?:ld|st)\.[\w.]*?\b(?:acquire|release|relaxed|volatile)\b[\w.]*)"

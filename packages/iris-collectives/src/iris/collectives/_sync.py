@@ -26,7 +26,8 @@ import triton.language as tl
 
 from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
 from iris.device._debug import host_scalar
-from iris.device._watchdog import WATCHDOG, watchdog_tick
+from iris.device._vote import cta_all
+from iris.device._watchdog import CHECK_POLLS, WATCHDOG, watchdog_look, watchdog_tick
 
 from ._errors import IrisWaitTimeoutError
 from ._signature import CHECK_POLLS as SIGNATURE_POLLS
@@ -171,28 +172,58 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
     polls = 0
     since = tl.full([], 0, tl.int64)
     stop = 0
-    while (seen < target) & (stop == 0):
-        pause()
-        if DEBUG:
-            if record is not None:
-                # a peer that arrived with another call will never send what this wait counts
-                if spins % SIGNATURE_POLLS == 0:
-                    check_signatures(record, rank, peer, heap_bases, call, index)
-                spins += 1
-            check_wait_time(start, call, what, rank, peer, index, seen, target)
-        if WATCHDOG:
-            if heap_bases is not None:
-                polls, since, stop = watchdog_tick(heap_bases, polls, since, call, what, peer, index, seen, target,
-                                                   calls)
-        seen = poll(flag)
-    if INTERPRETER:
-        # The interpreter polls with volatile loads: confirm with one acquire read.
-        seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
-    tl.debug_barrier()
+    if _votes(heap_bases):
+        # GPU, watchdog on: the threads poll on their own (one acquire load each), but agree by a
+        # vote (a CTA barrier) whether the wait goes on before anything with barriers in it runs.
+        reached = cta_all(seen >= target)
+        while (reached == 0) & (stop == 0):
+            polls = 0
+            while (seen < target) & (polls < CHECK_POLLS):  # no barrier in here
+                seen = poll(flag)
+                polls += 1
+            reached = cta_all(seen >= target)
+            if reached == 0:
+                if DEBUG:
+                    if record is not None:
+                        check_signatures(record, rank, peer, heap_bases, call, index)
+                    check_wait_time(start, call, what, rank, peer, index, seen, target)
+                since, stop = watchdog_look(heap_bases, since, call, what, peer, index, seen, target, calls)
+        # the last vote was the CTA barrier after every thread's acquire
+    else:
+        while (seen < target) & (stop == 0):
+            pause()
+            if DEBUG:
+                if record is not None:
+                    # a peer that arrived with another call will never send what this wait counts
+                    if spins % SIGNATURE_POLLS == 0:
+                        check_signatures(record, rank, peer, heap_bases, call, index)
+                    spins += 1
+                check_wait_time(start, call, what, rank, peer, index, seen, target)
+            if WATCHDOG:
+                if heap_bases is not None:
+                    polls, since, stop = watchdog_tick(heap_bases, polls, since, call, what, peer, index, seen,
+                                                       target, calls)
+            seen = poll(flag)
+        if INTERPRETER:
+            # The interpreter polls with volatile loads: confirm with one acquire read.
+            seen = tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+        tl.debug_barrier()
     if DEBUG:
         if record is not None:
             # the peers waited for have arrived (unless the call differs): their signatures are there
             check_signatures(record, rank, peer, heap_bases, call, index)
+
+
+@triton.constexpr_function
+def _votes(heap_bases):
+    # Whether the wait decides by a CTA vote when it goes on: on the GPU (an interpreted program
+    # is one thread) with the watchdog compiled in and bounding this wait. Each thread polls with
+    # its own acquire load, so for a moment some threads may have seen the flag and others not;
+    # without the watchdog that only makes some leave the loop a poll earlier, and the barrier
+    # after it brings them together. The watchdog's check has CTA barriers in it: threads that
+    # had left would pair with the wrong barrier and the program could deadlock (seen on an
+    # H200: fused ops with long kernels, ranks sharing the GPU).
+    return tl.constexpr(bool(WATCHDOG.value) and heap_bases is not None and not INTERPRETER)
 
 
 @triton.jit

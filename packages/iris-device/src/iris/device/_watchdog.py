@@ -33,6 +33,7 @@ from . import _layout
 from ._interpreter import INTERPRETER
 from ._layout import HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_C
 from ._tracing import device_clock_ns
+from ._vote import cta_any
 
 
 def timeout_from_env(default: float = 300.0) -> float:
@@ -191,7 +192,9 @@ def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, targe
     drain = tl.cast(local + tl.load(trailer + HEAP_SIZE_C) + DRAIN_OFFSET_C, tl.pointer_type(tl.int32))
     reason = tl.load(drain, volatile=True)
     timed_out = now - start > limit
-    stop = (limit > 0) & ((reason != 0) | timed_out)
+    # The clock and the drain word are read by every thread, at slightly different times: vote,
+    # so that every thread takes the same branch (the report has CTA barriers in it).
+    stop = cta_any((limit > 0) & ((reason != 0) | timed_out)) != 0
     if stop:
         state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
         _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, now - start,
@@ -206,20 +209,31 @@ def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, targe
 
 
 @triton.jit
+def watchdog_look(heap_bases, start, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target, calls=None):
+    """One look at the clock and the drain word for a wait (see :func:`watchdog_check`); returns
+    ``(start, stop)``. Start a wait with ``start = 0`` (int64). ``calls``: this rank's int32 call
+    counter for the tile, or None. Per program: every thread of the program must make the same
+    call (it has CTA barriers in it), so a wait whose threads poll on their own must first agree
+    that it goes on, e.g. with :func:`iris.device._vote.cta_all`."""
+    # Every argument as an int64 tensor: one specialisation of the function for all waits.
+    if calls is None:
+        address = tl.full([], 0, tl.int64)
+    else:
+        address = calls.to(tl.int64)
+    return watchdog_check(heap_bases, start, _int64(_call_index(call)), _int64(_flag_index(what)), _int64(peer),
+                          _int64(index), _int64(seen), _int64(target), address)
+
+
+@triton.jit
 def watchdog_tick(heap_bases, polls, start, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target,
                   calls=None):
-    """Count one poll of a wait; every ``CHECK_POLLS`` polls, :func:`watchdog_check`. Returns
+    """Count one poll of a wait; every ``CHECK_POLLS`` polls, :func:`watchdog_look`. Returns
     ``(polls, start, stop)``. Start a wait with ``polls = 0``, ``start = 0`` (int64) and loop while
-    the flag is short of its target and ``stop == 0``. ``calls``: this rank's int32 call counter
-    for the tile (see :func:`watchdog_check`), or None. Per program."""
+    the flag is short of its target and ``stop == 0``. For waits whose loop condition is the same
+    in every thread (a scalar atomic's result, or the interpreter's single thread); see
+    :func:`watchdog_look`."""
     polls += 1
     stop = 0
     if polls % CHECK_POLLS == 0:
-        # Every argument as an int64 tensor: one specialisation of the function for all waits.
-        if calls is None:
-            address = tl.full([], 0, tl.int64)
-        else:
-            address = calls.to(tl.int64)
-        start, stop = watchdog_check(heap_bases, start, _int64(_call_index(call)), _int64(_flag_index(what)),
-                                     _int64(peer), _int64(index), _int64(seen), _int64(target), address)
+        start, stop = watchdog_look(heap_bases, start, call, what, peer, index, seen, target, calls)
     return polls, start, stop
