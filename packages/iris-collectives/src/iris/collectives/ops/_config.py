@@ -2,8 +2,9 @@
 
 Choosing is data, not code: :data:`DEFAULTS` is a small table keyed by (backend, op, shape class,
 world size); :func:`choose` looks a call up in it and fills in what the caller left as ``None``.
-The GPU rows are starting points for an H200 (bf16, 128 x 128 x 64 tiles, 8 warps, 4 stages) until
-``benchmarks/fused_ops.py`` measures better ones; the cpu rows use small tiles so that Triton's
+The GPU rows are measured on an H200 for bf16 (``benchmarks/gemm_tune.py`` for the GEMM core, the
+fused ops at 2 ranks on one GPU for the strategies' tile); the two-GPU measurement of the fused
+ops (``benchmarks/fused_ops.py``) may refine them; the cpu rows use small tiles so that Triton's
 interpreter, which runs every program in turn, stays fast.
 """
 
@@ -35,6 +36,8 @@ class Config:
     - ``use_tma``: tensor descriptors (TMA) for the GEMM's loads on the GPU; ignored by the
       interpreter, which always takes the pointer path.
     - ``input_precision``: ``tl.dot``'s for fp32 inputs, ``"tf32"`` (default) or ``"ieee"``.
+    - ``flatten``: let the compiler flatten the persistent tile loop with the K loop, so that the
+      next tile's first loads are in flight during this tile's epilogue (GEMM core only).
     """
 
     variant: str | None = None
@@ -47,6 +50,7 @@ class Config:
     grid: int | None = None
     use_tma: bool | None = None
     input_precision: str | None = None
+    flatten: bool | None = None
 
 
 #: Defaults by (backend, op or "*", shape class or "*", world size or 0 for any): the first
@@ -56,7 +60,10 @@ DEFAULTS: list[tuple[tuple[str, str, str, int], dict]] = [
                                use_tma=False)),
     (("cuda", "*", "small", 0), dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4,
                                     use_tma=True)),
-    (("cuda", "*", "*", 0), dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=4,
+    # 128 x 256 x 64, 8 warps, 4 stages: the best of 8 tilings for the GEMM core alone at the
+    # layers' shapes (benchmarks/results/gemm_tune.md), and faster than 128 x 128 for every fused
+    # op and strategy at M = 4096 (2 ranks on one H200: 3-14 %).
+    (("cuda", "*", "*", 0), dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4,
                                 use_tma=True)),
 ]
 
@@ -86,6 +93,7 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
             fields.update(row)
     fields.setdefault("variant", VARIANTS[op][0])
     fields.setdefault("input_precision", "tf32")
+    fields.setdefault("flatten", False)
     fields.update(given)
     chosen = Config(**{f.name: fields.get(f.name) for f in dataclasses.fields(Config)})
     where = f"iris.collectives.ops.{op}"
@@ -102,6 +110,8 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if chosen.grid is not None and (isinstance(chosen.grid, bool) or not isinstance(chosen.grid, int)
                                     or chosen.grid < 1):
         raise IrisUsageError(f"{where}: config.grid={chosen.grid!r} must be a positive int or None")
+    if not isinstance(chosen.flatten, bool):
+        raise IrisUsageError(f"{where}: config.flatten={chosen.flatten!r} must be True or False")
     if chosen.input_precision not in ("tf32", "ieee"):
         raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")
     return chosen

@@ -24,25 +24,33 @@ CALL = "iris.collectives.ops._matmul.matmul"
 @triton.jit
 def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                    HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """Persistent GEMM: program ``p`` computes tiles ``p, p + P, ...`` in the grouped order."""
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr,
+                   TMA_STORE: tl.constexpr):
+    """Persistent GEMM: program ``p`` computes tiles ``p, p + P, ...`` in the grouped order.
+    ``FLATTEN``: see ``Config.flatten``; ``TMA_STORE``: the epilogue stores through a tensor
+    descriptor of ``out`` (GPU, 16-byte aligned rows)."""
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
-    for t in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+    if TMA_STORE:
+        out_desc = tl.make_tensor_descriptor(out, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+    for t in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         rows = tile_rows(pid_m, BLOCK_M)
         cols = tile_cols(pid_n, BLOCK_N)
         acc = tile_product(a_op, b_op, pid_m * BLOCK_M, pid_n * BLOCK_N, rows, rows < M, cols, N, K, stride_am,
                            stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),
-                 mask=mask)
+        if TMA_STORE:
+            out_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], round_to(acc, out.dtype.element_ty))
+        else:
+            mask = (rows[:, None] < M) & (cols[None, :] < N)
+            tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on,
+                     round_to(acc, out.dtype.element_ty), mask=mask)
 
 
 def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
-           programs: int | None = None) -> torch.Tensor:
+           programs: int | None = None, tma_store: bool = False) -> torch.Tensor:
     """``out = a @ b + bias`` with the fused ops' GEMM core, on torch's current stream. ``programs``:
     the persistent grid (default: one program per tile on the cpu backend, 2 per SM on a GPU)."""
 
@@ -62,5 +70,6 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
         a, b, bias if bias is not None else a, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
         PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        GROUP_M=cfg.group_m, FLATTEN=cfg.flatten, TMA_STORE=tma_store and tma_ok(cfg, a, b, out),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
