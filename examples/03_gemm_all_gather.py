@@ -6,11 +6,20 @@ holds B[:, N_r] and computes the column block C[:, N_r] = A @ B[:, N_r]. With ``
 split by rows: rank r holds A[M_r, :] and computes the row block C[M_r, :] = A[M_r, :] @ B. Each
 program computes one tile of the rank's block at a time and immediately writes it into every
 rank's copy of C, so when all ranks are done every rank has all of C, with no step after the
-GEMM. The push is the tile collective ``ctx.all_gather(tile, dst_view, dim)`` (``--method
-collective``) or the same written out with one ``ctx.store`` per rank (``--method stores``).
+GEMM. Methods (``--method``, default all that apply):
+
+- ``collective``: this file's kernel, pushing with the tile collective ``ctx.all_gather(tile,
+  dst_view, dim)``; ``stores``: the same written out with one ``ctx.store`` per rank (C in fp32);
+- for ``--dim 0`` also the library calls, C in the inputs' dtype (``--dtype bf16`` gives a bf16
+  C, accumulated in fp32 and rounded once): ``op_matmul_all_gather`` is
+  ``iris.collectives.ops.matmul_all_gather(ctx, c, a_rows, b)`` (the same push, as one call), and
+  ``op_all_gather_matmul`` is ``iris.collectives.ops.all_gather_matmul(ctx, c, a_rows, b)``, which
+  gathers the rows of A instead and computes all of C on every rank (W times the FLOPs, the
+  better choice when A is much smaller than C).
+
 Every rank's C is checked against torch's A @ B.
 
-    mpirun -n 4 python examples/03_gemm_all_gather.py [--dim 0|1|both] [--method collective|stores|both]
+    mpirun -n 4 python examples/03_gemm_all_gather.py [--dim 0|1|both] [--method collective|stores|op_...|all]
     # GPU sizes, e.g.:  --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64
 """
 
@@ -25,8 +34,11 @@ import triton.language as tl
 # iris.runtime picks the backend; on a machine with no GPU it switches Triton's interpreter on,
 # so import it before defining kernels.
 import iris.runtime
-from iris.collectives import DeviceContext, TensorView, Tile
+from iris.collectives import DeviceContext, TensorView, Tile, ops
 
+KERNEL_METHODS = ("collective", "stores")
+#: The library ops (``--dim 0`` only: they gather rows).
+OP_METHODS = ("op_matmul_all_gather", "op_all_gather_matmul")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -87,7 +99,47 @@ def rate(flops_per_s: float) -> str:
     return f"{flops_per_s:6.0f} FLOP/s"
 
 
+def check(c: torch.Tensor, reference: torch.Tensor) -> float:
+    scale = reference.abs().max().item() or 1.0
+    error = ((c.double() - reference).abs().max() / scale).item()
+    return float("inf") if error != error else error  # NaN: some element was never written
+
+
+def tolerance_of(precision: str | None, out_dtype: torch.dtype) -> float:
+    if out_dtype != torch.float32:
+        return 1e-2  # one rounding to 8 (bf16) or 11 (fp16) significant bits
+    return 5e-3 if precision == "tf32" else 1e-4
+
+
+def run_op(ctx, method: str, args, a_full, b_full, reference) -> dict:
+    """A library op on this rank's rows of A: no staging, locks or grid to manage."""
+    rank, world = ctx.rank, ctx.world_size
+    rows = slice(rank * (args.m // world), (rank + 1) * (args.m // world))
+    a_rows, b = a_full[rows, :].contiguous().to(ctx.device), b_full.to(ctx.device)
+    precision = None if args.dtype != "fp32" else args.precision or ("tf32" if ctx.device.type == "cuda" else "ieee")
+    c = torch.full((args.m, args.n), float("nan"), dtype=a_rows.dtype, device=ctx.device)
+    config = ops.Config(block_m=args.block_m, block_n=args.block_n, block_k=args.block_k,
+                        input_precision=precision or "tf32")
+    op = ops.matmul_all_gather if method == "op_matmul_all_gather" else ops.all_gather_matmul
+    times = []
+    for it in range(args.warmup + args.iters):
+        ctx.barrier()  # for the timing only: the op itself needs none
+        start = time.perf_counter()
+        op(ctx, c, a_rows, b, config=config)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        ctx.barrier()
+        if it >= args.warmup:
+            times.append(time.perf_counter() - start)
+    tolerance = tolerance_of(precision, c.dtype)
+    error = check(c, reference)
+    return {"case": f"dim 0, {method}", "seconds": min(times), "error": error, "tolerance": tolerance,
+            "ok": error <= tolerance, "programs": "auto", "precision": precision or f"{args.dtype} -> {args.dtype}"}
+
+
 def run_case(ctx, dim: int, method: str, args, a_full, b_full, reference, c) -> dict:
+    if method in OP_METHODS:
+        return run_op(ctx, method, args, a_full, b_full, reference)
     rank, world = ctx.rank, ctx.world_size
     M, N = args.m, args.n
     if dim == 0:
@@ -120,27 +172,26 @@ def run_case(ctx, dim: int, method: str, args, a_full, b_full, reference, c) -> 
         ctx.barrier()  # every rank has pushed all its tiles: C is complete everywhere
         if it >= args.warmup:
             times.append(time.perf_counter() - start)
-    scale = reference.abs().max().item() or 1.0
-    error = ((c.double() - reference).abs().max() / scale).item()
-    if error != error:
-        error = float("inf")
-    tolerance = 5e-3 if precision == "tf32" else 1e-4
+    tolerance = tolerance_of(precision, c.dtype)
+    error = check(c, reference)
     return {"case": f"dim {dim}, {method}", "seconds": min(times), "error": error, "tolerance": tolerance,
-            "ok": error <= tolerance, "programs": programs, "precision": precision or args.dtype}
+            "ok": error <= tolerance, "programs": programs, "precision": precision or f"{args.dtype} -> fp32"}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", choices=("0", "1", "both"), default="both",
                         help="0: A split by rows, 1: B split by columns")
-    parser.add_argument("--method", choices=("collective", "stores", "both"), default="both")
+    parser.add_argument("--method", choices=(*KERNEL_METHODS, *OP_METHODS, "all"), default="all",
+                        help="all: every method that applies to each --dim (the ops gather rows: --dim 0)")
     parser.add_argument("--m", type=int, default=128, help="rows of A and C")
     parser.add_argument("--n", type=int, default=128, help="columns of B and C")
     parser.add_argument("--k", type=int, default=64, help="inner dimension")
     parser.add_argument("--block-m", type=int, default=32)
     parser.add_argument("--block-n", type=int, default=32)
     parser.add_argument("--block-k", type=int, default=32)
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="of A and B (C is fp32)")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32",
+                        help="of A and B (and of C for the op_* methods; C is fp32 for the others)")
     parser.add_argument("--precision", choices=("tf32", "ieee"), default=None,
                         help="fp32 tl.dot precision (default: tf32 on a GPU, ieee on the CPU)")
     parser.add_argument("--programs", type=int, default=0, help="persistent grid size (default: auto)")
@@ -153,17 +204,22 @@ def main(argv=None) -> int:
         if value < 16 or value & (value - 1):
             parser.error(f"--{name.replace('_', '-')} must be a power of two >= 16 (tl.dot), got {value}")
     dims = (0, 1) if args.dim == "both" else (int(args.dim),)
-    methods = ("collective", "stores") if args.method == "both" else (args.method,)
+    methods = (*KERNEL_METHODS, *OP_METHODS) if args.method == "all" else (args.method,)
+    cases = [(d, m) for d in dims for m in methods if d == 0 or m not in OP_METHODS]
+    if not cases:
+        parser.error(f"--method {args.method} gathers rows: it needs --dim 0")
 
     M, N, K = args.m, args.n, args.k
-    with iris.runtime.iris(heap_size=max(1 << 26, M * N * 4 + (1 << 22))) as ctx:
+    # C (fp32) and the ops' cached workspaces (a staging copy of C, or of the gathered A).
+    with iris.runtime.iris(heap_size=max(1 << 26, 4 * M * N * 4 + 2 * M * K * 4 + (1 << 22))) as ctx:
         if args.warmup is None:
             args.warmup = 1 if ctx.device.type == "cuda" else 0
         rank, world = ctx.rank, ctx.world_size
-        if args.dtype == "bf16" and ctx.backend == "cpu":
-            # Seen: bf16 tiles through Triton's interpreter give wrong products (numpy has no bf16).
-            raise SystemExit("--dtype bf16 needs the cuda backend; Triton's interpreter (cpu backend) "
-                             "does not compute bf16 GEMMs correctly: use fp32 or fp16 here")
+        if args.dtype == "bf16" and ctx.backend == "cpu" and any(m in KERNEL_METHODS for _, m in cases):
+            # Seen: bf16 tiles through Triton's interpreter give wrong products (numpy has no bf16);
+            # the library ops widen them to fp32 there (exact), this file's kernel does not.
+            raise SystemExit("--dtype bf16 on the cpu backend works with the op_* methods only; Triton's "
+                             "interpreter does not compute bf16 tl.dot correctly: use fp32 or fp16 for the others")
         for dim in dims:
             extent, name = (M, "--m") if dim == 0 else (N, "--n")
             if extent % world:
@@ -176,7 +232,7 @@ def main(argv=None) -> int:
         c = ctx.zeros(M, N, dtype=torch.float32)
         ctx.barrier()
 
-        results = [run_case(ctx, d, m, args, a_full, b_full, reference, c) for d in dims for m in methods]
+        results = [run_case(ctx, d, m, args, a_full, b_full, reference, c) for d, m in cases]
         everyone = ctx.comm.gather(results, root=0)
         ok = True
         if rank == 0:
@@ -191,7 +247,7 @@ def main(argv=None) -> int:
                 ok &= good
                 bad = [r for r, rep in enumerate(per_rank) if not rep["ok"]]
                 status = "correct" if good else f"WRONG on ranks {bad}"
-                print(f"  {res['case']:17s} {status:10s} max rel. error {worst:.1e} (tol {res['tolerance']:.0e}, "
+                print(f"  {res['case']:28s} {status:10s} max rel. error {worst:.1e} (tol {res['tolerance']:.0e}, "
                       f"{res['precision']}); {slowest * 1e3:9.2f} ms, {rate(2.0 * M * N * K / slowest)} "
                       f"({res['programs']} programs per rank)")
         ok = ctx.broadcast(ok if rank == 0 else None)

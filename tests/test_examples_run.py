@@ -30,12 +30,14 @@ CASES = {
     "02_gemm_all_reduce.py": (
         ["--variant", "all", "--m", "96", "--n", "80", "--k-per-rank", "40"],
         [r"GEMM \+ all-reduce: {n} ranks"] + [rf"(?m)^  {v} +correct " for v in
-                                              ("atomic", "spinlock", "one_shot", "two_shot", "ring")],
+                                              ("op_one_shot", "op_two_shot", "atomic", "spinlock", "one_shot",
+                                               "two_shot", "ring")],
     ),
     "03_gemm_all_gather.py": (
         ["--m", "96", "--n", "96", "--k", "40"],  # 96 splits evenly over 1, 2, 3 and 4 ranks
         [r"GEMM \+ all-gather: {n} ranks"] + [rf"(?m)^  dim {d}, {m} +correct " for d in (0, 1)
-                                              for m in ("collective", "stores")],
+                                              for m in ("collective", "stores")]
+        + [rf"(?m)^  dim 0, {m} +correct " for m in ("op_matmul_all_gather", "op_all_gather_matmul")],
     ),
 }
 
