@@ -14,6 +14,7 @@ from iris.runtime.testing import run_ranks, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "ops_worker.py")
+GRAPH_WORKER = os.path.join(HERE, "workers", "ops_graph_worker.py")
 with open(WORKER) as _f:
     SCENARIOS = re.findall(r"^def scenario_(\w+)\(", _f.read(), re.M)
 
@@ -25,3 +26,13 @@ def test_ops_scenarios(nranks):
     proc = run_ranks(nranks, WORKER, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
     assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.skipif(os.environ.get("IRIS_BACKEND") != "cuda",
+                    reason="CUDA graphs: cuda backend only (tools/gpu-tests.sh)")
+@pytest.mark.parametrize("nranks", world_sizes())
+def test_ops_cuda_graph_replays(nranks):
+    # Every op and strategy captured once and replayed 20 times with new data (workers/ops_graph_worker.py).
+    proc = run_ranks(nranks, GRAPH_WORKER, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
+    assert re.search(r"^PASS graph_replays \(", proc.stdout, re.M), proc.stdout + proc.stderr
