@@ -39,18 +39,67 @@ from ._sync import (
 )
 from ._views import TileView
 
+#: Reductions of the internal ``OP`` argument (a compile-time int; ``None`` means SUM). The public
+#: tile collectives sum; the host collectives (``iris.collectives.ccl``) pass the others.
+SUM: tl.constexpr = tl.constexpr(0)
+AVG: tl.constexpr = tl.constexpr(1)
+MAX: tl.constexpr = tl.constexpr(2)
+MIN: tl.constexpr = tl.constexpr(3)
+PROD: tl.constexpr = tl.constexpr(4)
+
+
+@triton.constexpr_function
+def _is_sum(OP):
+    # avg is a sum divided once at the end (see _finish)
+    return OP is None or OP == 0 or OP == 1
+
 
 @triton.jit
-def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr):
+def _combine(acc, x, OP: tl.constexpr):
+    # One step of a non-sum reduction, per element (accumulator type).
+    if OP == MAX:
+        result = tl.maximum(acc, x)
+    elif OP == MIN:
+        result = tl.minimum(acc, x)
+    else:
+        result = acc * x
+    return result
+
+
+@triton.jit
+def _finish(acc, world_size: tl.constexpr):
+    # avg: one correctly rounded division of the fp32 sum (tl's "/" is approximate on the GPU)
+    return tl.math.div_rn(acc, tl.full(acc.shape, world_size, acc.dtype))
+
+
+@triton.jit
+def _fold(acc, x, p: tl.constexpr, OP: tl.constexpr):
+    # Fold rank p's values into acc for a reduction other than sum: they start from rank 0's.
+    if p == 0:
+        acc = x
+    else:
+        acc = _combine(acc, x, OP)
+    return acc
+
+
+@triton.jit
+def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr, OP: tl.constexpr = None):
     # tile.data for this rank, src_view on every other: the same order on every rank, so every
-    # rank computes bit-identical sums. The loads are unrolled and independent.
+    # rank computes bit-identical sums. The loads are unrolled and independent. OP (see SUM):
+    # another reduction, in the same order. Sums add to zeros with no helper call (the default
+    # path is unchanged, -0.0 included, and the interpreter pays no extra jit calls).
     acc = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_ty)
     for p in tl.static_range(ctx.world_size):
         if p == ctx.rank:
-            acc = acc + tile.data.to(acc_ty)
+            x = tile.data.to(acc_ty)
         else:
-            peer_data = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mask, other=0)
-            acc = acc + peer_data.to(acc_ty)
+            x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mask, other=0).to(acc_ty)
+        if _is_sum(OP):
+            acc = acc + x
+        else:
+            acc = _fold(acc, x, p, OP)
+    if OP == AVG:
+        acc = _finish(acc, ctx.world_size)
     return acc
 
 
@@ -209,6 +258,12 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     rank's ``src_view`` tile any more, so the caller may overwrite it (e.g. with the next call's
     data) right away: back to back calls need neither a barrier nor a lock reset.
     """
+    all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, None)
+
+
+@triton.jit
+def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr):
+    # all_reduce_one_shot's body with the reduction OP (see SUM); for iris.collectives.ccl.
     call: tl.constexpr = "iris.collectives.all_reduce_one_shot"
     check_lock_array(call, locks.dtype)
     acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
@@ -223,7 +278,7 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
         # no peer can leave this call before this rank's "done": their signatures hold
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
                       ctx.heap_bases, record + EPOCH, record)
-        acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty)
+        acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty, OP)
         tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
@@ -233,13 +288,20 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
-def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, dst_ty: tl.constexpr):
+def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, dst_ty: tl.constexpr,
+                         OP: tl.constexpr = None):
     # Sum the share over every rank's src_view in rank order (bit-identical on every rank), then
     # store it into every rank's dst_view, starting with the next rank so that the ranks'
-    # stores spread over the destinations instead of all hitting rank 0 first.
+    # stores spread over the destinations instead of all hitting rank 0 first. OP: see SUM.
     acc = tl.zeros(src_ptrs.shape, acc_ty)
     for p in tl.static_range(ctx.world_size):
-        acc = acc + load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
+        x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
+        if _is_sum(OP):
+            acc = acc + x
+        else:
+            acc = _fold(acc, x, p, OP)
+    if OP == AVG:
+        acc = _finish(acc, ctx.world_size)
     result = round_to(acc, dst_ty)
     for i in tl.static_range(ctx.world_size):
         store(dst_ptrs, result, ctx.rank, (ctx.rank + i + 1) % ctx.world_size, ctx.heap_bases, mask=mine)
@@ -275,6 +337,12 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     tile any more (it may be overwritten at once): back to back calls need neither a barrier nor
     a lock reset.
     """
+    all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, None)
+
+
+@triton.jit
+def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr):
+    # all_reduce_two_shot's body with the reduction OP (see SUM); for iris.collectives.ccl.
     call: tl.constexpr = "iris.collectives.all_reduce_two_shot"
     check_lock_array(call, locks.dtype)
     acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
@@ -299,13 +367,13 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
             part = TileView(tile.pid_m * ctx.world_size + share, tile.pid_n, tile.BLOCK_M // ctx.world_size,
                             tile.BLOCK_N)
             part_dst, part_mask = dst_view.frame(part)
-            _reduce_share_to_all(ctx, src_view.frame(part)[0], part_dst, part_mask, acc_ty, dst_ty)
+            _reduce_share_to_all(ctx, src_view.frame(part)[0], part_dst, part_mask, acc_ty, dst_ty, OP)
         else:
             # Ragged shares (W does not divide BLOCK_M): the full tile, masked to the share's
             # rows. The mask is constant along each row, so accesses keep their vector width.
             rows_per_share: tl.constexpr = (tile.BLOCK_M + ctx.world_size - 1) // ctx.world_size
             mine = mask & ((tl.arange(0, tile.BLOCK_M) // rows_per_share) == share)[:, None]
-            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty)
+            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty, OP)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
                       ctx.heap_bases, record + EPOCH)
