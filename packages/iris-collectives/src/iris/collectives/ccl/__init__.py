@@ -1,0 +1,57 @@
+"""iris.collectives.ccl: collectives called from the host, on whole tensors.
+
+Like ``torch.distributed``'s tensor API (and AMD Iris's ``ccl``), with the Iris context first and
+the output before the input:
+
+- :func:`all_reduce` ``(ctx, out, inp, op="sum", config=None)``: sum, avg, max, min or prod;
+- :func:`reduce_scatter` ``(ctx, out, inp, op="sum", config=None)``: rank ``r`` gets chunk ``r``;
+- :func:`all_gather` ``(ctx, out, inp, config=None)``: every rank's ``inp`` along dim 0;
+- :func:`all_to_all` ``(ctx, out, inp, config=None)``: chunk ``j`` of rank ``i`` to chunk ``i`` of ``j``;
+- :func:`broadcast` ``(ctx, tensor, src, config=None)``: in place, from rank ``src``;
+- :func:`barrier` ``(ctx)``: a device-side barrier, ordered on the stream.
+
+Each call is one persistent kernel on torch's current stream, built from the tile collectives'
+flags (counters in device memory that only grow): back-to-back calls need no host barrier, and a
+CUDA graph of them replays correctly. Tensors on the symmetric heap are read by the peers in
+place; other tensors are staged through a cached heap buffer inside the kernel. The variant and
+tiling come from a measured table (:mod:`iris.collectives.ccl._table`); ``config=Config(...)``
+overrides it.
+
+Example::
+
+    import torch, iris.runtime
+    from iris.collectives import ccl
+
+    ctx = iris.runtime.iris()
+    x = torch.full((1000,), float(ctx.rank), device=ctx.device)
+    ccl.all_reduce(ctx, x, x)                  # in place: every element is 0 + 1 + ... + (W - 1)
+"""
+
+from ._config import VARIANTS, Config, choose
+from ._launch import forget as _forget_plans
+from ._move import all_gather, all_to_all, barrier, broadcast
+from ._reduce import all_reduce, reduce_scatter
+
+
+def clear_workspaces(ctx) -> None:
+    """Free the heap buffers of every host collective and fused op of ``ctx`` (collective: every
+    rank calls it, once no kernel uses them, e.g. after ``ctx.barrier()``). The next call
+    allocates again, with fresh counters."""
+    from ..ops import _workspace
+
+    _forget_plans(ctx)
+    _workspace.clear(ctx)
+
+
+__all__ = [
+    "VARIANTS",
+    "Config",
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "barrier",
+    "broadcast",
+    "choose",
+    "clear_workspaces",
+    "reduce_scatter",
+]

@@ -1,0 +1,86 @@
+"""``Config``: what a caller of a host collective may force, and :func:`choose`, which fills in
+the rest from the selection table (:mod:`iris.collectives.ccl._table`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from iris.runtime import IrisUsageError
+
+from . import _table
+
+#: Variants each collective accepts (``Config.variant``); the first is the default where the
+#: table names none.
+VARIANTS = {
+    "all_reduce": ("one_shot", "two_shot"),
+    "reduce_scatter": ("pull",),
+    "all_gather": ("pull",),
+    "all_to_all": ("pull",),
+    "broadcast": ("pull",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Launch settings of a host collective; every field left ``None`` comes from the table.
+
+    - ``variant``: the algorithm (see :data:`VARIANTS`): ``one_shot`` (every rank reads every
+      rank's tile and reduces) or ``two_shot`` (each rank reduces a share of each tile and writes
+      it to every rank) for ``all_reduce``; ``pull`` (each rank reads what it needs from the
+      peers' heap) for the others.
+    - ``block``: elements per tile (a power of two); ``width``: columns per tile row (a power of
+      two dividing ``block``; ``block // width`` rows per tile).
+    - ``grid``: programs per rank (a persistent grid), at most the tiles and what is resident.
+    - ``num_warps``: Triton's launch option.
+    """
+
+    variant: str | None = None
+    block: int | None = None
+    width: int | None = None
+    grid: int | None = None
+    num_warps: int | None = None
+
+
+def _pow2(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
+
+
+def _row_matches(row: dict, backend: str, collective: str, nbytes: int, dtype: str, world_size: int) -> bool:
+    return (row["backend"] == backend and row["collective"] in ("*", collective)
+            and (row["max_bytes"] is None or nbytes <= row["max_bytes"]) and row["dtype"] in ("*", dtype)
+            and row["world_size"] in (0, world_size))
+
+
+def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: str,
+           config: Config | None = None, table: list | None = None) -> Config:
+    """The complete :class:`Config` of one call: ``config``'s fields where set, else the first
+    matching row of ``table`` (default: the selection table), else the defaults.
+
+    ``nbytes``: the per-rank message in bytes; ``dtype``: its torch name without ``torch.``
+    (``"float32"``). Raises :class:`iris.runtime.IrisUsageError` naming the call for an unknown
+    variant or a bad tiling."""
+    where = f"iris.collectives.ccl.{collective}"
+    if config is not None and not isinstance(config, Config):
+        raise IrisUsageError(f"{where}: config={config!r} must be an iris.collectives.ccl.Config or None")
+    fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4}
+    for row in _table.TABLE if table is None else table:
+        if _row_matches(row, backend, collective, nbytes, dtype, world_size):
+            fields.update({k: v for k, v in row["config"].items() if v is not None})
+            break
+    if config is not None:
+        fields.update({k: v for k, v in dataclasses.asdict(config).items() if v is not None})
+    if fields["variant"] is None:
+        fields["variant"] = VARIANTS[collective][0]
+    chosen = Config(**fields)
+    if chosen.variant not in VARIANTS[collective]:
+        raise IrisUsageError(f"{where}: config.variant={chosen.variant!r} is not one of {VARIANTS[collective]}")
+    if not _pow2(chosen.block):
+        raise IrisUsageError(f"{where}: config.block={chosen.block!r} must be a power of two (elements per tile)")
+    if not _pow2(chosen.width) or chosen.width > chosen.block:
+        raise IrisUsageError(f"{where}: config.width={chosen.width!r} must be a power of two <= config.block="
+                             f"{chosen.block} (columns per tile row)")
+    for name in ("grid", "num_warps"):
+        value = getattr(chosen, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise IrisUsageError(f"{where}: config.{name}={value!r} must be a positive int")
+    return chosen

@@ -1,0 +1,69 @@
+"""The host path of a collective call: a cache of launch plans, and building a plan on a miss.
+
+A call's *key* (collective, op, shapes, dtypes, devices, contiguity, which tensors are on the
+heap, how ``out`` and ``inp`` alias, config) decides everything the launch needs: the checks it
+passed, the chosen :class:`Config`, the workspace (lock records and staging buffers, from the
+fused ops' per-context cache, :mod:`iris.collectives.ops._workspace`), the grid and the
+compile-time arguments. A hit therefore costs a dict lookup and the kernel launch; only a miss
+validates, chooses and allocates. Plans hold no per-call values (the call counters are in the
+lock records on the device), so launching one again, or replaying a CUDA graph of it, is a new
+call.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from ..ops import _workspace
+
+# ctx -> (the context's workspace dict when the plans were made, {key: plan}). A plan made
+# before clear_workspaces() freed its buffers is dropped: the workspace dict is then another one.
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def lookup(ctx, key):
+    """The plan cached for ``key`` on ``ctx`` (a callable), or None."""
+    entry = _PLANS.get(ctx)
+    if entry is None or _workspace._CACHES.get(ctx) is not entry[0]:
+        return None
+    return entry[1].get(key)
+
+
+def remember(ctx, key, plan) -> None:
+    """Cache ``plan`` for ``key`` on ``ctx`` (after its workspace exists)."""
+    caches = _workspace._CACHES.get(ctx)
+    entry = _PLANS.get(ctx)
+    if entry is None or entry[0] is not caches:
+        entry = _PLANS[ctx] = (caches, {})
+    entry[1][key] = plan
+
+
+def forget(ctx) -> None:
+    """Drop every plan of ``ctx``."""
+    _PLANS.pop(ctx, None)
+
+
+def capacity(tiles: int) -> int:
+    """Tiles a workspace holds for a call of ``tiles`` tiles: the next power of two, so that calls
+    of similar sizes share one workspace (fewer heap allocations), and ranks that pass different
+    sizes still share lock records, which debug mode's signatures then report."""
+    return 1 << (tiles - 1).bit_length()
+
+
+def workspace(ctx, key: tuple, make):
+    """The fused ops' per-context workspace for ``key`` (see ``ops._workspace.workspace``)."""
+    return _workspace.workspace(ctx, key, make)
+
+
+def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict):
+    """``(kernel[(grid,)], options)`` for a call of ``tiles`` tiles: a persistent grid of at most
+    ``cfg.grid`` programs, the tiles, and what is resident (``ctx.resident_grid``, collective and
+    compiling on the GPU, found once per workspace and compiled variant, for its capacity)."""
+    options = dict(constexprs, num_warps=cfg.num_warps)
+    variant = tuple(sorted(constexprs.items()))
+    resident = ws.grids.get(variant)
+    if resident is None:
+        compiled = kernel.warmup(*args, grid=(1,), **options) if ctx.device.type == "cuda" else None
+        resident = ws.grids[variant] = ctx.resident_grid(cap_tiles, compiled)
+    grid = min(resident, tiles, cfg.grid or tiles)
+    return kernel[(grid,)], options

@@ -1,0 +1,152 @@
+"""``all_gather``, ``all_to_all``, ``broadcast`` and ``barrier`` from the host."""
+
+from __future__ import annotations
+
+import torch
+
+from iris.runtime import IrisUsageError
+
+from .._sync import BARRIER_WORDS, LOCK_WORDS
+from . import _checks, _launch
+from ._config import choose
+from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, barrier_kernel, pull_kernel
+
+_MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value}
+
+
+def _plan_pull(ctx, name: str, out, inp, m: int, config):
+    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller)."""
+    W = ctx.world_size
+    cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
+                 ctx.device.type, config)
+    block, width = cfg.block, cfg.width
+    tiles = -(-m // block)
+    cap = _launch.capacity(tiles)
+    stage_in = W > 1 and not ctx.is_symmetric(inp)
+    chunks = W if name == "all_to_all" else 1
+    ws_key = (f"ccl.{name}", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
+
+    def make(ctx):
+        buffers = {"locks": ctx.zeros(cap * LOCK_WORDS, dtype=torch.int32)}
+        if stage_in:
+            buffers["stage"] = ctx.zeros(chunks * cap * block, dtype=inp.dtype)
+        return buffers
+
+    ws = _launch.workspace(ctx, ws_key, make)
+    context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
+    stride = cap * block if stage_in else m
+    constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BLOCK_M=block // width,
+                      BLOCK_N=width)
+    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, 0)
+    run, options = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs)
+
+    def plan(out, inp, root=0):
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, root, **options)
+
+    return plan
+
+
+def _key(name, config, out, inp, ctx):
+    try:
+        return (name, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape, out.dtype, out.device,
+                out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp))
+    except (AttributeError, TypeError):
+        return None
+
+
+def _checked(ctx, call, out, inp):
+    _checks.check_tensor(call, ctx, "inp", inp)
+    _checks.check_tensor(call, ctx, "out", out)
+    _checks.check_same_dtype(call, out, inp)
+    _checks.check_disjoint(call, out, inp, same_allowed=False)
+
+
+def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.Tensor:
+    """``out`` = every rank's ``inp`` concatenated along dim 0, in rank order; returns ``out``.
+
+    Like ``torch.distributed.all_gather_into_tensor``: ``out.numel() == W * inp.numel()`` and
+    ``out.shape[0] == W * inp.shape[0]``; same dtype, no overlap. Every rank pulls each peer's
+    ``inp`` from the heap (staged there inside the kernel when ``inp`` is not on the heap), so
+    ``out`` may be any tensor. Collective; torch's current stream; no barrier between calls.
+    """
+    key = _key("all_gather", config, out, inp, ctx)
+    plan = _launch.lookup(ctx, key) if key is not None else None
+    if plan is None:
+        call = "iris.collectives.ccl.all_gather"
+        _checked(ctx, call, out, inp)
+        _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
+        plan = _plan_pull(ctx, "all_gather", out, inp, inp.numel(), config)
+        if key is not None:
+            _launch.remember(ctx, key, plan)
+    plan(out, inp)
+    return out
+
+
+def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.Tensor:
+    """Chunk ``j`` of rank ``i``'s ``inp`` lands in chunk ``i`` of rank ``j``'s ``out``; returns ``out``.
+
+    Like ``torch.distributed.all_to_all_single`` with equal splits: ``inp`` is ``W`` equal chunks
+    along dim 0 (``inp.shape[0]`` a multiple of ``W``), ``out`` has ``inp``'s shape and dtype and
+    does not overlap it. Every rank pulls its chunk from each peer's heap copy. Collective.
+    """
+    key = _key("all_to_all", config, out, inp, ctx)
+    plan = _launch.lookup(ctx, key) if key is not None else None
+    if plan is None:
+        call, W = "iris.collectives.ccl.all_to_all", ctx.world_size
+        _checked(ctx, call, out, inp)
+        if inp.dim() == 0 or inp.shape[0] % W:
+            rows = inp.shape[0] if inp.dim() else "no"
+            raise IrisUsageError(f"{call}: inp has shape {tuple(inp.shape)} ({rows} rows), which {W} ranks cannot "
+                                 f"split into equal chunks along dim 0; pass a multiple of {W} rows")
+        if out.shape != inp.shape:
+            raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass an out "
+                                 f"of inp's shape")
+        plan = _plan_pull(ctx, "all_to_all", out, inp, inp.numel() // W, config)
+        if key is not None:
+            _launch.remember(ctx, key, plan)
+    plan(out, inp)
+    return out
+
+
+def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
+    """Rank ``src``'s ``tensor`` into ``tensor`` on every rank, in place; returns ``tensor``.
+
+    Like ``torch.distributed.broadcast``. Every rank pulls from ``src``'s heap copy (the tensor
+    itself when it is on the heap, else a staging buffer filled inside the kernel). ``src`` is a
+    kernel argument, not a compile-time one: any rank may be the source, call after call, and a
+    CUDA graph replays the ``src`` it captured. Collective: every rank passes the same ``src``.
+    """
+    if src.__class__ is not int or not 0 <= src < ctx.world_size:
+        ctx.check_rank(src, "iris.collectives.ccl.broadcast(src=...)")
+    if ctx.world_size == 1:
+        _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
+        return tensor
+    key = _key("broadcast", config, tensor, tensor, ctx)
+    plan = _launch.lookup(ctx, key) if key is not None else None
+    if plan is None:
+        _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
+        plan = _plan_pull(ctx, "broadcast", tensor, tensor, tensor.numel(), config)
+        if key is not None:
+            _launch.remember(ctx, key, plan)
+    plan(tensor, tensor, src)
+    return tensor
+
+
+def barrier(ctx) -> None:
+    """A device-side barrier on torch's current stream: work enqueued after it on any rank runs
+    after the work every rank enqueued before it. One program per rank signals every rank and waits
+    for all (``iris.collectives.device_barrier`` on a cached flag pair whose counters only grow);
+    the host does not wait. Collective."""
+    plan = _launch.lookup(ctx, "barrier")
+    if plan is None:
+        ws = _launch.workspace(ctx, ("ccl.barrier",),
+                               lambda ctx: {"flags": ctx.zeros(BARRIER_WORDS, dtype=torch.int32)})
+        context, flags = ctx.get_device_context(), ws.buffers["flags"]
+        run = barrier_kernel[(1,)]
+        rank, W = ctx.rank, ctx.world_size
+
+        def plan():
+            run(context, flags, rank, W)
+
+        _launch.remember(ctx, "barrier", plan)
+    plan()

@@ -1,0 +1,164 @@
+"""``all_reduce`` and ``reduce_scatter`` from the host."""
+
+from __future__ import annotations
+
+import torch
+
+from iris.runtime import IrisUsageError
+
+from .._sync import LOCK_WORDS
+from . import _checks, _launch
+from ._config import choose
+from ._kernels import all_reduce_kernel, reduce_scatter_kernel
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _tiles(n: int, block: int) -> int:
+    return -(-n // block)
+
+
+def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+    """``out = op(inp of every rank)`` on every rank, element by element; returns ``out``.
+
+    ``op``: ``"sum"``, ``"avg"``, ``"max"``, ``"min"`` or ``"prod"``. ``out`` has ``inp``'s shape
+    and dtype (fp32, fp16, bf16, int32, int64; avg needs a float dtype) and may be ``inp`` (in
+    place). fp16 and bf16 are reduced in fp32 and rounded once (to nearest even); every rank
+    reduces in rank order, so all ranks get bit-identical results. Any contiguous tensor on the
+    context's device works: a tensor on the symmetric heap is read by the peers where it is (on
+    every rank the same allocation), others are staged through a cached heap buffer inside the
+    kernel. Collective: every rank calls it with the same shapes, dtypes, op and config.
+    Enqueued on torch's current stream; back-to-back calls need no barrier, and a CUDA graph of
+    it replays correctly. ``config``: a :class:`Config` forcing the variant (``one_shot``,
+    ``two_shot``) or tiling; see docs/ccl.md.
+    """
+    try:
+        key = ("all_reduce", op, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape,
+               out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), ctx.is_symmetric(out),
+               out.data_ptr() == inp.data_ptr(), _checks.overlap(out, inp))
+    except (AttributeError, TypeError):
+        key = None
+    plan = _launch.lookup(ctx, key) if key is not None else None
+    if plan is None:
+        plan = _plan_all_reduce(ctx, out, inp, op, config)
+        if key is not None:
+            _launch.remember(ctx, key, plan)
+    plan(out, inp)
+    return out
+
+
+def _plan_all_reduce(ctx, out, inp, op, config):
+    call = "iris.collectives.ccl.all_reduce"
+    _checks.check_tensor(call, ctx, "inp", inp)
+    _checks.check_tensor(call, ctx, "out", out)
+    _checks.check_same_dtype(call, out, inp)
+    if out.shape != inp.shape:
+        raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass "
+                                     f"an out of inp's shape (or out=inp, in place)")
+    code = _checks.check_op(call, op, inp.dtype)
+    _checks.check_disjoint(call, out, inp, same_allowed=True)
+    W, n = ctx.world_size, inp.numel()
+    cfg = choose("all_reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config)
+    two_shot = cfg.variant == "two_shot" and W > 1
+    same = out.data_ptr() == inp.data_ptr()
+    sym_in, sym_out = ctx.is_symmetric(inp), ctx.is_symmetric(out)
+    if W == 1:
+        stage_in = copy_out = False  # nothing is read by a peer
+    elif two_shot:
+        # Peers read src and write their shares into dst, which must be on the heap. In place on
+        # the heap (src is dst) is safe: a share's rows are read on every rank, and then
+        # written on every rank, by its owner alone.
+        stage_in, copy_out = not sym_in, not sym_out
+    else:
+        # One-shot writes the result into out while peers may still read src: in place on the
+        # heap, src must be a staging copy.
+        stage_in, copy_out = not sym_in or same, False
+    block, width = cfg.block, cfg.width
+    tiles = _tiles(n, block)
+    cap = _launch.capacity(tiles)
+    ws_key = ("ccl.all_reduce", inp.dtype, W, cfg.variant, block, width, cap, stage_in, copy_out)
+
+    def make(ctx):
+        buffers = {"locks": ctx.zeros(cap * LOCK_WORDS, dtype=torch.int32)}
+        if stage_in:
+            buffers["stage"] = ctx.zeros(cap * block, dtype=inp.dtype)
+        if copy_out:
+            buffers["result"] = ctx.zeros(cap * block, dtype=inp.dtype)
+        return buffers
+
+    ws = _launch.workspace(ctx, ws_key, make)
+    context, locks = ctx.get_device_context(), ws.buffers["locks"]
+    stage, result = ws.buffers.get("stage"), ws.buffers.get("result")
+    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
+                      COPY_OUT=copy_out, BLOCK_M=block // width, BLOCK_N=width)
+    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
+    run, options = _launch.launcher(ctx, ws, all_reduce_kernel, tiles, cap, cfg, args, constexprs)
+
+    def plan(out, inp):
+        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n,
+            **options)
+
+    return plan
+
+
+def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+    """Rank ``r``'s ``out`` = ``op`` over every rank of chunk ``r`` of ``inp``; returns ``out``.
+
+    Like ``torch.distributed.reduce_scatter_tensor``: ``inp`` holds ``W`` chunks of
+    ``out.numel()`` elements (along dim 0: ``inp.shape[0] == W * out.shape[0]``). ``op``, dtypes,
+    rounding, tensors, streams and graphs as for :func:`all_reduce`; ``out`` must not overlap
+    ``inp``. Collective.
+    """
+    try:
+        key = ("reduce_scatter", op, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape,
+               out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp))
+    except (AttributeError, TypeError):
+        key = None
+    plan = _launch.lookup(ctx, key) if key is not None else None
+    if plan is None:
+        plan = _plan_reduce_scatter(ctx, out, inp, op, config)
+        if key is not None:
+            _launch.remember(ctx, key, plan)
+    plan(out, inp)
+    return out
+
+
+def _plan_reduce_scatter(ctx, out, inp, op, config):
+    call = "iris.collectives.ccl.reduce_scatter"
+    _checks.check_tensor(call, ctx, "inp", inp)
+    _checks.check_tensor(call, ctx, "out", out)
+    _checks.check_same_dtype(call, out, inp)
+    W = ctx.world_size
+    _checks.check_dim0(call, "inp", inp, "out", out, W)
+    code = _checks.check_op(call, op, inp.dtype)
+    _checks.check_disjoint(call, out, inp, same_allowed=False)
+    m = out.numel()
+    cfg = choose("reduce_scatter", inp.numel() * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type,
+                 config)
+    block, width = cfg.block, cfg.width
+    tiles = _tiles(m, block)
+    cap = _launch.capacity(tiles)
+    stage_in = W > 1 and not ctx.is_symmetric(inp)
+    ws_key = ("ccl.reduce_scatter", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
+
+    def make(ctx):
+        buffers = {"locks": ctx.zeros(cap * LOCK_WORDS, dtype=torch.int32)}
+        if stage_in:
+            # chunk j at j * cap * block: every chunk starts at a tile boundary (aligned loads)
+            buffers["stage"] = ctx.zeros(W * cap * block, dtype=inp.dtype)
+        return buffers
+
+    ws = _launch.workspace(ctx, ws_key, make)
+    context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
+    stride = cap * block if stage_in else m
+    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width,
+                      BLOCK_N=width)
+    args = (context, inp, inp if stage is None else stage, out, locks, m, stride)
+    run, options = _launch.launcher(ctx, ws, reduce_scatter_kernel, tiles, cap, cfg, args, constexprs)
+
+    def plan(out, inp):
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, **options)
+
+    return plan
