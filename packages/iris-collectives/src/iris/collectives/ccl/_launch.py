@@ -26,7 +26,10 @@ def lookup(ctx, key):
     entry = _PLANS.get(ctx)
     if entry is None or _workspace._CACHES.get(ctx) is not entry[0]:
         return None
-    return entry[1].get(key)
+    try:
+        return entry[1].get(key)
+    except TypeError:  # an unhashable argument (a bad config): the checks of a miss report it
+        return None
 
 
 def remember(ctx, key, plan) -> None:
@@ -35,7 +38,10 @@ def remember(ctx, key, plan) -> None:
     entry = _PLANS.get(ctx)
     if entry is None or entry[0] is not caches:
         entry = _PLANS[ctx] = (caches, {})
-    entry[1][key] = plan
+    try:
+        entry[1][key] = plan
+    except TypeError:
+        pass
 
 
 def forget(ctx) -> None:

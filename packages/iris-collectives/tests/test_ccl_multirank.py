@@ -1,0 +1,28 @@
+"""iris.collectives.ccl on 1..N ranks: one launch per world size runs every scenario of
+workers/ccl_worker.py (every collective, op and dtype; 1 element to several ragged tiles; heap and
+non-heap tensors, in place and not; 100 back-to-back calls; a mixed sequence; argument errors; a
+CUDA-graph scenario that only runs on the GPU). World sizes from ``IRIS_TEST_WORLD_SIZES``
+(default 1,2,3,4)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from iris.runtime.testing import run_ranks, world_sizes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "workers", "ccl_worker.py")
+with open(WORKER) as _f:
+    SCENARIOS = re.findall(r"^def scenario_(\w+)\(", _f.read(), re.M)
+
+
+@pytest.mark.multirank
+@pytest.mark.parametrize("nranks", world_sizes())
+def test_ccl_scenarios(nranks):
+    # A bound on hangs, not a budget.
+    proc = run_ranks(nranks, WORKER, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
+    assert f", {nranks} ranks, " in proc.stdout

@@ -1,0 +1,311 @@
+"""Multi-rank scenarios of iris.collectives.ccl (run by test_ccl_multirank.py on 1..N ranks).
+
+Every rank regenerates every rank's inputs from seeds, so references need no communication.
+Inputs are small integers, so every sum, max, min and product is exact in fp32 in any order (and
+in fp16/bf16 once rounded: the products of at most 4 ranks' values in [-2, 2] are small powers
+of two times small integers): each result must equal, bit for bit, torch's fp32 (or int64)
+result rounded once to the dtype. Outputs are poisoned before each call, so a skipped element
+fails.
+
+Tiles are tiny (``SMALL``: 64 elements in rows of 16) so that a few dozen elements make several
+tiles with a ragged tail; Triton's interpreter runs every program of every call in turn, and CI
+has two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+import iris.runtime.testing
+from iris.collectives import ccl
+from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
+
+SMALL = ccl.Config(block=64, width=16)
+TWO_SHOT = ccl.Config(variant="two_shot", block=64, width=16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+OPS = ("sum", "avg", "max", "min", "prod")
+
+
+def data(n: int, dtype: torch.dtype, seed: int, low: int = -4, high: int = 5) -> torch.Tensor:
+    """Integers in [low, high) as ``dtype``, the same wherever generated (CPU generator)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, (n,), generator=g).to(dtype)
+
+
+def reference(op: str, parts: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """``op`` over ``parts`` in fp32 (int64 for integers), rounded once to ``dtype``."""
+    wide = torch.stack([p.to(torch.float32 if dtype.is_floating_point else torch.int64) for p in parts])
+    result = {"sum": lambda: wide.sum(0), "avg": lambda: wide.sum(0) / len(parts), "max": lambda: wide.amax(0),
+              "min": lambda: wide.amin(0), "prod": lambda: wide.prod(0)}[op]()
+    return result.to(dtype)
+
+
+def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bit for bit."""
+    actual = actual.cpu().reshape(expected.shape)
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[expected.element_size()]
+    differ = actual.contiguous().view(bits) != expected.contiguous().view(bits)
+    count = int(differ.sum())
+    if count:
+        where = differ.nonzero().flatten()[:5].tolist()
+        pairs = [(actual[i].item(), expected[i].item()) for i in where]
+        raise AssertionError(f"{what}: {count} of {actual.numel()} elements differ; first (got, expected) at "
+                             f"{where}: {pairs}")
+
+
+def poison(t: torch.Tensor) -> torch.Tensor:
+    return t.fill_(float("nan") if t.dtype.is_floating_point else -12345)
+
+
+def place(ctx, t: torch.Tensor, heap: bool) -> torch.Tensor:
+    """``t`` on the context's device, on the symmetric heap or not."""
+    return ctx.as_symmetric(t.to(ctx.device)) if heap else t.to(ctx.device).clone()
+
+
+def expect_error(fn, kind, *fragments) -> None:
+    try:
+        fn()
+    except kind as exc:
+        text = str(exc)
+        missing = [f for f in fragments if f not in text]
+        assert not missing, f"error message {text!r} lacks {missing}"
+        return
+    raise AssertionError(f"expected {kind.__name__} with {fragments}")
+
+
+# --- one call of each collective, checked ----------------------------------------------------------
+
+def run_all_reduce(ctx, n, dtype, op, seed, config=SMALL, heap_in=False, heap_out=False, in_place=False):
+    W, r = ctx.world_size, ctx.rank
+    low, high = (-2, 3) if op == "prod" else (-4, 5)
+    inp = place(ctx, data(n, dtype, seed + r, low, high), heap_in)
+    out = inp if in_place else poison(place(ctx, torch.empty(n, dtype=dtype), heap_out))
+    ccl.all_reduce(ctx, out, inp, op=op, config=config)
+    expected = reference(op, [data(n, dtype, seed + q, low, high) for q in range(W)], dtype)
+    what = (f"all_reduce(n={n}, {dtype}, {op}, {config.variant}, heap_in={heap_in}, heap_out={heap_out}, "
+            f"in_place={in_place})")
+    check(out, expected, what)
+
+
+def run_reduce_scatter(ctx, m, dtype, op, seed, heap_in=False, config=SMALL):
+    W, r = ctx.world_size, ctx.rank
+    low, high = (-2, 3) if op == "prod" else (-4, 5)
+    inp = place(ctx, data(W * m, dtype, seed + r, low, high), heap_in)
+    out = poison(torch.empty(m, dtype=dtype, device=ctx.device))
+    ccl.reduce_scatter(ctx, out, inp, op=op, config=config)
+    full = reference(op, [data(W * m, dtype, seed + q, low, high) for q in range(W)], dtype)
+    check(out, full[r * m:(r + 1) * m], f"reduce_scatter(m={m}, {dtype}, {op}, heap_in={heap_in})")
+
+
+def run_all_gather(ctx, m, dtype, seed, heap_in=False, rows=None, config=SMALL):
+    W, r = ctx.world_size, ctx.rank
+    shape = (m,) if rows is None else (rows, m // rows)
+    inp = place(ctx, data(m, dtype, seed + r).reshape(shape), heap_in)
+    out = poison(torch.empty((W * shape[0], *shape[1:]), dtype=dtype, device=ctx.device))
+    ccl.all_gather(ctx, out, inp, config=config)
+    expected = torch.cat([data(m, dtype, seed + q) for q in range(W)])
+    check(out, expected, f"all_gather(shape={shape}, {dtype}, heap_in={heap_in})")
+
+
+def run_all_to_all(ctx, m, dtype, seed, heap_in=False, config=SMALL):
+    W, r = ctx.world_size, ctx.rank
+    inp = place(ctx, data(W * m, dtype, seed + r), heap_in)
+    out = poison(torch.empty(W * m, dtype=dtype, device=ctx.device))
+    ccl.all_to_all(ctx, out, inp, config=config)
+    expected = torch.cat([data(W * m, dtype, seed + q)[r * m:(r + 1) * m] for q in range(W)])
+    check(out, expected, f"all_to_all(m={m}, {dtype}, heap_in={heap_in})")
+
+
+def run_broadcast(ctx, n, dtype, seed, src, heap=False, config=SMALL):
+    t = place(ctx, data(n, dtype, seed + ctx.rank), heap)
+    ccl.broadcast(ctx, t, src, config=config)
+    check(t, data(n, dtype, seed + src), f"broadcast(n={n}, {dtype}, src={src}, heap={heap})")
+
+
+# --- scenarios ---------------------------------------------------------------------------------------
+
+def scenario_all_reduce_ops_and_dtypes(ctx):
+    # every op x dtype once, 37 elements (3 tiles, the last ragged), alternating variant and placement
+    i = 0
+    for dtype in DTYPES:
+        for op in OPS:
+            if op == "avg" and not dtype.is_floating_point:
+                continue
+            config = TWO_SHOT if i % 2 else SMALL
+            run_all_reduce(ctx, 37 if i % 3 else 150, dtype, op, 100 * i, config, heap_in=i % 4 == 1,
+                           heap_out=i % 4 == 2, in_place=i % 5 == 3)
+            i += 1
+
+
+def scenario_all_reduce_sizes_and_placement(ctx):
+    # 1 element .. several tiles; both variants; heap and not; in place and not
+    cases = [(1, False, False, False), (16, True, False, False), (63, False, True, False), (64, True, True, False),
+             (65, False, False, True), (200, True, True, True)]
+    for i, (n, heap_in, heap_out, in_place) in enumerate(cases):
+        for config in (SMALL, TWO_SHOT):
+            run_all_reduce(ctx, n, torch.float32, "sum", 1000 + 10 * i, config, heap_in=heap_in,
+                           heap_out=heap_out or (in_place and heap_in), in_place=in_place)
+    # the table's default tiling (one tile here) and a forced grid of 1 program looping over tiles
+    run_all_reduce(ctx, 300, torch.bfloat16, "sum", 2000, ccl.Config())
+    run_all_reduce(ctx, 130, torch.float16, "avg", 2100, ccl.Config(block=32, width=8, grid=1))
+
+
+def scenario_reduce_scatter(ctx):
+    i = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for op in OPS:
+            if op == "avg" and not dtype.is_floating_point:
+                continue
+            run_reduce_scatter(ctx, (1, 37, 70)[i % 3], dtype, op, 3000 + 100 * i, heap_in=i % 2 == 1)
+            i += 1
+    run_reduce_scatter(ctx, 5, torch.float16, "sum", 3900, config=ccl.Config())
+
+
+def scenario_all_gather(ctx):
+    for i, dtype in enumerate(DTYPES):
+        run_all_gather(ctx, (1, 37, 70, 64, 5)[i], dtype, 4000 + 100 * i, heap_in=i % 2 == 1)
+    run_all_gather(ctx, 24, torch.float32, 4600, rows=6)  # 2-D: rows concatenated along dim 0
+
+
+def scenario_all_to_all(ctx):
+    for i, dtype in enumerate(DTYPES):
+        run_all_to_all(ctx, (1, 37, 70, 64, 5)[i], dtype, 5000 + 100 * i, heap_in=i % 2 == 0)
+
+
+def scenario_broadcast(ctx):
+    for src in range(ctx.world_size):
+        run_broadcast(ctx, (1, 37, 70, 5)[src % 4], DTYPES[src % len(DTYPES)], 6000 + 100 * src, src,
+                      heap=src % 2 == 1)
+
+
+def scenario_back_to_back(ctx):
+    # 100 calls with new data and no barrier between them: one tile each, the flags' counters only
+    # grow; the staging buffer is overwritten by the next call while peers may still be in this one
+    W, r = ctx.world_size, ctx.rank
+    inp = torch.empty(5, dtype=torch.float32, device=ctx.device)
+    out = torch.empty(5, dtype=torch.float32, device=ctx.device)
+    for k in range(100):
+        inp.copy_(torch.arange(5, dtype=torch.float32) + 7 * k + r)
+        ccl.all_reduce(ctx, out, inp)
+        expected = W * (torch.arange(5, dtype=torch.float32) + 7 * k) + W * (W - 1) // 2
+        check(out, expected, f"back-to-back all_reduce call {k}")
+
+
+def scenario_mixed_sequence(ctx):
+    # different collectives (and a device barrier) back to back, no host barrier between them
+    for k in range(3):
+        run_all_reduce(ctx, 20, torch.float32, "sum", 7000 + k, TWO_SHOT, heap_in=True, heap_out=True,
+                       in_place=True)
+        run_all_gather(ctx, 9, torch.bfloat16, 7100 + k)
+        ccl.barrier(ctx)
+        run_reduce_scatter(ctx, 11, torch.float32, "max", 7200 + k)
+        run_all_to_all(ctx, 3, torch.int32, 7300 + k)
+        run_broadcast(ctx, 7, torch.float16, 7400 + k, k % ctx.world_size)
+        run_all_reduce(ctx, 20, torch.float32, "min", 7500 + k, SMALL)
+
+
+def scenario_argument_errors(ctx):
+    W, dev = ctx.world_size, ctx.device
+    f32 = dict(dtype=torch.float32, device=dev)
+    x = torch.zeros(8, **f32)
+    ar = "iris.collectives.ccl.all_reduce"
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, op="mean"), IrisUsageError, ar, "op='mean'", "'avg'")
+    ints = torch.zeros(8, dtype=torch.int32, device=dev)
+    expect_error(lambda: ccl.all_reduce(ctx, ints, ints, op="avg"), IrisUsageError, ar, "torch.int32",
+                 "float dtype", "op='sum'")
+    expect_error(lambda: ccl.all_reduce(ctx, torch.zeros(9, **f32), x), IrisUsageError, ar, "out has shape (9,)",
+                 "inp (8,)")
+    expect_error(lambda: ccl.all_reduce(ctx, x, x.to(torch.float16)), UnsupportedDtypeError, ar,
+                 "out is torch.float32 but inp is torch.float16")
+    u8 = torch.zeros(8, dtype=torch.uint8, device=dev)
+    expect_error(lambda: ccl.all_reduce(ctx, u8, u8), UnsupportedDtypeError, ar, "torch.uint8", "torch.float32")
+    strided = torch.zeros(8, 2, **f32)[:, 0]
+    expect_error(lambda: ccl.all_reduce(ctx, strided, strided), IrisUsageError, ar, "not contiguous",
+                 ".contiguous()")
+    expect_error(lambda: ccl.all_reduce(ctx, x, [1, 2]), IrisUsageError, ar, "inp must be a torch.Tensor")
+    expect_error(lambda: ccl.all_reduce(ctx, torch.zeros(0, **f32), torch.zeros(0, **f32)), IrisUsageError, ar,
+                 "empty")
+    big = torch.zeros(16, **f32)
+    expect_error(lambda: ccl.all_reduce(ctx, big[4:12], big[0:8]), IrisUsageError, ar, "overlap", "out=inp")
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=48)), IrisUsageError, ar,
+                 "config.block=48", "power of two")
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(variant="ring")), IrisUsageError, ar,
+                 "config.variant='ring'", "one_shot")
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config={"block": 64}), IrisUsageError, ar,
+                 "must be an iris.collectives.ccl.Config")
+    meta = torch.zeros(8, dtype=torch.float32, device="meta")
+    expect_error(lambda: ccl.all_reduce(ctx, meta, meta), IrisUsageError, ar, "inp is on meta", f"runs on {dev}")
+    ag = "iris.collectives.ccl.all_gather"
+    expect_error(lambda: ccl.all_gather(ctx, torch.zeros(8 * W + 1, **f32), x), IrisUsageError, ag,
+                 f"out has shape ({8 * W + 1},)", f"({8 * W},)")
+    rs = "iris.collectives.ccl.reduce_scatter"
+    expect_error(lambda: ccl.reduce_scatter(ctx, torch.zeros(3, **f32), torch.zeros(3 * W + 1, **f32)),
+                 IrisUsageError, rs, "inp has shape", f"{W} x out's elements")
+    if W > 1:
+        a2a = "iris.collectives.ccl.all_to_all"
+        odd = torch.zeros(W + 1, **f32)
+        expect_error(lambda: ccl.all_to_all(ctx, odd.clone(), odd), IrisUsageError, a2a, f"({W + 1},)",
+                     f"multiple of {W}")
+    expect_error(lambda: ccl.broadcast(ctx, x, W), RankError, "broadcast", f"rank {W} is outside")
+
+
+def scenario_workspace_cache(ctx):
+    # a second call of a key reuses the plan and the workspace; clear_workspaces frees them and the
+    # next call starts fresh counters (every rank clears at the same point, after a barrier)
+    before = ctx.heap_free_bytes
+    run_all_reduce(ctx, 33, torch.float32, "sum", 8000)
+    used = before - ctx.heap_free_bytes
+    run_all_reduce(ctx, 40, torch.float32, "sum", 8001)  # same capacity class: the same workspace
+    assert before - ctx.heap_free_bytes == used, (used, before - ctx.heap_free_bytes)
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
+    run_all_reduce(ctx, 33, torch.float32, "sum", 8002)
+
+
+def scenario_cuda_graph(ctx):
+    # GPU only: a mixed sequence captured once in a CUDA graph, replayed 20 times with new data in
+    # the captured inputs; every replay is checked (the flags' counters are in device memory)
+    if ctx.device.type != "cuda":
+        return
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    n = 3000
+    x = torch.empty(n, device=dev)
+    y = ctx.zeros(n)
+    g = torch.empty(W * n, device=dev)
+    b = torch.empty(n, dtype=torch.bfloat16, device=dev)
+    stream = torch.cuda.Stream(dev)
+
+    def sequence():
+        ccl.all_reduce(ctx, y, x)
+        ccl.all_gather(ctx, g, y)
+        ccl.barrier(ctx)
+        ccl.broadcast(ctx, b, W - 1)
+
+    def fill(k):
+        x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
+        b.fill_(float(k + r))
+
+    fill(0)
+    with torch.cuda.stream(stream):
+        sequence()  # warm-up: plans, workspaces and grids exist before capture
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        sequence()
+    for k in range(1, 21):
+        fill(k)
+        graph.replay()
+        torch.cuda.synchronize(dev)
+        expected = W * (torch.arange(n, dtype=torch.float32) + k) + W * (W - 1) // 2
+        check(y, expected, f"graph replay {k}: all_reduce")
+        check(g, expected.repeat(W), f"graph replay {k}: all_gather")
+        check(b, torch.full((n,), float(k + W - 1)).to(torch.bfloat16), f"graph replay {k}: broadcast")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    iris.runtime.testing.run_scenarios(globals(), heap_size=1 << 24)
