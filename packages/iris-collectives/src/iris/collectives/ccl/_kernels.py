@@ -22,7 +22,7 @@ from iris.device import load
 from .._all_reduce import all_reduce_one_shot_op, all_reduce_two_shot_op
 from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, EPOCH, device_barrier, enter_tile, signal_all, wait_at_least
-from .._views import Tile, TileView
+from .._views import INDEX_TYPE, Tile, TileView
 from ._flat import FlatView
 
 #: ``MODE`` of :func:`pull_kernel`.
@@ -50,24 +50,28 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, n, rank: tl.constexpr,
     complete: ``COPY_OUT``)."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     rows = (n + BLOCK_N - 1) // BLOCK_N
-    x = FlatView(inp, n, rows, BLOCK_N)
     s = FlatView(src, n, rows, BLOCK_N)
     o = FlatView(out, n, rows, BLOCK_N)
+    d = FlatView(dst, n, rows, BLOCK_N)
+    # The kernel's own accesses index the flat tensors directly (no FlatView method calls: under
+    # the interpreter every nested jit call costs milliseconds, and this runs per tile and call).
+    within = (tl.arange(0, BLOCK_M).to(INDEX_TYPE)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
     for t in range(tl.program_id(0), (rows + BLOCK_M - 1) // BLOCK_M, tl.num_programs(0)):
         view = TileView(t, 0, BLOCK_M, BLOCK_N)
+        offsets = t * (BLOCK_M * BLOCK_N) + within
+        mask = offsets < n
         if TWO_SHOT:
-            d = FlatView(dst, n, rows, BLOCK_N)
             if STAGE_IN:
-                s.store(view, x.load(view))
+                tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
             all_reduce_two_shot_op(ctx, view, s, d, locks, OP)
             if COPY_OUT:
-                # two-shot returned: every share of this tile has arrived in d
-                o.store(view, d.load(view))
+                # two-shot returned: every share of this tile has arrived in dst
+                tl.store(out + offsets, tl.load(dst + offsets, mask=mask), mask=mask)
         else:
-            data = x.load(view)
+            data = tl.load(inp + offsets, mask=mask)
             if STAGE_IN:
                 # published by the collective's "ready" signal (a CTA barrier, then a release)
-                s.store(view, data)
+                tl.store(src + offsets, data, mask=mask)
             all_reduce_one_shot_op(ctx, Tile(t, 0, BLOCK_M, BLOCK_N, data), s, o, locks, OP)
 
 
@@ -82,44 +86,28 @@ def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, rank: tl
     ctx = DeviceContext.initialize(context, rank, world_size)
     rows = (m + BLOCK_N - 1) // BLOCK_N
     o = FlatView(out, m, rows, BLOCK_N)
-    mine = FlatView(inp + rank * m, m, rows, BLOCK_N)
     peers_read = FlatView(src + rank * src_stride, m, rows, BLOCK_N)
+    within = (tl.arange(0, BLOCK_M).to(INDEX_TYPE)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
     for t in range(tl.program_id(0), (rows + BLOCK_M - 1) // BLOCK_M, tl.num_programs(0)):
-        view = TileView(t, 0, BLOCK_M, BLOCK_N)
+        offsets = t * (BLOCK_M * BLOCK_N) + within
+        mask = offsets < m
         if STAGE_IN:
             for j in tl.static_range(world_size):
-                FlatView(src + j * src_stride, m, rows, BLOCK_N).store(
-                    view, FlatView(inp + j * m, m, rows, BLOCK_N).load(view))
-        all_reduce_one_shot_op(ctx, Tile(t, 0, BLOCK_M, BLOCK_N, mine.load(view)), peers_read, o, locks, OP)
+                tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
+        data = tl.load(inp + rank * m + offsets, mask=mask)
+        all_reduce_one_shot_op(ctx, Tile(t, 0, BLOCK_M, BLOCK_N, data), peers_read, o, locks, OP)
 
 
 @triton.jit
-def _stage(inp, src, m, src_stride, rows, view, root, rank: tl.constexpr, world_size: tl.constexpr,
-           MODE: tl.constexpr, BLOCK_N: tl.constexpr):
-    # This program's tile of every chunk peers will read, from inp into the heap staging.
-    if MODE == ALL_TO_ALL:
-        for j in tl.static_range(world_size):
-            FlatView(src + j * src_stride, m, rows, BLOCK_N).store(view, FlatView(inp + j * m, m, rows,
-                                                                                  BLOCK_N).load(view))
-    elif MODE == BROADCAST:
-        if rank == root:
-            FlatView(src, m, rows, BLOCK_N).store(view, FlatView(inp, m, rows, BLOCK_N).load(view))
-    else:
-        FlatView(src, m, rows, BLOCK_N).store(view, FlatView(inp, m, rows, BLOCK_N).load(view))
-
-
-@triton.jit
-def _pull_tile(ctx, src, out, m, src_stride, rows, view, root, MODE: tl.constexpr, BLOCK_N: tl.constexpr):
+def _pull_tile(ctx, src, out, m, src_stride, offsets, mask, root, MODE: tl.constexpr):
     # Read this tile of what this rank needs from the peers' src and store it into out.
     if MODE == BROADCAST:
         if ctx.rank != root:
-            ptrs, mask = FlatView(src, m, rows, BLOCK_N).frame(view)
-            FlatView(out, m, rows, BLOCK_N).store(view, load(ptrs, ctx.rank, root, ctx.heap_bases, mask=mask))
+            tl.store(out + offsets, load(src + offsets, ctx.rank, root, ctx.heap_bases, mask=mask), mask=mask)
     else:
-        first = src
+        ptrs = src + offsets
         if MODE == ALL_TO_ALL:
-            first = src + ctx.rank * src_stride
-        ptrs, mask = FlatView(first, m, rows, BLOCK_N).frame(view)
+            ptrs = src + ctx.rank * src_stride + offsets
         for i in tl.static_range(ctx.world_size):
             # starting with this rank, then the next: the ranks spread their reads over the peers
             p: tl.constexpr = (ctx.rank + i) % ctx.world_size
@@ -127,7 +115,7 @@ def _pull_tile(ctx, src, out, m, src_stride, rows, view, root, MODE: tl.constexp
                 data = tl.load(ptrs, mask=mask)
             else:
                 data = load(ptrs, ctx.rank, p, ctx.heap_bases, mask=mask)
-            FlatView(out + p * m, m, rows, BLOCK_N).store(view, data)
+            tl.store(out + p * m + offsets, data, mask=mask)
 
 
 @triton.jit
@@ -143,19 +131,31 @@ def pull_kernel(context, inp, src, out, locks, m, src_stride, root, rank: tl.con
     call: tl.constexpr = _pull_call(MODE)
     ctx = DeviceContext.initialize(context, rank, world_size)
     rows = (m + BLOCK_N - 1) // BLOCK_N
+    view_of_out = FlatView(out, m, rows, BLOCK_N)
+    within = (tl.arange(0, BLOCK_M).to(INDEX_TYPE)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
     for t in range(tl.program_id(0), (rows + BLOCK_M - 1) // BLOCK_M, tl.num_programs(0)):
         view = TileView(t, 0, BLOCK_M, BLOCK_N)
+        offsets = t * (BLOCK_M * BLOCK_N) + within
+        mask = offsets < m
         if STAGE_IN:
-            _stage(inp, src, m, src_stride, rows, view, root, rank, world_size, MODE, BLOCK_N)
+            # this program's tile of every chunk peers will read, into the heap staging
+            if MODE == ALL_TO_ALL:
+                for j in tl.static_range(world_size):
+                    tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
+            elif MODE == BROADCAST:
+                if rank == root:
+                    tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
+            else:
+                tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
         if world_size == 1:
-            _pull_tile(ctx, src, out, m, src_stride, rows, view, root, MODE, BLOCK_N)
+            _pull_tile(ctx, src, out, m, src_stride, offsets, mask, root, MODE)
         else:
-            tile, record, epoch = enter_tile(view, FlatView(out, m, rows, BLOCK_N), locks, call)
+            tile, record, epoch = enter_tile(view, view_of_out, locks, call)
             signal_all(record + ARRIVE, rank, world_size, ctx.heap_bases)
             # no peer can leave this call before this rank's "done": their signatures hold
             wait_at_least(record + ARRIVE, epoch * (world_size - 1), call, "ready", rank, -1, tile, ctx.heap_bases,
                           record + EPOCH, record)
-            _pull_tile(ctx, src, out, m, src_stride, rows, view, root, MODE, BLOCK_N)
+            _pull_tile(ctx, src, out, m, src_stride, offsets, mask, root, MODE)
             signal_all(record + DONE, rank, world_size, ctx.heap_bases)
             wait_at_least(record + DONE, epoch * (world_size - 1), call, "done", rank, -1, tile, ctx.heap_bases,
                           record + EPOCH)
