@@ -26,3 +26,10 @@ def test_ccl_scenarios(nranks):
     proc = run_ranks(nranks, WORKER, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
     assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
+
+
+@pytest.mark.multirank
+def test_ccl_debug_reports_mismatch():
+    # Debug mode: two ranks passing different sizes of one size class get an error naming both.
+    proc = run_ranks(2, WORKER, "debug_mismatch", timeout=300, env={"IRIS_DEBUG": "1", "MPIEXEC_TIMEOUT": "280"})
+    assert "PASS debug_mismatch (" in proc.stdout, proc.stdout + proc.stderr

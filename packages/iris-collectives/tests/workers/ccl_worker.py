@@ -19,6 +19,7 @@ import sys
 
 import torch
 
+import iris.device
 import iris.runtime.testing
 from iris.collectives import ccl
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
@@ -264,6 +265,17 @@ def scenario_workspace_cache(ctx):
     ctx.barrier()
     ccl.clear_workspaces(ctx)
     run_all_reduce(ctx, 33, torch.float32, "sum", 8002)
+
+
+def scenario_debug_mismatch(ctx):
+    # IRIS_DEBUG=1 only (test_ccl_debug_reports_mismatch): ranks passing different sizes of one size
+    # class share the lock records, and the signatures there report the mismatch on both ranks
+    if not iris.device.DEBUG.value or ctx.world_size < 2:
+        return
+    n = 100 if ctx.rank == 0 else 120  # 2 tiles of 64 on both: the same workspace
+    x = torch.ones(n, device=ctx.device)
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), Exception, "made different calls on the same lock",
+                 "7 x 16", "8 x 16")
 
 
 def scenario_cuda_graph(ctx):

@@ -14,6 +14,10 @@ Host-callable fused GEMM + communication built on them live in :mod:`iris.collec
 ``from iris.collectives import ops``): host context first, output second, one persistent kernel
 per call on torch's current stream.
 
+Host-callable collectives on whole tensors live in :mod:`iris.collectives.ccl` (``all_reduce``,
+``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``barrier``;
+``from iris.collectives import ccl``), built on the same tile collectives and flags.
+
 Example::
 
     import iris.runtime                       # first: picks the backend (and the interpreter on CPUs)
