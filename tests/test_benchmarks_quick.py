@@ -49,6 +49,23 @@ def test_peer_traffic_quick(tmp_path):
 
 
 @pytest.mark.multirank
+def test_ccl_quick_writes_results_and_a_table(tmp_path):
+    table = tmp_path / "table" / "_table.py"
+    proc = run_ranks(2, os.path.join(BENCH, "ccl.py"), "--quick", "--collectives", "all_reduce,all_gather", "--out",
+                     str(tmp_path), "--write-table", "--table-out", str(table), timeout=600)
+    result = json.loads((tmp_path / "ccl_2ranks_quick.json").read_text())
+    assert {p["collective"] for p in result["points"]} == {"all_reduce", "all_gather"}, proc.stdout
+    assert all(all(p["correct"].values()) for p in result["points"]), result["points"]
+    assert "busbw" in (tmp_path / "ccl_2ranks_quick.md").read_text()
+    spec = importlib.util.spec_from_file_location("measured_table", table)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cpu_rows = [r for r in module.TABLE if r["backend"] == "cpu"]
+    assert {r["collective"] for r in cpu_rows} == {"all_reduce", "all_gather"}, module.TABLE
+    assert any(r["backend"] == "cuda" for r in module.TABLE)  # other backends' rows are kept
+
+
+@pytest.mark.multirank
 def test_trace_overhead_quick(tmp_path):
     out = tmp_path / "overhead.md"
     proc = run_ranks(2, os.path.join(BENCH, "trace_overhead.py"), "--quick", "--out", str(out), timeout=600)
