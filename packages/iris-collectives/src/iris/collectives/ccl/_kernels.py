@@ -110,7 +110,7 @@ def _pull_tile(ctx, src, out, m, src_stride, offsets, mask, root, MODE: tl.const
             ptrs = src + ctx.rank * src_stride + offsets
         for i in tl.static_range(ctx.world_size):
             # starting with this rank, then the next: the ranks spread their reads over the peers
-            p: tl.constexpr = (ctx.rank + i) % ctx.world_size
+            p = (ctx.rank + i) % ctx.world_size  # a compile-time value: rank and i are
             if p == ctx.rank:
                 data = tl.load(ptrs, mask=mask)
             else:

@@ -1,0 +1,82 @@
+"""Compile every kernel of iris.collectives.ccl for an H200 (sm_90) without a GPU; report what the
+PTX shows.
+
+Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ccl_compile.py`` does it).
+Per kernel, variant, op and dtype: whether it compiled, the error if not, and counts the test
+judges: system-scope acquire loads and release operations of the flags, and vector loads
+(``ld.global.v4`` / ``.v2``) of the data. Prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import traceback
+
+assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
+os.environ.setdefault("IRIS_BACKEND", "cuda")
+
+import collectives_compile_check  # noqa: E402  (beside this file: the shared sm_90 compile)
+import triton  # noqa: E402
+
+from iris.collectives.ccl import _kernels as K  # noqa: E402
+
+PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32", "int64": "*i64"}
+TILE = dict(BLOCK_M=4, BLOCK_N=1024)
+OPS = {"sum": 0, "avg": 1, "max": 2, "min": 3, "prod": 4}
+
+
+def sig(names: str, dt: str, ints: str) -> dict:
+    s = {"context": "*i64"}
+    s.update({n: "*i32" if n in ("locks", "flags") else PTR[dt] for n in names.split()})
+    s.update({n: "i32" for n in ints.split()})
+    return s
+
+
+def cases():
+    """(name, kernel, signature, constexprs, aligned args). Sizes are marked 16-divisible, as Triton
+    specialises them for the usual message sizes: the data's loads and stores are then vectors."""
+    for dt, op in (("fp32", "sum"), ("bf16", "sum"), ("bf16", "avg"), ("fp16", "max"), ("int32", "min"),
+                   ("int64", "prod")):
+        for two_shot in (False, True):
+            for stage, copy in ((False, False), (True, two_shot)):
+                variant = "two_shot" if two_shot else "one_shot"
+                yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
+                       sig("inp src dst out locks", dt, "n"),
+                       dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
+                            **TILE), ("inp", "src", "dst", "out", "n"))
+    for dt in ("fp32", "bf16"):
+        yield (f"reduce_scatter/{dt}", K.reduce_scatter_kernel, sig("inp src out locks", dt, "m src_stride"),
+               dict(rank=0, world_size=4, OP=0, STAGE_IN=True, **TILE), ("inp", "src", "out", "m", "src_stride"))
+        for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
+            yield (f"{name}/{dt}", K.pull_kernel, sig("inp src out locks", dt, "m src_stride root"),
+                   dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, **TILE),
+                   ("inp", "src", "out", "m", "src_stride"))
+    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", ""), dict(rank=0, world_size=2), ())
+
+
+def counts(ptx: str) -> dict:
+    return {
+        "acquire_sys_loads": len(re.findall(r"ld\.acquire\.sys", ptx)),
+        "release_sys": len(re.findall(r"\.release\.sys|fence\.acq_rel\.sys", ptx)),
+        "vector_loads": len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
+    }
+
+
+def main() -> int:
+    results = {}
+    for name, fn, signature, constexprs, aligned in cases():
+        try:
+            ptx = collectives_compile_check.compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4})
+            results[name] = dict(ok=True, **counts(ptx))
+        except Exception as exc:  # reported to the test
+            results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],
+                                 trace=traceback.format_exc()[-4000:])
+    print(json.dumps({"triton": triton.__version__, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
