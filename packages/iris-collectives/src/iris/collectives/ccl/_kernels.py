@@ -118,7 +118,7 @@ def _pull_tile(ctx, src, out, m, src_stride, offsets, mask, root, MODE: tl.const
             tl.store(out + p * m + offsets, data, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["root"])
 def pull_kernel(context, inp, src, out, locks, m, src_stride, root, rank: tl.constexpr, world_size: tl.constexpr,
                 MODE: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """all_gather (``MODE`` GATHER), all_to_all or broadcast from ``root``, ``m`` elements per

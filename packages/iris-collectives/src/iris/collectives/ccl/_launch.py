@@ -12,9 +12,13 @@ call.
 
 from __future__ import annotations
 
+import os
 import weakref
 
 from ..ops import _workspace
+
+#: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
+DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
 
 # ctx -> (the context's workspace dict when the plans were made, {key: plan}). A plan made
 # before clear_workspaces() freed its buffers is dropped: the workspace dict is then another one.
@@ -72,4 +76,50 @@ def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, cons
         compiled = kernel.warmup(*args, grid=(1,), **options) if ctx.device.type == "cuda" else None
         resident = ws.grids[variant] = ctx.resident_grid(cap_tiles, compiled)
     grid = min(resident, tiles, cfg.grid or tiles)
+    if ctx.device.type == "cuda" and DIRECT_LAUNCH:
+        return DirectLaunch(kernel, grid, options, ctx.device), options
     return kernel[(grid,)], options
+
+
+class DirectLaunch:
+    """``kernel[(grid,)](*args, **options)``, cheaper from the second call on.
+
+    Through Triton's launcher a launch binds and specialises every argument and looks the compiled
+    kernel up: tens of microseconds of host time, more than a 4 KiB collective takes on the GPU.
+    The first call goes through it (compiling); later calls hand the same compiled kernel to its
+    launcher directly, on torch's current stream of the moment (so a CUDA graph capture records
+    them on the capture stream). That is only right while the arguments specialise the same way:
+    a plan's key fixes every size and the 16-byte alignment of the caller's tensors, the buffers
+    are the plan's own, and ``root`` is not specialised (``do_not_specialize``). Launch hooks
+    (profilers) send every call through Triton's launcher."""
+
+    def __init__(self, kernel, grid: int, options: dict, device):
+        self.kernel, self.grid, self.options, self.device = kernel, grid, options, device
+        self.fast = None
+
+    def __call__(self, *args, **options):
+        if self.fast is not None:
+            self.fast(args)
+            return
+        compiled = self.kernel[(self.grid,)](*args, **options)
+        try:
+            self.fast = self._fast(compiled, len(args))
+        except Exception:  # another Triton: keep its launcher
+            self.fast = None
+
+    def _fast(self, compiled, given: int):
+        from triton import knobs
+        from triton.runtime import driver
+
+        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+        if any(h is not None and getattr(h, "calls", True) for h in hooks):  # Triton 3.9: empty HookChains
+            return None
+        # the compile-time values, in parameter order after the run-time arguments
+        tail = tuple(self.options[p.name] for p in self.kernel.params[given:])
+        run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+        stream_of, index, grid = driver.active.get_current_stream, self.device.index or 0, self.grid
+
+        def fast(args):
+            run(grid, 1, 1, stream_of(index), function, packed, None, None, None, *args, *tail)
+
+        return fast

@@ -49,7 +49,8 @@ def _plan_pull(ctx, name: str, out, inp, m: int, config):
 def _key(name, config, out, inp, ctx):
     try:
         return (name, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape, out.dtype, out.device,
-                out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp))
+                out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp), inp.data_ptr() % 16 == 0,
+                out.data_ptr() % 16 == 0)  # the alignment: Triton specialises the kernel on it
     except (AttributeError, TypeError):
         return None
 

@@ -37,7 +37,8 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     try:
         key = ("all_reduce", op, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape,
                out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), ctx.is_symmetric(out),
-               out.data_ptr() == inp.data_ptr(), _checks.overlap(out, inp))
+               out.data_ptr() == inp.data_ptr(), _checks.overlap(out, inp), inp.data_ptr() % 16 == 0,
+               out.data_ptr() % 16 == 0)
     except (AttributeError, TypeError):
         key = None
     plan = _launch.lookup(ctx, key) if key is not None else None
@@ -113,7 +114,8 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     """
     try:
         key = ("reduce_scatter", op, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape,
-               out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp))
+               out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp),
+               inp.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)
     except (AttributeError, TypeError):
         key = None
     plan = _launch.lookup(ctx, key) if key is not None else None

@@ -1,0 +1,78 @@
+"""iris.collectives.ccl's host side alone (no ranks, no kernels): the selection table and
+``choose``, workspace capacities, and the direct GPU launch path driven with stand-ins."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from iris.collectives import ccl
+from iris.collectives.ccl import _launch, _table
+from iris.runtime import IrisUsageError
+
+
+def test_the_table_is_data_and_every_row_is_valid():
+    for row in _table.TABLE:
+        assert set(row) == {"backend", "collective", "max_bytes", "dtype", "world_size", "config"}, row
+        assert set(row["config"]) <= {"variant", "block", "width", "grid", "num_warps"}, row
+    for backend in ("cpu", "cuda"):
+        for name in ccl.VARIANTS:
+            for nbytes in (4, 4096, 1 << 20, (1 << 20) + 4, 1 << 30):
+                cfg = ccl.choose(name, nbytes, "float32", 2, backend)
+                assert cfg.variant in ccl.VARIANTS[name] and cfg.block % cfg.width == 0, (name, nbytes, cfg)
+
+
+def test_choose_takes_the_first_matching_row_and_the_callers_fields():
+    table = [{"backend": "cuda", "collective": "all_reduce", "max_bytes": 1024, "dtype": "*", "world_size": 0,
+              "config": {"variant": "one_shot", "block": 256, "width": 64, "num_warps": 2}},
+             {"backend": "cuda", "collective": "*", "max_bytes": None, "dtype": "*", "world_size": 0,
+              "config": {"variant": None, "block": 4096, "width": 1024, "num_warps": 8}}]
+    small = ccl.choose("all_reduce", 1024, "float32", 2, "cuda", table=table)
+    assert (small.variant, small.block, small.width, small.num_warps) == ("one_shot", 256, 64, 2)
+    big = ccl.choose("all_reduce", 1025, "float32", 2, "cuda", ccl.Config(variant="two_shot", grid=3), table=table)
+    assert (big.variant, big.block, big.grid, big.num_warps) == ("two_shot", 4096, 3, 8)
+    assert ccl.choose("broadcast", 8, "bfloat16", 4, "cuda", table=table).variant == "pull"
+
+
+@pytest.mark.parametrize("config, fragment", [
+    (ccl.Config(variant="ring"), "config.variant='ring'"),
+    (ccl.Config(block=100), "config.block=100"),
+    (ccl.Config(block=64, width=128), "config.width=128"),
+    (ccl.Config(grid=0), "config.grid=0"),
+    ({"block": 64}, "must be an iris.collectives.ccl.Config"),
+])
+def test_choose_names_the_bad_field(config, fragment):
+    with pytest.raises(IrisUsageError, match=r"iris\.collectives\.ccl\.all_reduce") as info:
+        ccl.choose("all_reduce", 64, "float32", 2, "cpu", config)
+    assert fragment in str(info.value)
+
+
+def test_capacity_is_the_next_power_of_two():
+    assert [_launch.capacity(t) for t in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 4, 8, 16]
+
+
+def test_direct_launch_compiles_through_triton_once_then_calls_the_launcher(monkeypatch):
+    import triton.runtime
+
+    launches, triton_calls = [], []
+    compiled = types.SimpleNamespace(run=lambda *a: launches.append(a), function="fn", packed_metadata="meta")
+
+    class Kernel:
+        params = [types.SimpleNamespace(name=n) for n in ("x", "n", "rank", "BLOCK")]
+
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                triton_calls.append((grid, args, options))
+                return compiled
+            return launch
+
+    monkeypatch.setattr(triton.runtime, "driver", types.SimpleNamespace(
+        active=types.SimpleNamespace(get_current_stream=lambda index: 1000 + index)))
+    options = {"rank": 1, "BLOCK": 64, "num_warps": 4}
+    direct = _launch.DirectLaunch(Kernel(), 5, options, types.SimpleNamespace(index=2))
+    direct("x0", 10, **options)
+    direct("x1", 10, **options)
+    direct("x2", 10, **options)
+    assert triton_calls == [((5,), ("x0", 10), options)]
+    assert launches == [(5, 1, 1, 1002, "fn", "meta", None, None, None, x, 10, 1, 64) for x in ("x1", "x2")]
