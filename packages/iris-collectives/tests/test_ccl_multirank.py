@@ -16,16 +16,29 @@ from iris.runtime.testing import run_ranks, world_sizes
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "ccl_worker.py")
 with open(WORKER) as _f:
-    SCENARIOS = re.findall(r"^def scenario_(\w+)\(", _f.read(), re.M)
+    ALL_SCENARIOS = re.findall(r"^def scenario_(\w+)\(", _f.read(), re.M)
+#: Run by their own tests below: debug mode only, the GPU only.
+SPECIAL = ("debug_mismatch", "cuda_graph")
+SCENARIOS = [s for s in ALL_SCENARIOS if s not in SPECIAL]
+ON_GPU = os.environ.get("IRIS_BACKEND") == "cuda"
 
 
 @pytest.mark.multirank
 @pytest.mark.parametrize("nranks", world_sizes())
 def test_ccl_scenarios(nranks):
     # A bound on hangs, not a budget.
-    proc = run_ranks(nranks, WORKER, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
+    proc = run_ranks(nranks, WORKER, *SCENARIOS, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
     assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs: cuda backend only (tools/gpu-tests.sh)")
+@pytest.mark.parametrize("nranks", [n for n in world_sizes() if n > 1])
+def test_ccl_cuda_graph_replays(nranks):
+    # A mixed sequence captured once and replayed 20 times with new data, every replay checked.
+    proc = run_ranks(nranks, WORKER, "cuda_graph", timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
+    assert "PASS cuda_graph (" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.multirank

@@ -271,7 +271,7 @@ def scenario_debug_mismatch(ctx):
     # IRIS_DEBUG=1 only (test_ccl_debug_reports_mismatch): ranks passing different sizes of one size
     # class share the lock records, and the signatures there report the mismatch on both ranks
     if not iris.device.DEBUG.value or ctx.world_size < 2:
-        return
+        raise SystemExit("scenario debug_mismatch needs IRIS_DEBUG=1 and 2 ranks (test_ccl_debug_reports_mismatch)")
     n = 100 if ctx.rank == 0 else 120  # 2 tiles of 64 on both: the same workspace
     x = torch.ones(n, device=ctx.device)
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), Exception, "made different calls on the same lock",
@@ -282,7 +282,7 @@ def scenario_cuda_graph(ctx):
     # GPU only: a mixed sequence captured once in a CUDA graph, replayed 20 times with new data in
     # the captured inputs; every replay is checked (the flags' counters are in device memory)
     if ctx.device.type != "cuda":
-        return
+        raise SystemExit("scenario cuda_graph needs the cuda backend (test_ccl_cuda_graph_replays runs it there)")
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     n = 3000
     x = torch.empty(n, device=dev)
