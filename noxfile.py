@@ -80,7 +80,8 @@ def pytest(session: nox.Session, *args: str, posargs: list[str], triton: str | N
     # Exit code 5 means no test was collected: legitimate for a filtered run (e.g. -k).
     env, select = {}, []
     if triton == TRITON_LOWEST and len(TRITONS) > 1 and not session.posargs:
-        # CI time: what does not depend on Triton's version (tests marked ``once``: faults, stress)
+        # CI time: what does not depend on Triton's version (tests marked ``once``: faults, crashes,
+        # torchrun, litmus, stress)
         # runs on the newest line only, and the multi-rank suites run at 2 and 3 ranks on the lowest
         # (every world size, 1 to 4, on the newest). Any posargs (or -- --triton=) run everything.
         env["IRIS_TEST_WORLD_SIZES"] = os.environ.get("IRIS_TEST_WORLD_SIZES", "2,3")
@@ -145,8 +146,8 @@ def tests_python(session: nox.Session) -> None:
 @nox.session
 def stress(session: nox.Session) -> None:
     """Nightly-style randomised stress of the collectives (not in the default run): 400 seeded cases
-    at 2, 3 and 4 ranks on the newest tested Triton. ``-- --triton=X`` and ``IRIS_STRESS_SEED``
-    pick others."""
+    at each of 2, 3 and 4 ranks on the newest tested Triton (CI's tests session runs 200 in all).
+    ``-- --triton=X`` and ``IRIS_STRESS_SEED`` pick others."""
     rest = install(session, *PACKAGES, triton=TRITONS[-1])
     env = {"IRIS_STRESS_CASES": "400", "IRIS_STRESS_WORLDS": "2,3,4"}
     session.run("pytest", "packages/iris-collectives/tests/test_collectives_stress.py", *rest, env=env)

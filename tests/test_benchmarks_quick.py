@@ -120,6 +120,7 @@ def test_rma_short_gpu_calls_are_timed_in_batches(monkeypatch):
     assert rma.time_ms(kernel, torch.device("cuda"), quick=False) == 2.0 and len(calls) == 1
 
 
+@pytest.mark.once  # matplotlib redrawing a committed JSON: no kernel runs
 @pytest.mark.parametrize("script, results", [("mps_host_blocking.py", "mps_host_blocking.json"),
                                              ("mps_residency.py", "mps_residency_8ranks.json")])
 def test_gpu_probes_draw_their_committed_results(tmp_path, script, results):

@@ -64,6 +64,7 @@ def test_example_runs(example, nranks):
 
 
 @pytest.mark.multirank
+@pytest.mark.once  # the bootstrap differs, not the kernel (test_example_runs runs it on every line)
 def test_hello_heap_under_torchrun():
     """The first example runs under torchrun as it is: the ranks bootstrap through torch.distributed.
     (Its default size: torchrun would take ``--n`` for an abbreviation of its own options.)"""
@@ -76,6 +77,7 @@ def test_hello_heap_under_torchrun():
 
 
 @pytest.mark.multirank
+@pytest.mark.once  # the launcher script and its exit code: nothing here depends on Triton
 def test_run_py_starts_an_example():
     """``examples/run.py`` (what ``nox -s demo`` calls) launches an example and passes its exit code on."""
     import subprocess

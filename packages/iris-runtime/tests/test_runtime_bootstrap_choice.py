@@ -134,6 +134,7 @@ except iris.runtime.IrisBootstrapError as exc:
 """
 
 
+@pytest.mark.once  # a subprocess that starts MPI and no kernel: nothing here depends on Triton
 def test_mpi4py_of_another_mpi_is_an_error():
     """mpi4py's MPI sees one rank while the launcher announced four: an error, not a world of one."""
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "TORCHELASTIC_RUN_ID")}

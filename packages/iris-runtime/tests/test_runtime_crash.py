@@ -1,5 +1,6 @@
 """Nothing hangs: an exception on one rank ends the whole job within seconds, prints that rank's
-message and leaves no heap files in /dev/shm (workers/crash_worker.py)."""
+message and leaves no heap files in /dev/shm (workers/crash_worker.py). No kernel runs here (MPI,
+the heap's files and the abort path only), so CI runs these on one Triton line (``once``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ JOB_LIMIT = {"MPIEXEC_TIMEOUT": "60"}
 
 
 @pytest.mark.multirank
+@pytest.mark.once
 def test_exception_mid_run_aborts_the_job(mpich_leftovers):
     start = time.monotonic()
     proc = run_ranks(NRANKS, CRASH, "midrun", timeout=90, env=JOB_LIMIT, expect_failure=True)
@@ -39,6 +41,7 @@ def test_exception_mid_run_aborts_the_job(mpich_leftovers):
 
 
 @pytest.mark.multirank
+@pytest.mark.once
 @pytest.mark.skipif(resolve_backend(None) != "cpu",
                     reason="only the cpu backend has a start-up window with files in /dev/shm; the cuda heap has none")
 def test_failure_during_heap_startup_leaves_no_files(mpich_leftovers):

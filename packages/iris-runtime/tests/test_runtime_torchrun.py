@@ -27,6 +27,9 @@ def passed(stdout: str) -> list[str]:
 
 
 @pytest.mark.multirank
+# once: what torchrun changes is the bootstrap (torch.distributed, no MPI); the kernels it runs are
+# those of test_runtime_multirank, which runs on every Triton line
+@pytest.mark.once
 @pytest.mark.parametrize("nranks", world_sizes())
 def test_torchrun_scenarios(nranks):
     proc = run_torchrun(nranks, WORKER, *SCENARIOS, timeout=300)

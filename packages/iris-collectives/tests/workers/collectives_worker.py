@@ -146,11 +146,15 @@ def run_all_reduce(ctx, variant, dtype, M, N, BM, BN, seed, *, stage=True, grid=
 # --- the all-reduce family ---------------------------------------------------------------------
 
 def scenario_all_reduce_dtypes_and_ragged_shapes(ctx):
-    """Every variant x fp32/fp16/bf16/int32, on a ragged shape and on a tensor smaller than a block."""
+    """Every variant x fp32/fp16/bf16/int32, on a ragged shape and on a tensor smaller than a block.
+
+    17 x 33 in 16 x 32 blocks has one tile of each kind (full, ragged rows, ragged columns, both):
+    what a larger ragged shape adds is more of the same tiles, and under the interpreter every
+    tile costs (130 x 257 is in scenario_all_reduce_130x257)."""
     seed = 1
     for variant in K.VARIANT_NAMES:
         for dtype in DTYPES.values():
-            for M, N in ((33, 65), (5, 7)):
+            for M, N in ((17, 33), (5, 7)):
                 run_all_reduce(ctx, variant, dtype, M, N, 16, 32, seed)
                 seed += 1
 
@@ -166,7 +170,9 @@ def scenario_all_reduce_many_tiles_per_program(ctx):
     """Every variant with many tiles per program (grid 2), several times: the warps of a program
     drift apart over the persistent loop, which is what exposed the load-then-store counter race
     on the GPU (a late warp waited for the next call's flag value)."""
-    M, N, BM, BN, R = (130, 257, 16, 32, 5) if ctx.backend == "cuda" else (40, 70, 8, 16, 1)
+    # On the cpu backend 12 ragged tiles (6 per program): every program's loop goes round several
+    # times, which is what the interpreter can show; the drift needs a GPU.
+    M, N, BM, BN, R = (130, 257, 16, 32, 5) if ctx.backend == "cuda" else (30, 40, 8, 16, 1)
     for variant in K.VARIANT_NAMES:
         for k in range(R):
             run_all_reduce(ctx, variant, torch.float32, M, N, BM, BN, seed=400 + 10 * variant + k)
@@ -190,7 +196,9 @@ def scenario_back_to_back(ctx):
     complete then), and the source is poisoned right away (no peer may still read it); all are
     checked at the end."""
     W, dev, R = ctx.world_size, ctx.device, repeats(ctx)
-    M, N, BM, BN = 20, 40, 16, 32  # 2 x 2 tiles
+    # 2 x 2 tiles on the GPU; on the cpu backend 1 x 2, one per program of the grid of 2 (what is
+    # under test is the repeated launch on the same locks, and every interpreted tile costs)
+    M, N, BM, BN = (20, 40, 16, 32) if ctx.backend == "cuda" else (12, 40, 16, 32)
     for variant in LOCKING:
         dtype = torch.bfloat16 if variant == K.RING else torch.float32
         out_dtype = dst_dtype_for(variant, dtype)
