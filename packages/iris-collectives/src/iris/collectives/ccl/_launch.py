@@ -25,6 +25,35 @@ DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def call_key(name, config, out, inp, ctx, aliasing: bool = False):
+    """The key of a call (see the module docstring), or None when an argument is not a tensor (the
+    checks of a miss then say what is wrong). ``name`` names the collective (with its op); with
+    ``aliasing``, whether ``out`` is on the heap and is ``inp`` too (all_reduce's staging depends
+    on it). Alignment is in it because Triton specialises the kernel on 16-byte-aligned pointers."""
+    from . import _checks
+
+    try:
+        key = (name, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape, out.dtype, out.device,
+               out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp), inp.data_ptr() % 16 == 0,
+               out.data_ptr() % 16 == 0)
+        if aliasing:
+            key += (ctx.is_symmetric(out), out.data_ptr() == inp.data_ptr())
+        return key
+    except (AttributeError, TypeError):
+        return None
+
+
+def plan_for(ctx, key, make):
+    """The plan cached for ``key``, else ``make()`` (which checks the call and builds the plan),
+    cached under ``key`` unless it is None."""
+    plan = lookup(ctx, key) if key is not None else None
+    if plan is None:
+        plan = make()
+        if key is not None:
+            remember(ctx, key, plan)
+    return plan
+
+
 def lookup(ctx, key):
     """The plan cached for ``key`` on ``ctx`` (a callable), or None."""
     entry = _PLANS.get(ctx)

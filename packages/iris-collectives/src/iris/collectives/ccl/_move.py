@@ -46,15 +46,6 @@ def _plan_pull(ctx, name: str, out, inp, m: int, config):
     return plan
 
 
-def _key(name, config, out, inp, ctx):
-    try:
-        return (name, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape, out.dtype, out.device,
-                out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp), inp.data_ptr() % 16 == 0,
-                out.data_ptr() % 16 == 0)  # the alignment: Triton specialises the kernel on it
-    except (AttributeError, TypeError):
-        return None
-
-
 def _checked(ctx, call, out, inp):
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
@@ -70,16 +61,13 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
     ``inp`` from the heap (staged there inside the kernel when ``inp`` is not on the heap), so
     ``out`` may be any tensor. Collective; torch's current stream; no barrier between calls.
     """
-    key = _key("all_gather", config, out, inp, ctx)
-    plan = _launch.lookup(ctx, key) if key is not None else None
-    if plan is None:
+    def make():
         call = "iris.collectives.ccl.all_gather"
         _checked(ctx, call, out, inp)
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
-        plan = _plan_pull(ctx, "all_gather", out, inp, inp.numel(), config)
-        if key is not None:
-            _launch.remember(ctx, key, plan)
-    plan(out, inp)
+        return _plan_pull(ctx, "all_gather", out, inp, inp.numel(), config)
+
+    _launch.plan_for(ctx, _launch.call_key("all_gather", config, out, inp, ctx), make)(out, inp)
     return out
 
 
@@ -90,9 +78,7 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
     along dim 0 (``inp.shape[0]`` a multiple of ``W``), ``out`` has ``inp``'s shape and dtype and
     does not overlap it. Every rank pulls its chunk from each peer's heap copy. Collective.
     """
-    key = _key("all_to_all", config, out, inp, ctx)
-    plan = _launch.lookup(ctx, key) if key is not None else None
-    if plan is None:
+    def make():
         call, W = "iris.collectives.ccl.all_to_all", ctx.world_size
         _checked(ctx, call, out, inp)
         if inp.dim() == 0 or inp.shape[0] % W:
@@ -102,10 +88,9 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         if out.shape != inp.shape:
             raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass an out "
                                  f"of inp's shape")
-        plan = _plan_pull(ctx, "all_to_all", out, inp, inp.numel() // W, config)
-        if key is not None:
-            _launch.remember(ctx, key, plan)
-    plan(out, inp)
+        return _plan_pull(ctx, "all_to_all", out, inp, inp.numel() // W, config)
+
+    _launch.plan_for(ctx, _launch.call_key("all_to_all", config, out, inp, ctx), make)(out, inp)
     return out
 
 
@@ -122,14 +107,11 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
     if ctx.world_size == 1:
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
         return tensor
-    key = _key("broadcast", config, tensor, tensor, ctx)
-    plan = _launch.lookup(ctx, key) if key is not None else None
-    if plan is None:
+    def make():
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
-        plan = _plan_pull(ctx, "broadcast", tensor, tensor, tensor.numel(), config)
-        if key is not None:
-            _launch.remember(ctx, key, plan)
-    plan(tensor, tensor, src)
+        return _plan_pull(ctx, "broadcast", tensor, tensor, tensor.numel(), config)
+
+    _launch.plan_for(ctx, _launch.call_key("broadcast", config, tensor, tensor, ctx), make)(tensor, tensor, src)
     return tensor
 
 

@@ -34,18 +34,8 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     it replays correctly. ``config``: a :class:`Config` forcing the variant (``one_shot``,
     ``two_shot``) or tiling; see docs/ccl.md.
     """
-    try:
-        key = ("all_reduce", op, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape,
-               out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), ctx.is_symmetric(out),
-               out.data_ptr() == inp.data_ptr(), _checks.overlap(out, inp), inp.data_ptr() % 16 == 0,
-               out.data_ptr() % 16 == 0)
-    except (AttributeError, TypeError):
-        key = None
-    plan = _launch.lookup(ctx, key) if key is not None else None
-    if plan is None:
-        plan = _plan_all_reduce(ctx, out, inp, op, config)
-        if key is not None:
-            _launch.remember(ctx, key, plan)
+    key = _launch.call_key(("all_reduce", op), config, out, inp, ctx, aliasing=True)
+    plan = _launch.plan_for(ctx, key, lambda: _plan_all_reduce(ctx, out, inp, op, config))
     plan(out, inp)
     return out
 
@@ -112,17 +102,8 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     rounding, tensors, streams and graphs as for :func:`all_reduce`; ``out`` must not overlap
     ``inp``. Collective.
     """
-    try:
-        key = ("reduce_scatter", op, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape,
-               out.dtype, out.device, out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp),
-               inp.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)
-    except (AttributeError, TypeError):
-        key = None
-    plan = _launch.lookup(ctx, key) if key is not None else None
-    if plan is None:
-        plan = _plan_reduce_scatter(ctx, out, inp, op, config)
-        if key is not None:
-            _launch.remember(ctx, key, plan)
+    key = _launch.call_key(("reduce_scatter", op), config, out, inp, ctx)
+    plan = _launch.plan_for(ctx, key, lambda: _plan_reduce_scatter(ctx, out, inp, op, config))
     plan(out, inp)
     return out
 
