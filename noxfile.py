@@ -95,7 +95,10 @@ def pytest(session: nox.Session, *args: str, posargs: list[str], triton: str | N
                  ids=[f"{p}, triton-{t}" for t in TRITONS for p in PACKAGES])
 def tests(session: nox.Session, package: str, triton: str) -> None:
     """The tests of one package, on the cpu backend (Triton's interpreter, shared memory)."""
-    rest = install(session, *PACKAGES, triton=triton, extra=("matplotlib",))
+    # iris-device's network-path compile checks link NVSHMEM's real device bitcode (only the
+    # bitcode file of that wheel is used; no GPU is needed).
+    extra = ("matplotlib", "nvidia-nvshmem-cu13") if package == "iris-device" else ("matplotlib",)
+    rest = install(session, *PACKAGES, triton=triton, extra=extra)
     pytest(session, f"packages/{package}/tests", posargs=rest, triton=triton)
 
 

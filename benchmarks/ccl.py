@@ -390,7 +390,7 @@ def run(args) -> dict:
             ctx.barrier()
             ccl.clear_workspaces(ctx)  # the heap holds one size at a time
     result = {"world_size": W, "backend": backend, "dtype": args.dtype, "points": points, "notes": notes,
-              "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
+              "device": torch.cuda.get_device_name(ctx.device) if backend != "cpu" else "cpu (interpreter)",
               "peer": peer.kind, "date": datetime.date.today().isoformat()}
     if args.write_table and ctx.rank == 0:
         rows = best_rows(result)

@@ -408,7 +408,7 @@ def main(argv=None) -> None:
     heap = 2 * max(sizes) + 16 * MiB
     ctx = iris.runtime.iris(heap_size=heap)
     backend = ctx.backend
-    on_gpu = backend == "cuda"
+    on_gpu = backend != "cpu"
     if ctx.world_size < 2 and ctx.rank == 0:
         print("note: one rank, so 'remote' is this rank's own heap through translated pointers; run 2 ranks "
               "(mpirun -n 2 python -m mpi4py benchmarks/rma_bandwidth.py) for a real peer", flush=True)

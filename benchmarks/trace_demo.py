@@ -97,7 +97,7 @@ def main() -> int:
 
     with iris.runtime.iris(heap_size=1 << 26) as ctx:
         rank, world = ctx.rank, ctx.world_size
-        on_gpu = ctx.backend == "cuda"
+        on_gpu = ctx.device.type == "cuda"
         grid = args.grid or (16 if on_gpu else 4)
         block = args.block or (4096 if on_gpu else 64)
         n = grid * block

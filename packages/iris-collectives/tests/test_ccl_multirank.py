@@ -20,7 +20,7 @@ with open(WORKER) as _f:
 #: Run by their own tests below: debug mode only, the GPU only.
 SPECIAL = ("debug_mismatch", "cuda_graph")
 SCENARIOS = [s for s in ALL_SCENARIOS if s not in SPECIAL]
-ON_GPU = os.environ.get("IRIS_BACKEND") == "cuda"
+ON_GPU = os.environ.get("IRIS_BACKEND") in ("cuda", "nvshmem")
 
 
 @pytest.mark.multirank

@@ -39,7 +39,7 @@ WORLDS = [n for n in (2, 4) if n <= max(world_sizes())]
 # The cases where ranks wait for each other run at every world size; a misuse is one rank's error
 # and runs at 2 ranks on the CPU backend (each case is one MPI launch: CI time), everywhere on the GPU.
 SPREAD = ("skip", "kill", "raise")
-CUDA = iris.runtime.DEFAULT_BACKEND == "cuda"
+CUDA = iris.runtime.DEFAULT_BACKEND in ("cuda", "nvshmem")
 # A job that hangs fails the test after this long instead of hanging it.
 ENV = {"IRIS_TIMEOUT_S": str(TIMEOUT_S), "MPIEXEC_TIMEOUT": "90"}
 # Mismatches must be caught by the signatures, long before any wait could run out.

@@ -92,7 +92,7 @@ def spec_path() -> Path | None:
 def backend() -> str:
     """The backend the ranks will use: ``IRIS_BACKEND`` when it names one, else what ``auto`` picks."""
     requested = os.environ.get("IRIS_BACKEND", "auto")
-    if requested in ("cpu", "cuda"):
+    if requested in ("cpu", "cuda", "nvshmem"):
         return requested
     import torch
 

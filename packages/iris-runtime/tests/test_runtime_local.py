@@ -21,9 +21,41 @@ def test_cuda_backend_without_gpu_names_the_fix():
     assert isinstance(info.value, IrisError)
 
 
+@pytest.mark.skipif(gpu_usable(), reason="a CUDA GPU is usable here; the no-GPU error needs a machine without one")
+def test_nvshmem_backend_without_gpu_names_the_fix():
+    with pytest.raises(IrisBackendError, match=r"backend='nvshmem'.*no usable CUDA GPU.*backend='cpu'"):
+        iris.runtime.iris(heap_size=1 << 20, backend="nvshmem")
+
+
+def test_missing_nvshmem4py_names_the_install_command(monkeypatch):
+    import builtins
+
+    from iris.runtime._heap_nvshmem import nvshmem_modules
+
+    real_import = builtins.__import__
+
+    def no_nvshmem(name, *args, **kwargs):
+        if name.startswith("nvshmem"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nvshmem)
+    with pytest.raises(IrisBackendError, match=r"nvshmem4py is not installed.*pip install 'iris-runtime\[nvshmem\]'"):
+        nvshmem_modules()
+
+
+def test_force_remote_switch(monkeypatch):
+    from iris.runtime._heap_nvshmem import force_remote
+
+    monkeypatch.delenv("IRIS_NVSHMEM_FORCE_REMOTE", raising=False)
+    assert not force_remote()
+    monkeypatch.setenv("IRIS_NVSHMEM_FORCE_REMOTE", "1")
+    assert force_remote()
+
+
 @pytest.mark.parametrize("backend", ["gpu", "CUDA", "rocm"])
 def test_unknown_backend(backend):
-    with pytest.raises(IrisUsageError, match=rf"backend={backend!r}.*one of \('auto', 'cuda', 'cpu'\)"):
+    with pytest.raises(IrisUsageError, match=rf"backend={backend!r}.*one of \('auto', 'cuda', 'nvshmem', 'cpu'\)"):
         iris.runtime.iris(heap_size=1 << 20, backend=backend)
 
 
@@ -63,7 +95,7 @@ def test_public_names_exist_and_are_documented():
         obj = getattr(iris.runtime, name)
         if callable(obj) and not isinstance(obj, type(iris.runtime.logger)):
             assert obj.__doc__, f"iris.runtime.{name} has no docstring"
-    assert iris.runtime.DEFAULT_BACKEND in ("cpu", "cuda", "auto")
+    assert iris.runtime.DEFAULT_BACKEND in ("cpu", "cuda", "nvshmem", "auto")
     for method in ("barrier", "broadcast", "get_heap_bases", "get_device_context", "get_rank", "get_num_ranks",
                    "as_symmetric", "is_symmetric", "free", "close", "empty", "zeros", "ones", "full", "arange",
                    "linspace", "rand", "randn", "randint", "uniform", "empty_like", "zeros_like", "ones_like",

@@ -43,7 +43,7 @@ LOCKING = (K.SPINLOCK, K.ONE_SHOT, K.TWO_SHOT, K.RING, K.REDUCE_SCATTER)
 
 
 def repeats(ctx) -> int:
-    return int(os.environ.get("IRIS_TEST_REPEATS", "100" if ctx.backend == "cuda" else "20"))
+    return int(os.environ.get("IRIS_TEST_REPEATS", "100" if ctx.device.type == "cuda" else "20"))
 
 
 def rank_input(rank: int, shape, dtype, seed: int) -> torch.Tensor:
@@ -172,7 +172,7 @@ def scenario_all_reduce_many_tiles_per_program(ctx):
     on the GPU (a late warp waited for the next call's flag value)."""
     # On the cpu backend 12 ragged tiles (6 per program): every program's loop goes round several
     # times, which is what the interpreter can show; the drift needs a GPU.
-    M, N, BM, BN, R = (130, 257, 16, 32, 5) if ctx.backend == "cuda" else (30, 40, 8, 16, 1)
+    M, N, BM, BN, R = (130, 257, 16, 32, 5) if ctx.device.type == "cuda" else (30, 40, 8, 16, 1)
     for variant in K.VARIANT_NAMES:
         for k in range(R):
             run_all_reduce(ctx, variant, torch.float32, M, N, BM, BN, seed=400 + 10 * variant + k)
@@ -198,7 +198,7 @@ def scenario_back_to_back(ctx):
     W, dev, R = ctx.world_size, ctx.device, repeats(ctx)
     # 2 x 2 tiles on the GPU; on the cpu backend 1 x 2, one per program of the grid of 2 (what is
     # under test is the repeated launch on the same locks, and every interpreted tile costs)
-    M, N, BM, BN = (20, 40, 16, 32) if ctx.backend == "cuda" else (12, 40, 16, 32)
+    M, N, BM, BN = (20, 40, 16, 32) if ctx.device.type == "cuda" else (12, 40, 16, 32)
     for variant in LOCKING:
         dtype = torch.bfloat16 if variant == K.RING else torch.float32
         out_dtype = dst_dtype_for(variant, dtype)

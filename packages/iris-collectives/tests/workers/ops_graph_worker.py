@@ -76,7 +76,7 @@ def graph_case(ctx, op: str, config) -> None:
 
 def scenario_graph_replays(ctx):
     """Every op and strategy: capture once, replay with new data, each result exact."""
-    if ctx.backend != "cuda":
+    if ctx.device.type != "cuda":
         raise SystemExit("ops_graph_worker.py needs the cuda backend (CUDA graphs)")
     for op, variants in ops.VARIANTS.items():
         for variant in variants:

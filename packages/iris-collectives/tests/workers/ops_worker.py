@@ -25,7 +25,7 @@ SMALL = ops.Config(block_m=16, block_n=16, block_k=16, group_m=2)
 
 
 def repeats(ctx) -> int:
-    return int(os.environ.get("IRIS_TEST_REPEATS", "50" if ctx.backend == "cuda" else "6"))
+    return int(os.environ.get("IRIS_TEST_REPEATS", "50" if ctx.device.type == "cuda" else "6"))
 
 
 def ints(shape, dtype, seed: int) -> torch.Tensor:

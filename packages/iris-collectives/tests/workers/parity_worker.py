@@ -59,7 +59,7 @@ def scenario_parity_with_gpu_bits(ctx):
     write = os.environ.get("IRIS_PARITY_WRITE")
     if write:
         torch.save({"backend": ctx.backend, "device": str(torch.cuda.get_device_name(ctx.device))
-                    if ctx.backend == "cuda" else "cpu", "results": mine}, write)
+                    if ctx.device.type == "cuda" else "cpu", "results": mine}, write)
         print(f"wrote {len(mine)} results to {write}")
         return
     reference = torch.load(REFERENCE)

@@ -132,8 +132,9 @@ def scenario_ranks(ctx):
     if expected == "auto":
         expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert ctx.backend == expected, (ctx.backend, expected)
-    assert ctx.device.type == expected, ctx.device
-    if expected == "cuda":
+    on_gpu = expected in ("cuda", "nvshmem")
+    assert ctx.device.type == ("cuda" if on_gpu else "cpu"), ctx.device
+    if on_gpu:
         assert ctx.device.index == ctx.local_rank % torch.cuda.device_count(), ctx.device
     assert f"rank={ctx.rank}" in repr(ctx) and f"world_size={ctx.world_size}" in repr(ctx)
 

@@ -77,7 +77,7 @@ def scenario_resident_grid_agrees(ctx):
     # On a GPU the grid depends on a compiled kernel (the H200 run without one failed here): any
     # kernel holds at least one program per SM, more than the 10 asked for.
     compiled = None
-    if ctx.backend == "cuda":
+    if ctx.device.type == "cuda":
         out = ctx.zeros(BLOCK, dtype=torch.float32)
         compiled = fill_local[(1,)](out, 1.0, BLOCK)
     assert ctx.resident_grid(10 + ctx.rank, compiled) == 10

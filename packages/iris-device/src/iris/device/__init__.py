@@ -37,6 +37,7 @@ from ._tracing import EVENT_IDS, EVENT_NAMES, DeviceTracing, TraceEvent, device_
 from ._translate import translate
 from ._triton_compat import aggregate
 from ._version import __version__
+from . import nvshmem  # noqa: E402  (NVSHMEM's device functions: the network path)
 
 if interpreter_enabled():
     patch_nested_calls_once()  # CPU time: see its docstring
@@ -72,6 +73,7 @@ __all__ = [
     "get",
     "interpreter_enabled",
     "load",
+    "nvshmem",
     "put",
     "round_to",
     "store",

@@ -12,6 +12,7 @@ import triton.language as tl
 
 from ._errors import IrisUnsupportedError
 from ._interpreter import INTERPRETER
+from ._nvshmem import NVSHMEM, network_rmw, unmapped
 from ._options import checked_scope, checked_sem
 from ._translate import translate_masked
 
@@ -106,6 +107,18 @@ def _acquires(sem):
     return sem in (None, "acquire", "acq_rel")
 
 
+@triton.constexpr_function
+def _network_op(call, op):
+    # NVSHMEM's fetching AMO for an iris atomic; NVSHMEM has no min/max.
+    ops = {"add": "fetch_add", "sub": "fetch_add", "xchg": "swap", "and": "fetch_and", "or": "fetch_or",
+           "xor": "fetch_xor", "cas": "compare_swap"}
+    if op not in ops:
+        raise IrisUnsupportedError(
+            f"{call} to a peer reached through NVSHMEM (another node): NVSHMEM has no atomic {op}; "
+            f"use atomic_cas in a loop, or keep this atomic within the node")
+    return ops[op]
+
+
 @triton.jit
 def _rmw(op: tl.constexpr, pointer, val, from_rank, to_rank, heap_bases, mask, sem: tl.constexpr,
          scope: tl.constexpr, hint: tl.constexpr):
@@ -113,6 +126,26 @@ def _rmw(op: tl.constexpr, pointer, val, from_rank, to_rank, heap_bases, mask, s
     elem: tl.constexpr = checked_atomic_type(call, op, pointer.dtype, INTERPRETER)
     sem_v: tl.constexpr = checked_sem(call, sem)
     scope_v: tl.constexpr = checked_scope(call, scope)
+    if NVSHMEM:
+        # Another node's heap: NVSHMEM's AMO (a release first fences this thread's puts to it).
+        if unmapped(heap_bases, to_rank):
+            operand = -val if op == "sub" else val
+            old = network_rmw(_network_op(call, op), pointer, operand, 0, from_rank, to_rank, heap_bases, mask,
+                              _releases(sem_v))
+            if _acquires(sem_v):
+                tl.debug_barrier()
+        else:
+            old = _rmw_mapped(op, elem, pointer, val, from_rank, to_rank, heap_bases, mask, sem_v, scope_v, hint,
+                              call)
+    else:
+        old = _rmw_mapped(op, elem, pointer, val, from_rank, to_rank, heap_bases, mask, sem_v, scope_v, hint, call)
+    return old
+
+
+@triton.jit
+def _rmw_mapped(op: tl.constexpr, elem: tl.constexpr, pointer, val, from_rank, to_rank, heap_bases, mask,
+                sem_v: tl.constexpr, scope_v: tl.constexpr, hint: tl.constexpr, call: tl.constexpr):
+    # The translated-pointer path of every atomic but cas.
     remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint, call)
     if _releases(sem_v):
         tl.debug_barrier()
@@ -171,11 +204,27 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.conste
     elem: tl.constexpr = checked_atomic_type(call, "cas", pointer.dtype, INTERPRETER)
     sem_v: tl.constexpr = checked_sem(call, sem)
     scope_v: tl.constexpr = checked_scope(call, scope)
-    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint, call)
     # cmp and val in the pointee's type: a 16-bit CAS given 32-bit operands would compare and
     # write 4 bytes under the interpreter.
     cmp_v = tl.cast(cmp, elem)
     val_v = tl.cast(val, elem)
+    if NVSHMEM:
+        if unmapped(heap_bases, to_rank):
+            old = network_rmw(_network_op(call, "cas"), pointer, val_v, cmp_v, from_rank, to_rank, heap_bases, None,
+                              _releases(sem_v))
+            if _acquires(sem_v):
+                tl.debug_barrier()
+        else:
+            old = _cas_mapped(pointer, cmp_v, val_v, from_rank, to_rank, heap_bases, sem_v, scope_v, hint, call)
+    else:
+        old = _cas_mapped(pointer, cmp_v, val_v, from_rank, to_rank, heap_bases, sem_v, scope_v, hint, call)
+    return old
+
+
+@triton.jit
+def _cas_mapped(pointer, cmp_v, val_v, from_rank, to_rank, heap_bases, sem_v: tl.constexpr, scope_v: tl.constexpr,
+                hint: tl.constexpr, call: tl.constexpr):
+    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, None, hint, call)
     if _releases(sem_v):
         tl.debug_barrier()
     old = tl.atomic_cas(remote, cmp_v, val_v, sem=sem_v, scope=scope_v)

@@ -58,9 +58,13 @@ HEAP_BASE_ALIGNMENT = 256
 #: and as reachable by peers as the heap. It holds the flags of device-side collectives that take
 #: no flag array (``iris.collectives.all_reduce_ring``).
 SIGNAL_PAD_BYTES = 1 << 20
-#: The last bytes of the pad belong to the watchdog (its drain and claim words); the ring's flags
-#: stay below them.
-PAD_RESERVED_BYTES = 16
+#: The last bytes of the pad are reserved, and the ring's flags stay below them: first a 64-byte
+#: scratch area for the network path's masked-out lanes (``iris.device._nvshmem``), then the
+#: watchdog's drain and claim words (16 bytes, at the very end).
+PAD_RESERVED_BYTES = 80
+#: Offsets inside the reserved bytes.
+NETWORK_SCRATCH_AT = 0
+WATCHDOG_WORDS_AT = 64
 
 # The same numbers as compile-time constants for @triton.jit code.
 HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)

@@ -10,8 +10,44 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._nvshmem import NVSHMEM, network_load, network_store, rma_type_checked, unmapped
 from ._options import ld_modifier, ld_volatile, st_modifier
 from ._translate import translate_masked
+
+# The two accesses every primitive below is made of. On the nvshmem backend (NVSHMEM true) a peer
+# whose heap is not mapped here is reached through NVSHMEM's device API instead; everywhere else
+# the branch is not compiled in.
+
+
+@triton.jit
+def _load_from(pointer, cur_rank, peer, heap_bases, mask, other, modifier: tl.constexpr, volatile: tl.constexpr,
+               hint: tl.constexpr, call: tl.constexpr):
+    if NVSHMEM:
+        rma_type_checked(call, pointer.dtype)
+        if unmapped(heap_bases, peer):
+            result = network_load(pointer, cur_rank, peer, heap_bases, mask, other)
+        else:
+            remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
+            result = tl.load(remote, mask=mask, other=other, cache_modifier=modifier, volatile=volatile)
+    else:
+        remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
+        result = tl.load(remote, mask=mask, other=other, cache_modifier=modifier, volatile=volatile)
+    return result
+
+
+@triton.jit
+def _store_to(pointer, value, cur_rank, peer, heap_bases, mask, modifier: tl.constexpr, hint: tl.constexpr,
+              call: tl.constexpr):
+    if NVSHMEM:
+        rma_type_checked(call, pointer.dtype)
+        if unmapped(heap_bases, peer):
+            network_store(pointer, value, cur_rank, peer, heap_bases, mask)
+        else:
+            remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
+            tl.store(remote, value, mask=mask, cache_modifier=modifier)
+    else:
+        remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
+        tl.store(remote, value, mask=mask, cache_modifier=modifier)
 
 
 @triton.jit
@@ -35,9 +71,8 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
         x = iris.device.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n, other=0.0)
     """
     modifier: tl.constexpr = ld_modifier("iris.device.load", cache_modifier, volatile)
-    remote = translate_masked(pointer, to_rank, from_rank, heap_bases, mask, hint, "iris.device.load")
-    return tl.load(remote, mask=mask, other=other, cache_modifier=modifier,
-                   volatile=ld_volatile(cache_modifier, volatile))
+    return _load_from(pointer, to_rank, from_rank, heap_bases, mask, other, modifier,
+                      ld_volatile(cache_modifier, volatile), hint, "iris.device.load")
 
 
 @triton.jit
@@ -57,8 +92,7 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
         iris.device.store(buf + offs, x, cur_rank, peer, heap_bases, mask=offs < n)
     """
     modifier: tl.constexpr = st_modifier("iris.device.store", cache_modifier)
-    remote = translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint, "iris.device.store")
-    tl.store(remote, value, mask=mask, cache_modifier=modifier)
+    _store_to(pointer, value, from_rank, to_rank, heap_bases, mask, modifier, hint, "iris.device.store")
 
 
 @triton.jit
@@ -77,9 +111,8 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
     """
     load_modifier: tl.constexpr = ld_modifier("iris.device.get", load_cache_modifier, False, "load_cache_modifier")
     store_modifier: tl.constexpr = st_modifier("iris.device.get", store_cache_modifier, "store_cache_modifier")
-    remote = translate_masked(from_ptr, to_rank, from_rank, heap_bases, mask, hint, "iris.device.get")
-    data = tl.load(remote, mask=mask, other=other, cache_modifier=load_modifier,
-                   volatile=ld_volatile(load_cache_modifier, False))
+    data = _load_from(from_ptr, to_rank, from_rank, heap_bases, mask, other, load_modifier,
+                      ld_volatile(load_cache_modifier, False), hint, "iris.device.get")
     tl.store(to_ptr, data, mask=mask, cache_modifier=store_modifier)
 
 
@@ -101,8 +134,7 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
     store_modifier: tl.constexpr = st_modifier("iris.device.put", store_cache_modifier, "store_cache_modifier")
     data = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_modifier,
                    volatile=ld_volatile(load_cache_modifier, False))
-    remote = translate_masked(to_ptr, from_rank, to_rank, heap_bases, mask, hint, "iris.device.put")
-    tl.store(remote, data, mask=mask, cache_modifier=store_modifier)
+    _store_to(to_ptr, data, from_rank, to_rank, heap_bases, mask, store_modifier, hint, "iris.device.put")
 
 
 @triton.jit
@@ -123,9 +155,7 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, 
     """
     load_modifier: tl.constexpr = ld_modifier("iris.device.copy", load_cache_modifier, False, "load_cache_modifier")
     store_modifier: tl.constexpr = st_modifier("iris.device.copy", store_cache_modifier, "store_cache_modifier")
-    src = translate_masked(src_ptr, cur_rank, from_rank, heap_bases, mask, hint, "iris.device.copy")
-    dst = translate_masked(dst_ptr, cur_rank, to_rank, heap_bases, mask, hint, "iris.device.copy")
-    data = tl.load(src, mask=mask, other=other, cache_modifier=load_modifier,
-                   volatile=ld_volatile(load_cache_modifier, False))
-    tl.store(dst, data, mask=mask, cache_modifier=store_modifier)
+    data = _load_from(src_ptr, cur_rank, from_rank, heap_bases, mask, other, load_modifier,
+                      ld_volatile(load_cache_modifier, False), hint, "iris.device.copy")
+    _store_to(dst_ptr, data, cur_rank, to_rank, heap_bases, mask, store_modifier, hint, "iris.device.copy")
 

@@ -2,7 +2,7 @@
 
 Triton fixes the mode when ``@triton.jit`` runs (``TRITON_INTERPRET``), so ``iris.device`` decides
 first thing on import, with the same rule as ``iris.runtime``: ``TRITON_INTERPRET`` if set, else
-``IRIS_BACKEND`` (``cpu`` -> interpreter, ``cuda`` -> compiled), else (``auto``) the interpreter
+``IRIS_BACKEND`` (``cpu`` -> interpreter, ``cuda`` or ``nvshmem`` -> compiled), else (``auto``) the interpreter
 when the CUDA driver reports no GPU. Nobody has to set ``TRITON_INTERPRET`` by hand. This module
 imports nothing from the package, so it can run before the package's kernels are defined.
 """
@@ -31,7 +31,7 @@ def wants_interpreter() -> bool:
     if "TRITON_INTERPRET" in os.environ:
         return os.environ["TRITON_INTERPRET"] not in ("", "0")
     backend = os.environ.get("IRIS_BACKEND", "auto")
-    if backend in ("cpu", "cuda"):
+    if backend in ("cpu", "cuda", "nvshmem"):
         return backend == "cpu"
     return not nvidia_gpu_visible()
 

@@ -91,7 +91,7 @@ _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASE
 
 #: Byte offset in the signal pad of the drain word (int32; raised once, never lowered) and of the
 #: claim word after it (the first program of the process that reports takes it).
-DRAIN_OFFSET = _layout.SIGNAL_PAD_BYTES - _layout.PAD_RESERVED_BYTES
+DRAIN_OFFSET = _layout.SIGNAL_PAD_BYTES - _layout.PAD_RESERVED_BYTES + _layout.WATCHDOG_WORDS_AT
 DRAIN_OFFSET_C: tl.constexpr = tl.constexpr(DRAIN_OFFSET)
 
 #: Names a report can carry; a name that is not here is reported as the first one.

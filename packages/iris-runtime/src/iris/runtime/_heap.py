@@ -20,7 +20,7 @@ from ._errors import IrisBackendError
 class SymmetricHeap(abc.ABC):
     """One block per rank, every block reachable from every rank of the node."""
 
-    #: Backend name, ``"cuda"`` or ``"cpu"``.
+    #: Backend name, ``"cuda"``, ``"nvshmem"`` or ``"cpu"``.
     backend: str
     #: Bytes per rank.
     size: int
@@ -49,6 +49,11 @@ class SymmetricHeap(abc.ABC):
     def read_int32(self, address: int, timeout_s: float = 1.0) -> int | None:
         """The int32 word at ``address``, read from the host like :meth:`write_int32`; None if it
         could not be read within ``timeout_s``."""
+
+    def complete_remote_writes(self) -> None:
+        """Make writes this rank's kernels sent to peers complete before a host barrier. Loads and
+        stores through mapped pointers are complete when the kernels are: nothing to do, except
+        on backends with a network path (nvshmem), which override this."""
 
     def check_alignment(self) -> None:
         """The device layer relies on aligned bases to vectorize translated accesses."""

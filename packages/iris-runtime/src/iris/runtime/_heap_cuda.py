@@ -41,10 +41,11 @@ def _check(result, call: str):
 
 
 class _DeviceBlock:
-    """Owns one cudaMalloc block; freed when the last tensor viewing it is gone."""
+    """Owns one cudaMalloc block; freed when the last tensor viewing it is gone (unless
+    :meth:`borrowed`: memory someone else frees)."""
 
-    def __init__(self, ptr: int, size: int, device: torch.device):
-        self.ptr, self.size = ptr, size
+    def __init__(self, ptr: int, size: int, device: torch.device, owned: bool = True):
+        self.ptr, self.size, self.owned = ptr, size, owned
         self.__cuda_array_interface__ = {
             "shape": (size,),
             "typestr": "|u1",
@@ -54,7 +55,14 @@ class _DeviceBlock:
         }
         self._runtime = _cuda()[1]
 
+    @classmethod
+    def borrowed(cls, ptr: int, size: int, device: torch.device) -> _DeviceBlock:
+        """A view of memory another allocator owns and frees (NVSHMEM's symmetric heap)."""
+        return cls(ptr, size, device, owned=False)
+
     def __del__(self):
+        if not self.owned:
+            return
         try:
             self._runtime.cudaFree(self.ptr)
         except Exception:  # interpreter shutdown: the driver may be gone already
@@ -102,7 +110,45 @@ def wait_for_device(driver, index: int) -> None:
         time.sleep(0.5)
 
 
-class CudaIpcHeap(SymmetricHeap):
+class HostWordAccess:
+    """``write_int32``/``read_int32`` for heaps in device memory mapped into this process (needs
+    ``_word_stream = _word_host = None`` set by the heap's ``__init__``)."""
+
+    def _word_copy(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
+        # One int32 through a pinned host word, copied on a private non-blocking stream (made on
+        # first use, kept), so it waits neither for this rank's kernels, which may be spinning,
+        # nor for the legacy default stream; polled with a deadline, since after a device fault the
+        # context may never answer. Returns the host word afterwards, None on failure.
+        _, runtime = _cuda()
+        try:
+            if self._word_stream is None:
+                self._word_stream = _check(runtime.cudaStreamCreateWithFlags(runtime.cudaStreamNonBlocking),
+                                           "cudaStreamCreateWithFlags")
+                self._word_host = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+            self._word_host.fill_(value)
+            host = self._word_host.data_ptr()
+            _check(runtime.cudaMemcpyAsync(dst or host, src or host, 4, kind, self._word_stream), "cudaMemcpyAsync")
+            deadline = time.monotonic() + timeout_s
+            while True:
+                status = runtime.cudaStreamQuery(self._word_stream)[0]
+                if int(status) == 0:
+                    return int(self._word_host[0])
+                if status != runtime.cudaError_t.cudaErrorNotReady or time.monotonic() > deadline:
+                    return None
+                time.sleep(0.001)
+        except Exception:  # best effort: this runs while a job is failing
+            return None
+
+    def write_int32(self, address: int, value: int, timeout_s: float = 1.0) -> bool:
+        _, runtime = _cuda()
+        return self._word_copy(address, 0, runtime.cudaMemcpyKind.cudaMemcpyHostToDevice, value, timeout_s) is not None
+
+    def read_int32(self, address: int, timeout_s: float = 1.0) -> int | None:
+        _, runtime = _cuda()
+        return self._word_copy(0, address, runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost, 0, timeout_s)
+
+
+class CudaIpcHeap(HostWordAccess, SymmetricHeap):
     """GPU heap shared over legacy CUDA IPC among the ranks of one node."""
 
     backend = "cuda"
@@ -158,39 +204,6 @@ class CudaIpcHeap(SymmetricHeap):
 
     def local_buffer(self) -> torch.Tensor:
         return self._local
-
-    def _word_copy(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
-        # One int32 through a pinned host word, copied on a private non-blocking stream (made on
-        # first use, kept), so it waits neither for this rank's kernels, which may be spinning,
-        # nor for the legacy default stream; polled with a deadline, since after a device fault the
-        # context may never answer. Returns the host word afterwards, None on failure.
-        _, runtime = _cuda()
-        try:
-            if self._word_stream is None:
-                self._word_stream = _check(runtime.cudaStreamCreateWithFlags(runtime.cudaStreamNonBlocking),
-                                           "cudaStreamCreateWithFlags")
-                self._word_host = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-            self._word_host.fill_(value)
-            host = self._word_host.data_ptr()
-            _check(runtime.cudaMemcpyAsync(dst or host, src or host, 4, kind, self._word_stream), "cudaMemcpyAsync")
-            deadline = time.monotonic() + timeout_s
-            while True:
-                status = runtime.cudaStreamQuery(self._word_stream)[0]
-                if int(status) == 0:
-                    return int(self._word_host[0])
-                if status != runtime.cudaError_t.cudaErrorNotReady or time.monotonic() > deadline:
-                    return None
-                time.sleep(0.001)
-        except Exception:  # best effort: this runs while a job is failing
-            return None
-
-    def write_int32(self, address: int, value: int, timeout_s: float = 1.0) -> bool:
-        _, runtime = _cuda()
-        return self._word_copy(address, 0, runtime.cudaMemcpyKind.cudaMemcpyHostToDevice, value, timeout_s) is not None
-
-    def read_int32(self, address: int, timeout_s: float = 1.0) -> int | None:
-        _, runtime = _cuda()
-        return self._word_copy(0, address, runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost, 0, timeout_s)
 
     def close(self) -> None:
         _, runtime = _cuda()

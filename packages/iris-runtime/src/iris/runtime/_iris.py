@@ -77,6 +77,11 @@ class Iris(TensorFactories):
             from ._heap_cuda import CudaIpcHeap
 
             self._heap = CudaIpcHeap(self.heap_size + layout.SIGNAL_PAD_BYTES, boot)
+        elif self.backend == "nvshmem":
+            from ._heap_nvshmem import NvshmemHeap
+
+            self._heap = NvshmemHeap(self.heap_size + layout.SIGNAL_PAD_BYTES, boot)
+            _backend.prepare_network_path(self._heap)
         else:
             from ._heap_cpu import SharedMemoryHeap
 
@@ -86,7 +91,9 @@ class Iris(TensorFactories):
         self._buffer = self._heap.local_buffer()
         self._base = self._heap.bases[self.rank]
         self._allocator = SymmetricAllocator(self.heap_size)
-        self._context = build_context(self.rank, self.world_size, self._heap.bases, self.heap_size, self.device)
+        # What kernels see: 0 for a peer reached over the network (nvshmem backend), else its base.
+        device_bases = getattr(self._heap, "device_bases", self._heap.bases)
+        self._context = build_context(self.rank, self.world_size, device_bases, self.heap_size, self.device)
         self._watchdog = self._start_watchdog(float(timeout_s))
         self.tracing = Tracing(self)
         self._closed = False
@@ -229,6 +236,7 @@ class Iris(TensorFactories):
         With ``verify=True`` (or ``IRIS_VERIFY=1``) it also checks that every rank made the same
         allocation calls since the last barrier, and raises :class:`SymmetryError` otherwise.
         """
+        self._heap.complete_remote_writes()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._watchdog.check("barrier()")
@@ -298,7 +306,8 @@ class Iris(TensorFactories):
 def iris(heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, **options) -> Iris:
     """Start Iris on this rank: bootstrap, map every rank's heap, return the :class:`Iris`.
 
-    ``backend``: ``"auto"`` (default, or ``IRIS_BACKEND``), ``"cuda"`` or ``"cpu"``. Options:
+    ``backend``: ``"auto"`` (default, or ``IRIS_BACKEND``), ``"cuda"``, ``"nvshmem"`` (across
+    nodes; needs nvshmem4py) or ``"cpu"``. Options:
     ``bootstrap`` (how the ranks find each other: ``"auto"``, the default, or ``IRIS_BOOTSTRAP``,
     uses torch.distributed when a default process group exists or torchrun started the process,
     MPI under an MPI launcher, else a world of one; ``"mpi"``; ``"torch"``), ``comm`` (an mpi4py

@@ -119,7 +119,7 @@ def build_trace(ranks: list[RankTrace]) -> dict:
     for r, events in sorted(zip(ranks, valid), key=lambda pair: pair[0].rank):
         pid = int(r.rank)
         incomplete = int(len(r.events) - len(events))
-        on_gpu = r.backend == "cuda"
+        on_gpu = r.backend in ("cuda", "nvshmem")
         track = "SM" if on_gpu else "program"
         labels = f"{r.device or r.backend}; {len(events)} events, {r.dropped} dropped"
         trace_events.append(_metadata("process_name", pid, None, {"name": f"rank {pid}"}))

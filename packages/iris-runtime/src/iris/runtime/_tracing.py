@@ -119,7 +119,7 @@ class Tracing:
 
     def _rank_info(self, dropped: int) -> dict:
         owner = self._owner
-        if owner.backend == "cuda":
+        if owner.device.type == "cuda":
             device = f"{owner.device} ({torch.cuda.get_device_name(owner.device)})"
         else:
             device = "cpu (Triton interpreter)"

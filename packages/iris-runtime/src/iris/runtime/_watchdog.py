@@ -175,6 +175,8 @@ class Watchdog:
             return 0
         done = 0
         for base in self.heap.bases:
+            if not base:
+                continue  # another node's heap (nvshmem backend): its own watchdog drains it
             done += bool(self.heap.write_int32(base + self.heap_size + device_watchdog.DRAIN_OFFSET, reason))
         return done
 
