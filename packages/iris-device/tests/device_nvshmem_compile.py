@@ -86,13 +86,13 @@ def network(out: dict) -> None:
         try:
             ptx = compile_ptx(fn, sig, const)
             out[name] = {"compiled": True, "nvshmem_functions": nvshmem_functions(ptx)}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             out[name] = {"compiled": False, "error": f"{type(exc).__name__}: {exc}"[-1500:]}
     try:
         compile_ptx(block_atomic_kernel, {"flags": "*i32", "heap_bases": "*i64", "cur": "i32", "peer": "i32"},
                     {"BLOCK": 64})
         out["block atomic"] = {"refused": False}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         root = exc
         while root.__cause__ is not None:
             root = root.__cause__
@@ -109,7 +109,8 @@ def pointer_only(out: dict) -> None:
     library = instructions(compile_ptx(library_kernel, sig, {"BLOCK": 1024}), "library_kernel")
     hand = instructions(compile_ptx(hand_kernel, sig, {"BLOCK": 1024}), "hand_kernel")
     # Compared as multisets: the scheduler may order the same instructions differently.
-    out["pointer"] = {"nvshmem_functions": nvshmem_functions("\n".join(library)), "same_instructions": sorted(library) == sorted(hand),
+    out["pointer"] = {"nvshmem_functions": nvshmem_functions("\n".join(library)),
+                      "same_instructions": sorted(library) == sorted(hand),
                       "instructions": len(library), "hand_instructions": len(hand)}
 
 
@@ -117,7 +118,7 @@ def main() -> None:
     out: dict = {"NVSHMEM": bool(device.nvshmem.NVSHMEM.value)}
     try:
         (network if "--network" in sys.argv else pointer_only)(out)
-    except Exception:  # noqa: BLE001
+    except Exception:
         out["crash"] = traceback.format_exc()[-3000:]
     print(json.dumps(out))
 

@@ -135,8 +135,9 @@ def scenario_rma(ctx, paths):
             load_dst, store_dst, get_dst, put_dst, copy_dst = outs
             from_peer = torch.where(m, pattern(peer, dtype), torch.tensor(OTHER, dtype=dtype))
             check(f"{path} load {name}", load_dst, from_peer)
-            check(f"{path} get {name}", get_dst, torch.where(m, pattern(peer, dtype), torch.tensor(POISON, dtype=dtype)))
-            check(f"{path} copy {name}", copy_dst, torch.where(m, pattern(peer, dtype), torch.tensor(POISON, dtype=dtype)))
+            pulled = torch.where(m, pattern(peer, dtype), torch.tensor(POISON, dtype=dtype))
+            check(f"{path} get {name}", get_dst, pulled)
+            check(f"{path} copy {name}", copy_dst, pulled)
             from_prev = torch.where(m, pattern(prev, dtype), torch.tensor(POISON, dtype=dtype))
             check(f"{path} store {name}", store_dst, from_prev)
             check(f"{path} put {name}", put_dst, from_prev)

@@ -39,7 +39,7 @@ def test_network_path_is_on_only_for_nvshmem_across_nodes_or_when_asked():
 
 def test_missing_bitcode_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("IRIS_NVSHMEM_BITCODE", str(tmp_path / "nope.bc"))
-    with pytest.raises(IrisBackendError, match="IRIS_NVSHMEM_BITCODE=.*no such file"):
+    with pytest.raises(IrisBackendError, match=r"IRIS_NVSHMEM_BITCODE=.*no such file"):
         host.device_bitcode()
     monkeypatch.delenv("IRIS_NVSHMEM_BITCODE")
     monkeypatch.setattr("sys.path", [str(tmp_path)])

@@ -16,6 +16,7 @@ from ._mode import choose_mode_at_import
 
 choose_mode_at_import()  # before any @triton.jit below (and the caller's) runs
 
+from . import nvshmem
 from ._atomics import (
     atomic_add,
     atomic_and,
@@ -37,7 +38,6 @@ from ._tracing import EVENT_IDS, EVENT_NAMES, DeviceTracing, TraceEvent, device_
 from ._translate import translate
 from ._triton_compat import aggregate
 from ._version import __version__
-from . import nvshmem  # noqa: E402  (NVSHMEM's device functions: the network path)
 
 if interpreter_enabled():
     patch_nested_calls_once()  # CPU time: see its docstring
