@@ -393,7 +393,7 @@ def main(argv=None) -> None:
     if args.replot:
         replot(args.replot)
         return
-    on_gpu = iris.runtime.DEFAULT_BACKEND == "cuda"
+    on_gpu = iris.runtime.DEFAULT_BACKEND not in ("cpu", "auto")
     if args.sizes:
         sizes = [int(float(s) * MiB) for s in args.sizes.split(",")]
     elif args.quick:

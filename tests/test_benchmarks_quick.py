@@ -148,3 +148,28 @@ def test_fused_ops_quick(tmp_path):
                                                  "matmul_all_gather"}, result
     assert all(r["correct"] and r["times_s"]["fused"] > 0 and r["times_s"]["ideal"] > 0 for r in result["rows"])
     assert "f/ideal" in proc.stdout and "f/ideal" in (tmp_path / "fused_ops_2ranks_quick.md").read_text()
+
+
+def test_backends_comparison_joins_points_of_both_backends(tmp_path):
+    # The side-by-side table of benchmarks/backends.py, from two committed GPU result files given
+    # as both backends (no launch): every point present on both sides gets one row.
+    spec = importlib.util.spec_from_file_location("backends", os.path.join(BENCH, "backends.py"))
+    backends = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backends)
+    results_dir = os.path.join(BENCH, "results")
+    with open(os.path.join(results_dir, "rma_bandwidth.json")) as f:
+        rma = json.load(f)
+    with open(os.path.join(results_dir, "tile_collectives_2ranks.json")) as f:
+        coll = json.load(f)
+    paths = []
+    for backend in ("cuda", "nvshmem"):
+        path = tmp_path / f"{backend}.json"
+        path.write_text(json.dumps({"backend": backend, "rma": rma, "tile_collectives": coll}))
+        paths.append(str(path))
+    backends.main(["--combine", *paths, "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "backends_2ranks.json").read_text())
+    rows = result["rows"]
+    assert len([r for r in rows if r["benchmark"] == "rma remote GB/s"]) == len(rma["rows"])
+    assert any(r["benchmark"] == "tile all-reduce us" for r in rows)
+    assert all(abs(r["ratio"] - 1.0) < 1e-12 for r in rows)
+    assert "nvshmem / cuda" in (tmp_path / "backends_2ranks.md").read_text()
