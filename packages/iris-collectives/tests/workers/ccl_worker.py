@@ -23,6 +23,7 @@ import iris.device
 import iris.runtime.testing
 from iris.collectives import ccl
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
+from iris.runtime.testing import expect_error
 
 SMALL = ccl.Config(block=64, width=16)
 TWO_SHOT = ccl.Config(variant="two_shot", block=64, width=16)
@@ -65,17 +66,6 @@ def poison(t: torch.Tensor) -> torch.Tensor:
 def place(ctx, t: torch.Tensor, heap: bool) -> torch.Tensor:
     """``t`` on the context's device, on the symmetric heap or not."""
     return ctx.as_symmetric(t.to(ctx.device)) if heap else t.to(ctx.device).clone()
-
-
-def expect_error(fn, kind, *fragments) -> None:
-    try:
-        fn()
-    except kind as exc:
-        text = str(exc)
-        missing = [f for f in fragments if f not in text]
-        assert not missing, f"error message {text!r} lacks {missing}"
-        return
-    raise AssertionError(f"expected {kind.__name__} with {fragments}")
 
 
 # --- one call of each collective, checked ----------------------------------------------------------

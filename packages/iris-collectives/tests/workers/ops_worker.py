@@ -19,6 +19,7 @@ import torch
 import iris.runtime.testing
 from iris.collectives import ops
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
+from iris.runtime.testing import expect_error
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SMALL = ops.Config(block_m=16, block_n=16, block_k=16, group_m=2)
@@ -50,17 +51,6 @@ def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
 
 def poisoned(shape, dtype, device) -> torch.Tensor:
     return torch.full(shape, float("nan"), dtype=dtype, device=device)
-
-
-def expect_error(fn, kind, *fragments) -> None:
-    try:
-        fn()
-    except kind as exc:
-        text = str(exc)
-        missing = [f for f in fragments if f not in text]
-        assert not missing, f"error message {text!r} lacks {missing}"
-        return
-    raise AssertionError(f"expected {kind.__name__} with {fragments}")
 
 
 # --- references (host, fp32, exact for small integers) ----------------------------------------------

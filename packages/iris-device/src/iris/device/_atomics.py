@@ -12,7 +12,7 @@ import triton.language as tl
 
 from ._errors import IrisUnsupportedError
 from ._interpreter import INTERPRETER
-from ._nvshmem import NVSHMEM, network_rmw, unmapped
+from ._nvshmem import NVSHMEM, amo_supported, network_rmw, refusal, refuse_if_unmapped, unmapped
 from ._options import checked_scope, checked_sem
 from ._translate import translate_masked
 
@@ -107,16 +107,21 @@ def _acquires(sem):
     return sem in (None, "acquire", "acq_rel")
 
 
+#: NVSHMEM's fetching AMO for each iris atomic (NVSHMEM has no min/max).
+_NETWORK_OPS = {"add": "fetch_add", "sub": "fetch_add", "xchg": "swap", "and": "fetch_and", "or": "fetch_or",
+                "xor": "fetch_xor", "cas": "compare_swap"}
+
+
 @triton.constexpr_function
-def _network_op(call, op):
-    # NVSHMEM's fetching AMO for an iris atomic; NVSHMEM has no min/max.
-    ops = {"add": "fetch_add", "sub": "fetch_add", "xchg": "swap", "and": "fetch_and", "or": "fetch_or",
-           "xor": "fetch_xor", "cas": "compare_swap"}
-    if op not in ops:
-        raise IrisUnsupportedError(
-            f"{call} to a peer reached through NVSHMEM (another node): NVSHMEM has no atomic {op}; "
-            f"use atomic_cas in a loop, or keep this atomic within the node")
-    return ops[op]
+def _network_op(op):
+    return _NETWORK_OPS[op] if op in _NETWORK_OPS else "none"
+
+
+@triton.constexpr_function
+def _what(pointer_ty):
+    # For the refusal message: "on int32 blocks", "on fp32".
+    kind = "blocks" if pointer_ty.is_block() else "scalars"
+    return f"on {pointer_ty.element_ty.name} {kind}"
 
 
 @triton.jit
@@ -127,16 +132,20 @@ def _rmw(op: tl.constexpr, pointer, val, from_rank, to_rank, heap_bases, mask, s
     sem_v: tl.constexpr = checked_sem(call, sem)
     scope_v: tl.constexpr = checked_scope(call, scope)
     if NVSHMEM:
-        # Another node's heap: NVSHMEM's AMO (a release first fences this thread's puts to it).
-        if unmapped(heap_bases, to_rank):
-            operand = -val if op == "sub" else val
-            old = network_rmw(_network_op(call, op), pointer, operand, 0, from_rank, to_rank, heap_bases, mask,
-                              _releases(sem_v))
-            if _acquires(sem_v):
-                tl.debug_barrier()
+        nv_op: tl.constexpr = _network_op(op)
+        if amo_supported(nv_op, pointer.type):
+            # Another node's heap: NVSHMEM's AMO.
+            if unmapped(heap_bases, to_rank):
+                operand = -val if op == "sub" else val
+                old = network_rmw(nv_op, pointer, operand, 0, from_rank, to_rank, heap_bases, mask, _releases(sem_v))
+                if _acquires(sem_v):
+                    tl.debug_barrier()
+            else:
+                old = _rmw_mapped(op, elem, pointer, val, from_rank, to_rank, heap_bases, mask, sem_v, scope_v, hint,
+                                  call)
         else:
-            old = _rmw_mapped(op, elem, pointer, val, from_rank, to_rank, heap_bases, mask, sem_v, scope_v, hint,
-                              call)
+            refuse_if_unmapped(heap_bases, to_rank, refusal(call, _what(pointer.type)))
+            old = _rmw_mapped(op, elem, pointer, val, from_rank, to_rank, heap_bases, mask, sem_v, scope_v, hint, call)
     else:
         old = _rmw_mapped(op, elem, pointer, val, from_rank, to_rank, heap_bases, mask, sem_v, scope_v, hint, call)
     return old
@@ -209,12 +218,16 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem: tl.conste
     cmp_v = tl.cast(cmp, elem)
     val_v = tl.cast(val, elem)
     if NVSHMEM:
-        if unmapped(heap_bases, to_rank):
-            old = network_rmw(_network_op(call, "cas"), pointer, val_v, cmp_v, from_rank, to_rank, heap_bases, None,
-                              _releases(sem_v))
-            if _acquires(sem_v):
-                tl.debug_barrier()
+        if amo_supported("compare_swap", pointer.type):
+            if unmapped(heap_bases, to_rank):
+                old = network_rmw("compare_swap", pointer, val_v, cmp_v, from_rank, to_rank, heap_bases, None,
+                                  _releases(sem_v))
+                if _acquires(sem_v):
+                    tl.debug_barrier()
+            else:
+                old = _cas_mapped(pointer, cmp_v, val_v, from_rank, to_rank, heap_bases, sem_v, scope_v, hint, call)
         else:
+            refuse_if_unmapped(heap_bases, to_rank, refusal(call, _what(pointer.type)))
             old = _cas_mapped(pointer, cmp_v, val_v, from_rank, to_rank, heap_bases, sem_v, scope_v, hint, call)
     else:
         old = _cas_mapped(pointer, cmp_v, val_v, from_rank, to_rank, heap_bases, sem_v, scope_v, hint, call)

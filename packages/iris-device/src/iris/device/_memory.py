@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._nvshmem import NVSHMEM, network_load, network_store, rma_type_checked, unmapped
+from ._nvshmem import NVSHMEM, network_load, network_store, refusal, refuse_if_unmapped, rma_supported, unmapped
 from ._options import ld_modifier, ld_volatile, st_modifier
 from ._translate import translate_masked
 
@@ -23,10 +23,14 @@ from ._translate import translate_masked
 def _load_from(pointer, cur_rank, peer, heap_bases, mask, other, modifier: tl.constexpr, volatile: tl.constexpr,
                hint: tl.constexpr, call: tl.constexpr):
     if NVSHMEM:
-        rma_type_checked(call, pointer.dtype)
-        if unmapped(heap_bases, peer):
-            result = network_load(pointer, cur_rank, peer, heap_bases, mask, other)
+        if rma_supported(pointer.dtype):
+            if unmapped(heap_bases, peer):
+                result = network_load(pointer, cur_rank, peer, heap_bases, mask, other)
+            else:
+                remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
+                result = tl.load(remote, mask=mask, other=other, cache_modifier=modifier, volatile=volatile)
         else:
+            refuse_if_unmapped(heap_bases, peer, refusal(call, pointer.dtype.element_ty.name))
             remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
             result = tl.load(remote, mask=mask, other=other, cache_modifier=modifier, volatile=volatile)
     else:
@@ -39,10 +43,14 @@ def _load_from(pointer, cur_rank, peer, heap_bases, mask, other, modifier: tl.co
 def _store_to(pointer, value, cur_rank, peer, heap_bases, mask, modifier: tl.constexpr, hint: tl.constexpr,
               call: tl.constexpr):
     if NVSHMEM:
-        rma_type_checked(call, pointer.dtype)
-        if unmapped(heap_bases, peer):
-            network_store(pointer, value, cur_rank, peer, heap_bases, mask)
+        if rma_supported(pointer.dtype):
+            if unmapped(heap_bases, peer):
+                network_store(pointer, value, cur_rank, peer, heap_bases, mask)
+            else:
+                remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
+                tl.store(remote, value, mask=mask, cache_modifier=modifier)
         else:
+            refuse_if_unmapped(heap_bases, peer, refusal(call, pointer.dtype.element_ty.name))
             remote = translate_masked(pointer, cur_rank, peer, heap_bases, mask, hint, call)
             tl.store(remote, value, mask=mask, cache_modifier=modifier)
     else:

@@ -270,16 +270,6 @@ def _thread_index(anchor):
     return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,r", [anchor], dtype=tl.int32, is_pure=True, pack=1)
 
 
-@triton.constexpr_function
-def _scalar_amo_checked(call, pointer_ty):
-    if pointer_ty.is_block():
-        raise IrisUnsupportedError(
-            f"{call} on a block of pointers to a peer reached through NVSHMEM (another node): only scalar "
-            f"atomics (flags, counters, locks) take the network path; issue one atomic per program, or keep "
-            f"block atomics within the node")
-    return True
-
-
 # Threads of a program all hold a scalar, and an extern call is made by every one of them: an AMO
 # must be issued by one thread, and its old value shared with the others. Element 0 of a block of
 # _SHARE lanes lives in thread 0 for every num_warps (at most 1024 threads), so a sum over such a
@@ -290,13 +280,13 @@ _SHARE: tl.constexpr = tl.constexpr(1024)
 @triton.jit
 def network_rmw(op: tl.constexpr, pointer, value, compare, cur_rank, peer, heap_bases, mask, releases: tl.constexpr):
     """NVSHMEM's fetching AMO ``op`` at scalar ``pointer`` on ``peer``, issued once by the
-    program's thread 0; returns the old value to every thread. A releasing atomic first makes
-    the program's earlier accesses happen before it (CTA barrier) and fences its puts to ``peer``."""
-    call: tl.constexpr = "iris.device atomic " + op
-    _scalar_amo_checked(call, pointer.type)
+    program's thread 0; returns the old value to every thread. A releasing atomic first completes
+    every thread's earlier puts (``nvshmem_quiet``, then a CTA barrier)."""
     if releases:
+        # Each thread completes its own puts (NVSHMEM orders and completes per thread), then the
+        # barrier makes all of them happen before thread 0's AMO.
+        quiet()
         tl.debug_barrier()
-        fence()
     address = _address(pointer, mask, cur_rank, heap_bases)
     elem: tl.constexpr = pointer.dtype.element_ty
     old = tl.cast(0, elem)
@@ -308,11 +298,39 @@ def network_rmw(op: tl.constexpr, pointer, value, compare, cur_rank, peer, heap_
 
 
 @triton.constexpr_function
-def rma_type_checked(call, pointer_ty):
-    """Compile-time check that NVSHMEM has a ``_p``/``_g`` for ``pointer_ty``'s element type."""
+def rma_supported(pointer_ty):
+    """Whether NVSHMEM has a ``_p``/``_g`` for ``pointer_ty``'s element type (fp16/bf16 as bits)."""
     name = pointer_ty.element_ty.name
-    if name not in _RMA_TYPES and name not in _AS_BITS:
-        raise IrisUnsupportedError(
-            f"{call} on {name} pointers to a peer reached through NVSHMEM: NVSHMEM has no {name} "
-            f"put/get; use one of {', '.join(_RMA_TYPES)}")
-    return name
+    return name in _RMA_TYPES or name in _AS_BITS
+
+
+@triton.constexpr_function
+def amo_supported(op, pointer_ty):
+    """Whether the network path can do NVSHMEM AMO ``op`` on ``pointer_ty``: a scalar pointer
+    (flags, counters, locks; one AMO per program) of a type NVSHMEM has that AMO for."""
+    return (not pointer_ty.is_block()) and op in _AMO_TYPES and pointer_ty.element_ty.name in _AMO_TYPES[op]
+
+
+@triton.constexpr_function
+def refusal(call, what):
+    """The message printed when a kernel reaches a peer on another node with what NVSHMEM lacks."""
+    return (f"iris: {call} {what} to a peer on another node: NVSHMEM's device API has no such operation "
+            f"(network atomics: scalar int32/int64 add, sub, xchg, cas, and, or, xor; put/get: 8- to 64-bit "
+            f"types); the job stops here. Peer rank:")
+
+
+@triton.jit
+def _trap(anchor):
+    return tl.inline_asm_elementwise("trap; mov.u32 $0, $1;", "=r,r", [anchor], dtype=tl.int32, is_pure=False,
+                                     pack=1)
+
+
+@triton.jit
+def refuse_if_unmapped(heap_bases, peer, message: tl.constexpr):
+    """Compiled where an access NVSHMEM cannot carry is made: a mapped peer goes on through the
+    pointer path; an unmapped one prints ``message`` and the peer, then stops the kernel (a trap
+    ends the CUDA context, and with it the job). Kernels compile on every backend, and nothing is
+    silently wrong across nodes."""
+    if unmapped(heap_bases, peer):
+        tl.device_print(message, peer)
+        _trap(peer)

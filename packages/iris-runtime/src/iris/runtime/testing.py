@@ -35,6 +35,28 @@ from collections.abc import Callable
 SCENARIO_PREFIX = "scenario_"
 
 
+def expect_error(fn: Callable[[], object], kind: type[BaseException], *fragments: str) -> str:
+    """Call ``fn``; it must raise ``kind`` (or a subclass) whose text holds every fragment.
+
+    The text is the exception's and that of every exception it was raised from or during (Triton's
+    compiler and interpreter wrap errors, sometimes several times), so a message raised deep in a
+    kernel's compilation is found. Returns that text; raises ``AssertionError`` naming the missing
+    fragments, or saying nothing was raised.
+    """
+    try:
+        fn()
+    except kind as exc:
+        chain, seen = [], exc
+        while seen is not None and len(chain) < 20:
+            chain.append(f"{type(seen).__name__}: {seen}")
+            seen = seen.__cause__ or seen.__context__
+        text = "\n".join(chain)
+        missing = [f for f in fragments if f not in text]
+        assert not missing, f"{kind.__name__} text lacks {missing}: {text}"
+        return text
+    raise AssertionError(f"expected {kind.__name__} mentioning {fragments}; nothing was raised")
+
+
 def world_sizes(default: str = "1,2,3,4") -> list[int]:
     """World sizes to test, from ``IRIS_TEST_WORLD_SIZES`` (comma-separated)."""
     return [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", default).split(",") if n.strip()]
