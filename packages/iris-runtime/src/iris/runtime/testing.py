@@ -40,8 +40,8 @@ def expect_error(fn: Callable[[], object], kind: type[BaseException], *fragments
 
     The text is the exception's and that of every exception it was raised from or during (Triton's
     compiler and interpreter wrap errors, sometimes several times), so a message raised deep in a
-    kernel's compilation is found. Returns that text; raises ``AssertionError`` naming the missing
-    fragments, or saying nothing was raised.
+    kernel's compilation is found. Returns the message of the exception raised (``str(exc)``);
+    raises ``AssertionError`` naming the missing fragments, or saying nothing was raised.
     """
     try:
         fn()
@@ -53,7 +53,7 @@ def expect_error(fn: Callable[[], object], kind: type[BaseException], *fragments
         text = "\n".join(chain)
         missing = [f for f in fragments if f not in text]
         assert not missing, f"{kind.__name__} text lacks {missing}: {text}"
-        return text
+        return str(exc)
     raise AssertionError(f"expected {kind.__name__} mentioning {fragments}; nothing was raised")
 
 
