@@ -45,12 +45,10 @@ def test_missing_nvshmem4py_names_the_install_command(monkeypatch):
 
 
 def test_force_remote_switch(monkeypatch):
-    from iris.runtime._heap_nvshmem import force_remote
+    from iris.device._nvshmem import force_remote_selected
 
-    monkeypatch.delenv("IRIS_NVSHMEM_FORCE_REMOTE", raising=False)
-    assert not force_remote()
-    monkeypatch.setenv("IRIS_NVSHMEM_FORCE_REMOTE", "1")
-    assert force_remote()
+    assert not force_remote_selected({})
+    assert force_remote_selected({"IRIS_NVSHMEM_FORCE_REMOTE": "1"})
 
 
 @pytest.mark.parametrize("backend", ["gpu", "CUDA", "rocm"])

@@ -61,9 +61,13 @@ def network_path_selected(env=os.environ) -> bool:
     choice = env.get("IRIS_NVSHMEM_NETWORK", "auto")
     if choice in ("0", "1"):
         return choice == "1"
-    if env.get("IRIS_NVSHMEM_FORCE_REMOTE", "0") not in ("", "0"):
-        return True
-    return launcher_spans_nodes(env)
+    return force_remote_selected(env) or launcher_spans_nodes(env)
+
+
+def force_remote_selected(env=os.environ) -> bool:
+    """``IRIS_NVSHMEM_FORCE_REMOTE``: the runtime treats every other rank as unmapped (to test the
+    network path on one node), so the path must be compiled in."""
+    return env.get("IRIS_NVSHMEM_FORCE_REMOTE", "0") not in ("", "0")
 
 
 #: Compile-time flag: remote primitives handle unmapped peers through NVSHMEM's device API.
@@ -226,9 +230,9 @@ def _address(pointer, mask, cur_rank, heap_bases):
 @triton.jit
 def _pe(peer, mask, cur_rank):
     # Per-lane PE: the peer, or this rank for masked-out lanes (their scratch word is local).
-    pe = tl.zeros_like(tl.cast(mask, tl.int32)) + peer if mask is not None else peer
+    pe = peer
     if mask is not None:
-        pe = tl.where(mask, pe, cur_rank)
+        pe = tl.where(mask, peer, cur_rank)
     return pe.to(tl.int32)
 
 

@@ -50,6 +50,12 @@ class SymmetricHeap(abc.ABC):
         """The int32 word at ``address``, read from the host like :meth:`write_int32`; None if it
         could not be read within ``timeout_s``."""
 
+    @property
+    def device_bases(self) -> list[int]:
+        """The bases kernels see (the context tensor's): :attr:`bases`, except on backends with a
+        network path, where a peer reached over the network has 0."""
+        return self.bases
+
     def complete_remote_writes(self) -> None:
         """Make writes this rank's kernels sent to peers complete before a host barrier. Loads and
         stores through mapped pointers are complete when the kernels are: nothing to do, except

@@ -110,6 +110,20 @@ def wait_for_device(driver, index: int) -> None:
         time.sleep(0.5)
 
 
+def bind_device(boot: Bootstrap) -> tuple[torch.device, int]:
+    """Make this rank's GPU (local rank modulo the device count) current for torch and the CUDA
+    runtime, waiting while MPS reports it unavailable. Returns it and how many local ranks share
+    it, this one included."""
+    driver, runtime = _cuda()
+    count = torch.cuda.device_count()
+    index = boot.local_rank % count
+    device = torch.device("cuda", index)
+    wait_for_device(driver, index)
+    torch.cuda.set_device(device)
+    _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")
+    return device, len(range(index, boot.local_size, count))  # local ranks r with r % count == index
+
+
 class HostWordAccess:
     """``write_int32``/``read_int32`` for heaps in device memory mapped into this process (needs
     ``_word_stream = _word_host = None`` set by the heap's ``__init__``)."""
@@ -157,17 +171,12 @@ class CudaIpcHeap(HostWordAccess, SymmetricHeap):
         driver, runtime = _cuda()
         if boot.num_nodes > 1:
             raise IrisBackendError(
-                f"cuda backend: the job spans {boot.num_nodes} nodes; CUDA IPC reaches the GPUs of one node, and "
-                f"a scale-out heap (NVSHMEM) is not available yet; run all ranks on one node"
+                f"cuda backend: the job spans {boot.num_nodes} nodes; CUDA IPC reaches the GPUs of one node; "
+                f"use backend='nvshmem' (pip install 'iris-runtime[nvshmem]'), or run all ranks on one node"
             )
-        count = torch.cuda.device_count()
-        index = boot.local_rank % count
-        self.device = torch.device("cuda", index)
-        self.ranks_on_device = len(range(index, boot.local_size, count))  # local ranks r with r % count == index
+        self.device, self.ranks_on_device = bind_device(boot)
         self.size = size
-        wait_for_device(driver, index)
-        torch.cuda.set_device(self.device)
-        _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")
+        count = torch.cuda.device_count()
         sharing = boot.local_size > count
         if sharing:
             logger.info(

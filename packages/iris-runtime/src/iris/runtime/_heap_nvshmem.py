@@ -15,14 +15,14 @@ other rank base 0 on purpose, so the network path can be tested on one node.
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from iris.device._nvshmem import force_remote_selected
 
 from ._bootstrap import Bootstrap
 from ._errors import IrisBackendError
 from ._heap import SymmetricHeap
-from ._heap_cuda import HostWordAccess, _check, _cuda, _DeviceBlock, wait_for_device
+from ._heap_cuda import HostWordAccess, _check, _cuda, _DeviceBlock, bind_device
 from ._logging import logger
 
 FIX_INSTALL = "pip install 'iris-runtime[nvshmem]' (nvshmem4py-cu13 and NVIDIA's nvidia-nvshmem-cu13)"
@@ -42,11 +42,6 @@ def nvshmem_modules():
     return core, bindings, Device
 
 
-def force_remote() -> bool:
-    """``IRIS_NVSHMEM_FORCE_REMOTE``: treat every other rank as unmapped (tests the network path)."""
-    return os.environ.get("IRIS_NVSHMEM_FORCE_REMOTE", "0") not in ("", "0")
-
-
 class NvshmemHeap(HostWordAccess, SymmetricHeap):
     """GPU heap in NVSHMEM's symmetric memory, across nodes."""
 
@@ -54,16 +49,10 @@ class NvshmemHeap(HostWordAccess, SymmetricHeap):
 
     def __init__(self, size: int, boot: Bootstrap):
         core, bindings, Device = nvshmem_modules()
-        driver, runtime = _cuda()
-        count = torch.cuda.device_count()
-        index = boot.local_rank % count
-        self.device = torch.device("cuda", index)
-        self.ranks_on_device = len(range(index, boot.local_size, count))
+        _, runtime = _cuda()
+        self.device, self.ranks_on_device = bind_device(boot)
         self.size = size
-        wait_for_device(driver, index)
-        torch.cuda.set_device(self.device)
-        _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")
-        cuda_device = Device(index)
+        cuda_device = Device(self.device.index)
         cuda_device.set_current()
 
         uid = core.get_unique_id(empty=boot.rank != 0)
@@ -92,9 +81,7 @@ class NvshmemHeap(HostWordAccess, SymmetricHeap):
         #: Each rank's block as mapped here; 0 where NVSHMEM cannot map it (another node).
         self.bases = [int(bindings.ptr(ptr, peer)) for peer in range(boot.world_size)]
         self.bases[boot.rank] = ptr
-        forced = force_remote()
-        #: What the context tensor carries: 0 for peers the device layer must reach over the network.
-        self.device_bases = [b if (peer == boot.rank or not forced) else 0 for peer, b in enumerate(self.bases)]
+        self._forced = force_remote_selected()
         self._boot = boot
         self._word_stream = self._word_host = None
         self._block = _DeviceBlock.borrowed(ptr, size, self.device)
@@ -106,17 +93,16 @@ class NvshmemHeap(HostWordAccess, SymmetricHeap):
                      [hex(b) for b in self.bases], unmapped or "none")
 
     @property
+    def device_bases(self) -> list[int]:
+        """What the context tensor carries: 0 for peers the device layer must reach over the
+        network (unmapped, or every other rank with ``IRIS_NVSHMEM_FORCE_REMOTE=1``)."""
+        rank = self._boot.rank
+        return [b if peer == rank or not self._forced else 0 for peer, b in enumerate(self.bases)]
+
+    @property
     def unmapped_peers(self) -> list[int]:
         """Ranks the device layer reaches through NVSHMEM's device API (base 0 in the context)."""
         return [peer for peer, b in enumerate(self.device_bases) if b == 0]
-
-    def check_alignment(self) -> None:
-        saved = self.bases
-        self.bases = [b for b in saved if b]  # unmapped peers have no local address to check
-        try:
-            super().check_alignment()
-        finally:
-            self.bases = saved
 
     def module_init(self, handle: int):
         """Initialise NVSHMEM's device state in a loaded CUDA module (``nvshmemx_cumodule_init``)."""

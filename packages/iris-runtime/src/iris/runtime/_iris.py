@@ -92,8 +92,8 @@ class Iris(TensorFactories):
         self._base = self._heap.bases[self.rank]
         self._allocator = SymmetricAllocator(self.heap_size)
         # What kernels see: 0 for a peer reached over the network (nvshmem backend), else its base.
-        device_bases = getattr(self._heap, "device_bases", self._heap.bases)
-        self._context = build_context(self.rank, self.world_size, device_bases, self.heap_size, self.device)
+        self._context = build_context(self.rank, self.world_size, self._heap.device_bases, self.heap_size,
+                                      self.device)
         self._watchdog = self._start_watchdog(float(timeout_s))
         self.tracing = Tracing(self)
         self._closed = False
