@@ -113,6 +113,8 @@ def parse_args(argv=None):
     p.add_argument("--write-table", action="store_true", help="time every candidate and rewrite ccl/_table.py")
     p.add_argument("--table-out", default=TABLE_PATH, help="where --write-table writes the table")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
+    p.add_argument("--heap", action="store_true",
+                   help="also time ccl on tensors allocated on the symmetric heap (column ccl_heap: no staging)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
     if args.sizes is None:
@@ -130,7 +132,7 @@ def bus_factor(name: str, W: int) -> float:
 class Case:
     """The tensors of one collective at one size, and the ccl call on them (checked once)."""
 
-    def __init__(self, ctx, name: str, size: int, dtype):
+    def __init__(self, ctx, name: str, size: int, dtype, heap: bool = False):
         W, r, dev = ctx.world_size, ctx.rank, ctx.device
         esize = torch.empty((), dtype=dtype).element_size()
         big = max(W, size // esize // W * W)  # elements of the larger buffer, a multiple of W
@@ -147,8 +149,18 @@ class Case:
             self.inp, self.out = pattern, torch.empty(big, dtype=dtype, device=dev)
         else:
             self.inp = self.out = pattern
+        if heap:  # the same tensors on the symmetric heap: read by the peers where they are, no staging
+            self.heap = [ctx.zeros(t.shape, dtype=dtype) for t in {id(t): t for t in (self.inp, self.out)}.values()]
+            self.heap[0].copy_(self.inp)
+            self.inp, self.out = self.heap[0], self.heap[-1]
         self.message = self.inp.numel() * esize  # what the selection table is keyed by
         self.ctx = ctx
+
+    def free(self) -> None:
+        """Give the heap tensors back (the heap holds one size at a time)."""
+        for t in reversed(getattr(self, "heap", [])):
+            self.ctx.free(t)
+        self.heap = []
 
     def call(self, config=None):
         ctx = self.ctx
@@ -353,6 +365,8 @@ def run(args) -> dict:
     points = []
     notes = ["ccl's tensors are plain torch tensors, not on the symmetric heap: the in-kernel staging is in its "
              "times"]
+    if args.heap:
+        notes.append("ccl_heap: the same calls on tensors allocated on the heap (no staging)")
     if peer.reason:
         notes.append(peer.reason)
     for size in args.sizes:
@@ -373,6 +387,17 @@ def run(args) -> dict:
                 graphed = timer.graphed(fn, args.graph)
                 if graphed is not None:
                     point["graph_us"][label] = graphed * 1e6
+            if args.heap:
+                on_heap = Case(ctx, name, size, dtype, heap=True)
+                point["correct"]["ccl_heap"] = on_heap.check()
+                fn = on_heap.call()
+                point["times_us"]["ccl_heap"] = timer(fn) * 1e6
+                graphed = timer.graphed(fn, args.graph)
+                if graphed is not None:
+                    point["graph_us"]["ccl_heap"] = graphed * 1e6
+                del fn
+                ctx.barrier()
+                on_heap.free()
             for label, fn in peer.calls(case).items():
                 point["times_us"][label] = timer(fn) * 1e6
                 point["correct"][label] = True  # the peer's results are its own business

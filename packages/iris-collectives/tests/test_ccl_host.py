@@ -71,8 +71,42 @@ def test_direct_launch_compiles_through_triton_once_then_calls_the_launcher(monk
         active=types.SimpleNamespace(get_current_stream=lambda index: 1000 + index)))
     options = {"rank": 1, "BLOCK": 64, "num_warps": 4}
     direct = _launch.DirectLaunch(Kernel(), 5, options, types.SimpleNamespace(index=2))
-    direct("x0", 10, **options)
-    direct("x1", 10, **options)
-    direct("x2", 10, **options)
+    direct("x0", 10)
+    direct("x1", 10)
+    direct("x2", 10)
     assert triton_calls == [((5,), ("x0", 10), options)]
     assert launches == [(5, 1, 1, 1002, "fn", "meta", None, None, None, x, 10, 1, 64) for x in ("x1", "x2")]
+
+
+def test_the_call_key_is_what_the_caller_passed():
+    # Everything a plan derives (on the heap or not, aliasing, 16-byte alignment) is a function of
+    # the addresses, sizes, dtypes and devices, so those alone make the key.
+    import torch
+
+    buf = torch.zeros(64)
+    a, b = buf[:32], buf[32:]
+    key = _launch.call_key("all_reduce", None, a, b)
+    assert key == _launch.call_key("all_reduce", None, buf[:32], buf[32:])  # other views, same memory
+    assert key != _launch.call_key("all_reduce", None, b, a)  # out and inp swapped
+    assert key != _launch.call_key("all_reduce", None, buf[1:33], b)  # another address (alignment)
+    assert key != _launch.call_key("all_reduce", None, a.view(4, 8), b)  # another shape
+    assert key != _launch.call_key("all_reduce", ccl.Config(block=64), a, b)
+    assert key != _launch.call_key("all_gather", None, a, b)
+    t = torch.zeros(4, 4)
+    assert _launch.call_key("all_reduce", None, t.t(), t) != _launch.call_key("all_reduce", None, t, t)  # strides
+    assert _launch.call_key("all_reduce", None, a, [1.0]) is None  # not a tensor: the miss's checks say so
+
+
+def test_plans_are_capped_per_context_oldest_first(monkeypatch):
+    monkeypatch.setattr(_launch, "MAX_PLANS", 3)
+    class Context:  # any weak-referenceable object stands for a context
+        pass
+
+    ctx = Context()
+    made = []
+    for i in range(5):
+        _launch.plan_for(ctx, ("k", i), lambda i=i: made.append(i) or (lambda: i))
+    assert made == [0, 1, 2, 3, 4]
+    assert [_launch.lookup(ctx, ("k", i)) is not None for i in range(5)] == [False, False, True, True, True]
+    assert _launch.plan_for(ctx, ("k", 4), lambda: pytest.fail("a cached plan is not rebuilt"))() == 4
+    _launch.forget(ctx)

@@ -1,7 +1,7 @@
 """The host path of a collective call: a cache of launch plans, and building a plan on a miss.
 
-A call's *key* (collective, op, shapes, dtypes, devices, contiguity, which tensors are on the
-heap, how ``out`` and ``inp`` alias, config) decides everything the launch needs: the checks it
+A call's *key* (collective, op, config, and each tensor's address, shape, dtype, device and
+contiguity; see :func:`call_key`) decides everything the launch needs: the checks it
 passed, the chosen :class:`Config`, the workspace (lock records and staging buffers, from the
 fused ops' per-context cache, :mod:`iris.collectives.ops._workspace`), the grid and the
 compile-time arguments. A hit therefore costs a dict lookup and the kernel launch; only a miss
@@ -25,22 +25,28 @@ DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def call_key(name, config, out, inp, ctx, aliasing: bool = False):
+def call_key(name, config, out, inp):
     """The key of a call (see the module docstring), or None when an argument is not a tensor (the
-    checks of a miss then say what is wrong). ``name`` names the collective (with its op); with
-    ``aliasing``, whether ``out`` is on the heap and is ``inp`` too (all_reduce's staging depends
-    on it). Alignment is in it because Triton specialises the kernel on 16-byte-aligned pointers."""
-    from . import _checks
+    checks of a miss then say what is wrong). ``name`` names the collective (with its op).
 
+    It holds what the caller passed as it is (addresses, shapes, dtypes, devices, contiguity),
+    not what the plan derives from it (which tensors are on the heap, how ``out`` and ``inp``
+    alias, their 16-byte alignment, which Triton specialises the kernel on): those are functions
+    of the addresses and sizes, so the same key always derives the same, and building the key
+    costs a few attribute reads instead of the derivations (about 13 of a call's host
+    microseconds before). The price: each new address is a miss, which is why the plans of a
+    context are capped (:data:`MAX_PLANS`); a miss re-derives, and finds its workspace cached."""
     try:
-        key = (name, config, inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.shape, out.dtype, out.device,
-               out.is_contiguous(), ctx.is_symmetric(inp), _checks.overlap(out, inp), inp.data_ptr() % 16 == 0,
-               out.data_ptr() % 16 == 0)
-        if aliasing:
-            key += (ctx.is_symmetric(out), out.data_ptr() == inp.data_ptr())
-        return key
+        return (name, config, inp.data_ptr(), inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.data_ptr(),
+                out.shape, out.dtype, out.device, out.is_contiguous())
     except (AttributeError, TypeError):
         return None
+
+
+#: Plans kept per context; past it the oldest are dropped (their workspaces stay cached). A
+#: program that passes new tensors every call (fresh activations) misses until its caching
+#: allocator repeats addresses, and never grows without bound.
+MAX_PLANS = 1024
 
 
 def plan_for(ctx, key, make):
@@ -71,10 +77,13 @@ def remember(ctx, key, plan) -> None:
     entry = _PLANS.get(ctx)
     if entry is None or entry[0] is not caches:
         entry = _PLANS[ctx] = (caches, {})
+    plans = entry[1]
     try:
-        entry[1][key] = plan
+        plans[key] = plan
     except TypeError:
-        pass
+        return
+    if len(plans) > MAX_PLANS:
+        del plans[next(iter(plans))]  # the oldest (dicts keep insertion order)
 
 
 def forget(ctx) -> None:
@@ -95,7 +104,8 @@ def workspace(ctx, key: tuple, make):
 
 
 def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict):
-    """``(kernel[(grid,)], options)`` for a call of ``tiles`` tiles: a persistent grid of at most
+    """A callable that launches ``kernel`` with the run-time arguments it is given (``args``'s
+    kinds) and ``constexprs``, for a call of ``tiles`` tiles: a persistent grid of at most
     ``cfg.grid`` programs, the tiles, and what is resident (``ctx.resident_grid``, collective and
     compiling on the GPU, found once per workspace and compiled variant, for its capacity)."""
     options = dict(constexprs, num_warps=cfg.num_warps)
@@ -106,12 +116,14 @@ def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, cons
         resident = ws.grids[variant] = ctx.resident_grid(cap_tiles, compiled)
     grid = min(resident, tiles, cfg.grid or tiles)
     if ctx.device.type == "cuda" and DIRECT_LAUNCH:
-        return DirectLaunch(kernel, grid, options, ctx.device), options
-    return kernel[(grid,)], options
+        return DirectLaunch(kernel, grid, options, ctx.device)
+    run = kernel[(grid,)]
+    return lambda *args: run(*args, **options)
 
 
 class DirectLaunch:
-    """``kernel[(grid,)](*args, **options)``, cheaper from the second call on.
+    """``kernel[(grid,)](*args, **options)`` for the ``args`` of each call, cheaper from the
+    second call on.
 
     Through Triton's launcher a launch binds and specialises every argument and looks the compiled
     kernel up: tens of microseconds of host time, more than a 4 KiB collective takes on the GPU.
@@ -126,11 +138,11 @@ class DirectLaunch:
         self.kernel, self.grid, self.options, self.device = kernel, grid, options, device
         self.fast = None
 
-    def __call__(self, *args, **options):
+    def __call__(self, *args):
         if self.fast is not None:
             self.fast(args)
             return
-        compiled = self.kernel[(self.grid,)](*args, **options)
+        compiled = self.kernel[(self.grid,)](*args, **self.options)
         try:
             self.fast = self._fast(compiled, len(args))
         except Exception:  # another Triton: keep its launcher

@@ -38,10 +38,10 @@ def _plan_pull(ctx, name: str, out, inp, m: int, config):
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BLOCK_M=block // width,
                       BLOCK_N=width)
     args = (context, inp, inp if stage is None else stage, out, locks, m, stride, 0)
-    run, options = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs)
+    run = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, root, **options)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, root)
 
     return plan
 
@@ -67,7 +67,7 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
         return _plan_pull(ctx, "all_gather", out, inp, inp.numel(), config)
 
-    _launch.plan_for(ctx, _launch.call_key("all_gather", config, out, inp, ctx), make)(out, inp)
+    _launch.plan_for(ctx, _launch.call_key("all_gather", config, out, inp), make)(out, inp)
     return out
 
 
@@ -90,7 +90,7 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
                                  f"of inp's shape")
         return _plan_pull(ctx, "all_to_all", out, inp, inp.numel() // W, config)
 
-    _launch.plan_for(ctx, _launch.call_key("all_to_all", config, out, inp, ctx), make)(out, inp)
+    _launch.plan_for(ctx, _launch.call_key("all_to_all", config, out, inp), make)(out, inp)
     return out
 
 
@@ -111,7 +111,7 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
         return _plan_pull(ctx, "broadcast", tensor, tensor, tensor.numel(), config)
 
-    _launch.plan_for(ctx, _launch.call_key("broadcast", config, tensor, tensor, ctx), make)(tensor, tensor, src)
+    _launch.plan_for(ctx, _launch.call_key("broadcast", config, tensor, tensor), make)(tensor, tensor, src)
     return tensor
 
 

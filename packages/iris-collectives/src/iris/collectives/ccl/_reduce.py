@@ -34,7 +34,7 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     it replays correctly. ``config``: a :class:`Config` forcing the variant (``one_shot``,
     ``two_shot``) or tiling; see docs/ccl.md.
     """
-    key = _launch.call_key(("all_reduce", op), config, out, inp, ctx, aliasing=True)
+    key = _launch.call_key(("all_reduce", op), config, out, inp)
     plan = _launch.plan_for(ctx, key, lambda: _plan_all_reduce(ctx, out, inp, op, config))
     plan(out, inp)
     return out
@@ -85,11 +85,10 @@ def _plan_all_reduce(ctx, out, inp, op, config):
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
                       COPY_OUT=copy_out, BLOCK_M=block // width, BLOCK_N=width)
     args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
-    run, options = _launch.launcher(ctx, ws, all_reduce_kernel, tiles, cap, cfg, args, constexprs)
+    run = _launch.launcher(ctx, ws, all_reduce_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n,
-            **options)
+        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
 
     return plan
 
@@ -102,7 +101,7 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     rounding, tensors, streams and graphs as for :func:`all_reduce`; ``out`` must not overlap
     ``inp``. Collective.
     """
-    key = _launch.call_key(("reduce_scatter", op), config, out, inp, ctx)
+    key = _launch.call_key(("reduce_scatter", op), config, out, inp)
     plan = _launch.plan_for(ctx, key, lambda: _plan_reduce_scatter(ctx, out, inp, op, config))
     plan(out, inp)
     return out
@@ -139,9 +138,9 @@ def _plan_reduce_scatter(ctx, out, inp, op, config):
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width,
                       BLOCK_N=width)
     args = (context, inp, inp if stage is None else stage, out, locks, m, stride)
-    run, options = _launch.launcher(ctx, ws, reduce_scatter_kernel, tiles, cap, cfg, args, constexprs)
+    run = _launch.launcher(ctx, ws, reduce_scatter_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, **options)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride)
 
     return plan
