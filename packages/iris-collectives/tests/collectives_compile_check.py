@@ -156,8 +156,18 @@ def single_thread_ops(ptx: str, op: str) -> int:
     ``tl.store`` compiles to one of these while the matching scalar ``tl.load`` runs in every
     thread: a load-then-store counter update races between warps (a warp that loads after the
     store sees the new value)."""
-    one = one_thread_predicates(ptx)
-    return sum(1 for p in re.findall(rf"@(%p\d+) {op}\.global", ptx) if p in one)
+    total = 0
+    for body in function_bodies(ptx):  # register names are per function
+        one = one_thread_predicates(body)
+        total += sum(1 for p in re.findall(rf"@(%p\d+) {op}\.global", body) if p in one)
+    return total
+
+
+def function_bodies(ptx: str) -> list[str]:
+    """The PTX of each function defined in ``ptx`` (the kernel and its out-of-line callees), each
+    from its header to the next header; prototypes (``.func ... ;``) go with the text before."""
+    starts = [m.start() for m in re.finditer(r"^(?:\.visible\s+)?\.(?:entry|func)\b[^;]*?\{", ptx, re.M | re.S)]
+    return [ptx[a:b] for a, b in zip(starts, starts[1:] + [len(ptx)])] or [ptx]
 
 
 WATCHDOG_FUNC = re.compile(r"^\.func[^\n]*watchdog_check[^\n]*\($.*?^\}$", re.M | re.S)
@@ -287,6 +297,8 @@ def sync_kernel(context, flags, rank: tl.constexpr, world_size: tl.constexpr, OP
         S.signal_all(flags, ctx.rank, ctx.world_size, ctx.heap_bases)
     elif OP == "wait_at_least":
         ic.wait_at_least(flags, 3)
+    elif OP == "bounded_wait":
+        ic.wait_at_least(flags, 3, heap_bases=ctx.heap_bases)
     elif OP == "device_barrier":
         ic.device_barrier(ctx, flags)
     elif OP == "device_barrier_epoch":
@@ -343,6 +355,15 @@ def order_case(case: str) -> dict:
     try:
         if case == "bare_release":
             ptx = compile_ptx(bare_release_kernel, {"flag": "*i32"}, {})
+        elif name == "bounded_wait":
+            # a watchdog-bounded wait: the order of the kernel and of each out-of-line callee
+            ptx = compile_ptx(sync_kernel, {"context": "*i64", "flags": "*i32"}, const)
+            bodies = function_bodies(ptx)
+            names = [re.findall(r"([\w$]+)\s*\(", b.splitlines()[0])[-1] for b in bodies]
+            return {"ok": True, "order": memory_order(bodies[0]),
+                    "callees": {n.split("_$_")[-1].split("__")[0]: memory_order(b)
+                                for n, b in zip(names[1:], bodies[1:])},
+                    "calls": len(re.findall(r"call(?:\.uni)?\s", bodies[0]))}
         elif name in ORDER_SYNC:
             ptx = compile_ptx(sync_kernel, {"context": "*i64", "flags": "*i32"}, const)
         else:
@@ -361,9 +382,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     parser.add_argument("--order", action="store_true", help="the exact memory-order kernels only")
+    parser.add_argument("--only", default="", help="with --order: these cases only (comma-separated)")
     args = parser.parse_args()
     debug = bool(triton.knobs.runtime.debug)
     todo = ["bare_release", *ORDER_SYNC, *ORDER_COLLECTIVES] if args.order else cases(debug)
+    if args.only:
+        todo = args.only.split(",")
     with ProcessPoolExecutor(args.jobs) as pool:
         results = dict(zip(todo, pool.map(order_case if args.order else run_case, todo)))
     print(json.dumps({"debug": debug, "triton": triton.__version__, "results": results}))

@@ -305,3 +305,25 @@ def test_flag_operations_have_exact_memory_order(order, case):
 @pytest.mark.parametrize("case", COLLECTIVE_OPS)
 def test_collectives_publish_and_consume_in_exact_order(order, case):
     check_order(order, case)
+
+
+@pytest.fixture(scope="module")
+def bounded():
+    # A watchdog-bounded wait (the default build): what the kernel runs itself, and its callees.
+    return compile_all(False, "--order", "--only", "bounded_wait", IRIS_TIMEOUT_S="300")
+
+
+def test_a_bounded_wait_spins_out_of_line(bounded):
+    # The kernel's own code for a bounded wait is one poll and one vote, with the spinning in one
+    # out-of-line function: a wait whose flag is set costs what it costs with the watchdog
+    # compiled out, and the kernel's registers and code are not shaped by the spin loop.
+    r = bounded["results"]["bounded_wait"]
+    assert r["ok"], r.get("error", "") + "\n" + r.get("trace", "")
+    assert r["order"] == [POLL, BAR], r
+    assert r["calls"] == 1, r
+    assert set(r["callees"]) == {"spin_bounded", "watchdog_check"}, r
+    spin = r["callees"]["spin_bounded"]
+    # the threads poll on their own: an innermost loop of acquire polls with no barrier in it ...
+    assert any(spin[i:i + 3] == ["loop{", POLL, "}"] for i in range(len(spin))), spin
+    # ... and agree by a vote (a barrier) in the outer loop before the watchdog looks at the clock
+    assert spin.count(BAR) >= 1 and spin[0] == POLL, spin

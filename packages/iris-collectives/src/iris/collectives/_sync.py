@@ -27,7 +27,9 @@ import triton.language as tl
 from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
 from iris.device._debug import host_scalar
 from iris.device._vote import cta_all
-from iris.device._watchdog import CHECK_POLLS, WATCHDOG, watchdog_look, watchdog_tick
+from iris.device._watchdog import CHECK_POLLS, WATCHDOG, watchdog_check, watchdog_look, watchdog_tick
+from iris.device._watchdog import _call_index as _call_id
+from iris.device._watchdog import _flag_index as _flag_id
 
 from ._errors import IrisWaitTimeoutError
 from ._signature import CHECK_POLLS as SIGNATURE_POLLS
@@ -172,9 +174,15 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
     polls = 0
     since = tl.full([], 0, tl.int64)
     stop = 0
-    if _votes(heap_bases):
-        # GPU, watchdog on: the threads poll on their own (one acquire load each), but agree by a
-        # vote (a CTA barrier) whether the wait goes on before anything with barriers in it runs.
+    if _votes(heap_bases) and not DEBUG:
+        # GPU, watchdog on: the threads agree by a vote (a CTA barrier) whether the wait goes on;
+        # a wait that must spin does so out of line (see spin_bounded), so that the kernel's own
+        # code is what it is with the watchdog compiled out.
+        if cta_all(seen >= target) == 0:
+            spin_bounded(flag, _int64(target), _int64(_call_id(call)), _int64(_flag_id(what)), _int64(peer),
+                         _int64(index), heap_bases, _calls_address(calls))
+    elif _votes(heap_bases):
+        # The same in debug mode, inline: its checks name the call and the flag at compile time.
         reached = cta_all(seen >= target)
         while (reached == 0) & (stop == 0):
             polls = 0
@@ -212,6 +220,48 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
         if record is not None:
             # the peers waited for have arrived (unless the call differs): their signatures are there
             check_signatures(record, rank, peer, heap_bases, call, index)
+
+
+@triton.jit(noinline=True)  # one copy per kernel: a wait that has to spin is rare and slow anyway
+def spin_bounded(flag, target, call_id, flag_id, peer, index, heap_bases, calls):
+    """The spinning part of a watchdog-bounded :func:`wait_at_least` on the GPU, out of line.
+
+    Called by every thread of the program once a vote found the flag at ``flag`` (int32) short of
+    ``target`` (int64). Each thread polls on its own, with no barrier, for up to ``CHECK_POLLS``
+    polls; then the threads vote whether to go on and only then look at the clock
+    (:func:`iris.device._watchdog.watchdog_check`, which has barriers in it). ``call_id`` and
+    ``flag_id`` index the report's names, ``peer`` and ``index`` go into it, ``calls`` is the
+    address of this rank's call counter for the tile, or 0 (every one an int64, so that one copy
+    serves every wait of a kernel). Returns when every thread has seen the target, or when
+    the watchdog stopped the wait (it then reports it). Granularity: per program. Memory
+    semantics: every thread's last poll is an acquire load at system scope, and the last vote is
+    a CTA barrier after all of them."""
+    seen = poll(flag)
+    since = tl.full([], 0, tl.int64)
+    reached = 0
+    stop = 0
+    while (reached == 0) & (stop == 0):
+        polls = 0
+        while (seen < target) & (polls < CHECK_POLLS):  # no barrier in here
+            seen = poll(flag)
+            polls += 1
+        reached = cta_all(seen >= target)
+        if reached == 0:
+            since, stop = watchdog_check(heap_bases, since, call_id, flag_id, peer, index, seen.to(tl.int64), target,
+                                         calls)
+
+
+@triton.jit
+def _int64(value):
+    return tl.full([], 0, tl.int64) + value
+
+
+@triton.jit
+def _calls_address(calls):
+    if calls is None:
+        return tl.full([], 0, tl.int64)
+    else:
+        return calls.to(tl.int64)
 
 
 @triton.constexpr_function
