@@ -10,6 +10,7 @@ Prints the table and the best candidate per shape, and writes ``results/gemm_tun
 
     python benchmarks/gemm_tune.py                       # the default candidates and shapes
     python benchmarks/gemm_tune.py --m 2048,8192 --reps 20
+    python benchmarks/gemm_tune.py --candidates ws        # warp-specialised K loops (gemm_tune_ws.*)
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ TILES = [
     (128, 256, 64, 8, 4),
     (256, 128, 64, 8, 4),
 ]
-CANDIDATES = [(*tile, flatten, tma_store) for tile in TILES for flatten in (False, True) for tma_store in (False, True)]
+#: Candidates: (block_m, block_n, block_k, num_warps, num_stages, flatten, tma_store, warp_specialize).
+PLAIN = [(*tile, flatten, tma_store, False) for tile in TILES for flatten in (False, True)
+         for tma_store in (False, True)]
+#: Warp-specialised K loops (Config.warp_specialize: 4 warps per consumer group, so 12 warps in
+#: all), against the best plain tiling of the earlier sweeps.
+WARP_SPECIALIZED = [(128, 256, 64, 8, 4, False, False, False)] + [
+    (bm, bn, 64, 4, stages, False, False, True) for bm, bn in ((128, 256), (256, 128), (128, 128)) for stages in (3, 4)]
+CANDIDATES = {"plain": PLAIN, "ws": WARP_SPECIALIZED, "all": PLAIN + WARP_SPECIALIZED[1:]}
 
 
 def shapes(ms: list[int], hidden: int, inter: int, world: int) -> list[tuple[str, int, int, int]]:
@@ -74,6 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--candidates", choices=tuple(CANDIDATES), default="all",
+                   help="plain: tilings, flattened loop, descriptor store; ws: warp-specialised K loops")
     p.add_argument("--out", default=RESULTS)
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -81,7 +91,7 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     rows = []
-    print(f"{'shape':<42} {'tile (m n k w s flat tstore)':<30} {'grid':>5} {'ours ms':>8} {'torch ms':>8} "
+    print(f"{'shape':<42} {'tile (m n k w s flat tstore ws)':<30} {'grid':>5} {'ours ms':>8} {'torch ms':>8} "
           f"{'ours/torch':>10}")
     for name, M, N, K in shapes(args.m, args.hidden, args.intermediate, args.world):
         g = torch.Generator().manual_seed(M + N)
@@ -91,9 +101,9 @@ def main(argv=None) -> int:
                                                                                        device=dev)
         t_torch = timed(lambda: torch.matmul(a, b, out=ref), args.reps, args.warmup)
         flops = 2.0 * M * N * K
-        for bm, bn, bk, w, s, flat, tstore in CANDIDATES:
+        for bm, bn, bk, w, s, flat, tstore, ws in CANDIDATES[args.candidates]:
             cfg = ops.Config(block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s, group_m=8, use_tma=True,
-                             flatten=flat)
+                             flatten=flat, warp_specialize=ws)
             tiles = -(-M // bm) * -(-N // bn)
             for per_sm in (1, 2):
                 programs = min(tiles, per_sm * sms)
@@ -101,36 +111,37 @@ def main(argv=None) -> int:
                     t = timed(lambda: gemm_core(ours, a, b, config=cfg, programs=programs, tma_store=tstore),
                               args.reps, args.warmup)
                 except Exception as exc:  # out of shared memory and the like: record, go on
-                    print(f"{name:<42} {bm} {bn} {bk} {w} {s} {flat} {tstore}: {type(exc).__name__}: "
+                    print(f"{name:<42} {bm} {bn} {bk} {w} {s} {flat} {tstore} {ws}: {type(exc).__name__}: "
                           f"{str(exc)[:200]}")
                     continue
                 err = (ours.float() - ref.float()).abs().max().item() / (ref.float().abs().max().item() or 1.0)
                 row = dict(shape=name, M=M, N=N, K=K, block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=s,
-                           flatten=flat, tma_store=tstore, grid=programs, ours_s=t, torch_s=t_torch,
+                           flatten=flat, tma_store=tstore, warp_specialize=ws, grid=programs, ours_s=t, torch_s=t_torch,
                            ratio=t_torch / t, tflops=flops / t / 1e12,
                            torch_tflops=flops / t_torch / 1e12, correct=err <= 2e-2)
                 rows.append(row)
-                tile = f"{bm} {bn} {bk} {w} {s} {int(flat)} {int(tstore)}"
+                tile = f"{bm} {bn} {bk} {w} {s} {int(flat)} {int(tstore)} {int(ws)}"
                 print(f"{name:<42} {tile:<30} {programs:>5} {t * 1e3:8.3f} {t_torch * 1e3:8.3f} "
                       f"{row['ratio']:10.3f}{'' if row['correct'] else ' WRONG'}", flush=True)
-    lines = ["| shape | best tile (m n k warps stages flatten tma-store) | grid | ours TFLOP/s | cuBLAS TFLOP/s "
-             "| ours / cuBLAS |",
+    lines = ["| shape | best tile (m n k warps stages flatten tma-store warp-specialised) | grid | ours TFLOP/s "
+             "| cuBLAS TFLOP/s | ours / cuBLAS |",
              "| --- | --- | --- | --- | --- | --- |"]
     print("\nbest per shape:")
     for name in dict.fromkeys(r["shape"] for r in rows):
         best = max((r for r in rows if r["shape"] == name and r["correct"]), key=lambda r: r["ratio"])
         tile = (f"{best['block_m']} {best['block_n']} {best['block_k']} {best['num_warps']} {best['num_stages']} "
-                f"{int(best['flatten'])} {int(best['tma_store'])}")
+                f"{int(best['flatten'])} {int(best['tma_store'])} {int(best.get('warp_specialize', False))}")
         line = (f"| {name} | {tile} | {best['grid']} | {best['tflops']:.0f} | {best['torch_tflops']:.0f} | "
                 f"{best['ratio']:.2f} |")
         lines.append(line)
         print(line)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, "gemm_tune")
+    stem = os.path.join(args.out, "gemm_tune" if args.candidates == "all" else f"gemm_tune_{args.candidates}")
     with open(stem + ".json", "w") as f:
         json.dump({"device": torch.cuda.get_device_name(dev), "rows": rows}, f, indent=1)
     with open(stem + ".md", "w") as f:
-        f.write(f"GEMM core tuning on {torch.cuda.get_device_name(dev)}, bf16 (`python benchmarks/gemm_tune.py`)\n\n")
+        f.write(f"GEMM core tuning on {torch.cuda.get_device_name(dev)}, bf16 (`python benchmarks/gemm_tune.py "
+                f"--candidates {args.candidates}`)\n\n")
         f.write("\n".join(lines) + "\n")
     print(f"wrote {stem}.json and .md")
     return 0 if all(r["correct"] for r in rows) else 1

@@ -22,6 +22,7 @@ import collectives_compile_check  # noqa: E402  (beside this file: the shared sm
 import triton  # noqa: E402
 
 from iris.collectives.ops import _all_gather_matmul as AGM  # noqa: E402
+from iris.collectives.ops import _matmul as CORE  # noqa: E402
 from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
 from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
 from iris.collectives.ops import _matmul_reduce_scatter as MRS  # noqa: E402
@@ -30,10 +31,10 @@ PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
 
 
-def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
-    # the GEMM's launch options (the default H200 config's warps and stages)
+def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None) -> str:
+    # the GEMM's launch options (by default the H200 config's warps and stages)
     return collectives_compile_check.compile_ptx(fn, signature, constexprs, aligned,
-                                                 options={"num_warps": 8, "num_stages": 3})
+                                                 options=options or {"num_warps": 8, "num_stages": 3})
 
 
 def signature(names: str, dt: str, ints: str) -> dict:
@@ -47,8 +48,23 @@ def signature(names: str, dt: str, ints: str) -> dict:
 STRIDES = "M N K stride_am stride_ak stride_bk stride_bn stride_om stride_on"
 
 
+def core_cases():
+    """(name, kernel, signature, constexprs, aligned args, options) of the GEMM core alone
+    (``ops._matmul``), bf16 through descriptors: plain (8 warps) and warp-specialised (4 warps per
+    consumer group, as ``Config(warp_specialize=True, num_warps=4)`` launches it)."""
+    sig = {"a": "*bf16", "b": "*bf16", "bias": "*bf16", "out": "*bf16",
+           **{n: "i32" for n in STRIDES.split()}}
+    for ws in (False, True):
+        constexprs = dict(HAS_BIAS=False, USE_TMA=True, PRECISION="ieee", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                          GROUP_M=8, FLATTEN=False, TMA_STORE=False, WARP_SPECIALIZE=ws)
+        yield (f"matmul_core{'_ws' if ws else ''}/bf16/tma", CORE._matmul_kernel, sig, constexprs,
+               ("a", "b", "out", "M", "N", "K", "stride_am", "stride_bk", "stride_om"),
+               {"num_warps": 4 if ws else 8, "num_stages": 4})
+
+
 def cases():
-    """(name, kernel, signature, constexprs, aligned args) for each op, dtype and load path."""
+    """(name, kernel, signature, constexprs, aligned args, options) for each op, dtype and load
+    path (options None: the ops' launch options)."""
     for dt in ("bf16", "fp32"):
         precision = "tf32" if dt == "fp32" else "ieee"
         for tma in (True, False):
@@ -56,26 +72,26 @@ def cases():
             path = "tma" if tma else "ptr"
             yield (f"matmul_all_reduce/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=tma),
-                   ("a", "b", "out", "partial"))
+                   ("a", "b", "out", "partial"), None)
             yield (f"matmul_all_reduce_two_shot/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=True, USE_TMA=tma),
-                   ("a", "b", "out", "partial"))
+                   ("a", "b", "out", "partial"), None)
             rs = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"
             yield (f"matmul_reduce_scatter/{dt}/{path}", MRS._matmul_reduce_scatter_kernel,
                    signature("a b bias partial out locks", dt, rs), dict(common, USE_TMA=tma),
-                   ("a", "b", "out", "partial"))
+                   ("a", "b", "out", "partial"), None)
             yield (f"matmul_all_gather/{dt}/{path}", MAG._matmul_all_gather_kernel,
                    signature("a b bias staging out flags", dt, rs), dict(common, USE_TMA=tma),
-                   ("a", "b", "out", "staging"))
+                   ("a", "b", "out", "staging"), None)
         common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
         yield (f"all_gather_matmul/{dt}/ptr", AGM._all_gather_matmul_kernel,
                signature("a_shard staged b bias out flags", dt,
                          "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
-               ("a_shard", "staged", "b", "out"))
+               ("a_shard", "staged", "b", "out"), None)
         yield (f"all_gather_matmul_arrival/{dt}/ptr", AGM._arrival_kernel,
                signature("a_shard staged b bias out flags", dt,
                          "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
-               ("a_shard", "staged", "b", "out"))
+               ("a_shard", "staged", "b", "out"), None)
 
 
 def counts(ptx: str) -> dict:
@@ -86,17 +102,19 @@ def counts(ptx: str) -> dict:
         "mma": len(re.findall(r"\bmma\.sync", ptx)),
         "acquire_sys_loads": len(re.findall(r"ld\.acquire\.sys", ptx)),
         "release_sys": len(re.findall(r"\.release\.sys|fence\.acq_rel\.sys", ptx)),
+        "threads": int(re.search(r"\.reqntid (\d+)", ptx).group(1)),
+        "setmaxnreg": len(re.findall(r"setmaxnreg", ptx)),
     }
 
 
 def main() -> int:
     results = {}
     only = set(sys.argv[1:])
-    for name, fn, sig, constexprs, aligned in cases():
+    for name, fn, sig, constexprs, aligned, options in [*cases(), *core_cases()]:
         if only and name.split("/")[0] not in only:
             continue
         try:
-            results[name] = dict(ok=True, **counts(compile_ptx(fn, sig, constexprs, aligned)))
+            results[name] = dict(ok=True, **counts(compile_ptx(fn, sig, constexprs, aligned, options)))
         except Exception as exc:  # reported to the test
             results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],
                                  trace=traceback.format_exc()[-4000:])

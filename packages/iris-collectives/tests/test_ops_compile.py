@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ops_compile_check.py")
 OPS = {"matmul_all_reduce", "matmul_all_reduce_two_shot", "matmul_reduce_scatter", "matmul_all_gather",
        "all_gather_matmul", "all_gather_matmul_arrival"}
+CORE = {"matmul_core", "matmul_core_ws"}  # the GEMM core alone, plain and warp-specialised
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def compiled() -> dict:
 def test_every_op_compiles_for_sm90(compiled):
     failed = {k: r["error"] + "\n" + r.get("trace", "") for k, r in compiled.items() if not r["ok"]}
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
-    assert {k.split("/")[0] for k in compiled} == OPS
+    assert {k.split("/")[0] for k in compiled} == OPS | CORE
 
 
 def test_descriptor_path_uses_tma_and_wgmma(compiled):
@@ -45,4 +46,17 @@ def test_descriptor_path_uses_tma_and_wgmma(compiled):
 
 def test_flags_are_acquired_and_released_at_system_scope(compiled):
     for key, r in compiled.items():
-        assert r["acquire_sys_loads"] > 0 and r["release_sys"] > 0, (key, r)
+        if key.split("/")[0] in OPS:
+            assert r["acquire_sys_loads"] > 0 and r["release_sys"] > 0, (key, r)
+
+
+def test_warp_specialised_core_has_a_producer_and_two_consumer_warpgroups(compiled):
+    # Config(warp_specialize=True, num_warps=4): Triton's Hopper warp specialisation splits the K
+    # loop into a TMA producer warpgroup and two MMA consumer warpgroups (12 warps), re-balancing
+    # registers between them with setmaxnreg. A Triton that silently declines leaves 4 warps.
+    ws, plain = compiled["matmul_core_ws/bf16/tma"], compiled["matmul_core/bf16/tma"]
+    assert ws["threads"] == 3 * 128 and ws["setmaxnreg"] > 0, ws
+    assert plain["threads"] == 256 and plain["setmaxnreg"] == 0, plain
+    for key in compiled:
+        if key.split("/")[0] in OPS:  # the fused ops never ask for it
+            assert compiled[key]["setmaxnreg"] == 0, (key, compiled[key])

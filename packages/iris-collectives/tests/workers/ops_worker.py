@@ -286,6 +286,8 @@ def scenario_argument_errors(ctx):
                  ar, "config.variant='ring'", "one_shot", "two_shot")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(block_m=24)), IrisUsageError,
                  ar, "config.block_m=24", "power of two >= 16")
+    expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(warp_specialize=1)),
+                 IrisUsageError, ar, "config.warp_specialize=1", "True or False")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config={"block_m": 16}), IrisUsageError, ar,
                  "must be an iris.collectives.ops.Config")
     if dev.type == "cpu" and torch.cuda.is_available() is False:

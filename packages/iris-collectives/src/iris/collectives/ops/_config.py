@@ -38,6 +38,11 @@ class Config:
     - ``input_precision``: ``tl.dot``'s for fp32 inputs, ``"tf32"`` (default) or ``"ieee"``.
     - ``flatten``: let the compiler flatten the persistent tile loop with the K loop, so that the
       next tile's first loads are in flight during this tile's epilogue (GEMM core only).
+    - ``warp_specialize``: split the K loop into a TMA producer warpgroup and two MMA consumer
+      warpgroups (Triton's Hopper warp specialisation; with ``use_tma`` and ``num_warps=4``, which
+      then launches 12 warps). GEMM core only: the fused ops ignore it, because Triton does not
+      specialise a loop whose tile epilogue has CTA barriers (their waits and signals) and would
+      leave a 4-warp kernel; ignored without tensor descriptors.
     """
 
     variant: str | None = None
@@ -51,6 +56,7 @@ class Config:
     use_tma: bool | None = None
     input_precision: str | None = None
     flatten: bool | None = None
+    warp_specialize: bool | None = None
 
 
 #: Defaults by (backend, op or "*", shape class or "*", world size or 0 for any): the first
@@ -94,6 +100,7 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     fields.setdefault("variant", VARIANTS[op][0])
     fields.setdefault("input_precision", "tf32")
     fields.setdefault("flatten", False)
+    fields.setdefault("warp_specialize", False)
     fields.update(given)
     chosen = Config(**{f.name: fields.get(f.name) for f in dataclasses.fields(Config)})
     where = f"iris.collectives.ops.{op}"
@@ -110,8 +117,9 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if chosen.grid is not None and (isinstance(chosen.grid, bool) or not isinstance(chosen.grid, int)
                                     or chosen.grid < 1):
         raise IrisUsageError(f"{where}: config.grid={chosen.grid!r} must be a positive int or None")
-    if not isinstance(chosen.flatten, bool):
-        raise IrisUsageError(f"{where}: config.flatten={chosen.flatten!r} must be True or False")
+    for name in ("flatten", "warp_specialize"):
+        if not isinstance(getattr(chosen, name), bool):
+            raise IrisUsageError(f"{where}: config.{name}={getattr(chosen, name)!r} must be True or False")
     if chosen.input_precision not in ("tf32", "ieee"):
         raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")
     return chosen

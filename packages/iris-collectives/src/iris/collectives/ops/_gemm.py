@@ -80,11 +80,16 @@ def dot_k(acc, a_ptr, rows, row_mask, stride_am, stride_ak, b_ptr, cols, N, K, s
 
 
 @triton.jit
-def dot_k_tma(acc, a_desc, row0, b_desc, col0, K, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def dot_k_tma(acc, a_desc, row0, b_desc, col0, K, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+              WARP_SPECIALIZE: tl.constexpr = False):
     """``acc + A[row0 : row0 + BLOCK_M, :K] @ B[:K, col0 : col0 + BLOCK_N]`` through tensor
     descriptors (TMA on sm_90; see :func:`make_descriptors`). Rows, columns and the K tail past
-    the descriptors' shapes load as 0. Per program; weak loads."""
-    for k0 in range(0, K, BLOCK_K):
+    the descriptors' shapes load as 0. Per program; weak loads.
+
+    ``WARP_SPECIALIZE``: ask Triton to split the loop into a producer warpgroup (the TMA loads)
+    and consumer warpgroups (the MMAs), as cuBLAS's Hopper kernels do; with ``num_warps=4`` Triton
+    3.6+ builds one producer and two consumers (12 warps). See ``Config.warp_specialize``."""
+    for k0 in tl.range(0, K, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
         a = a_desc.load([row0, k0])
         b = b_desc.load([k0, col0])
         if INTERPRETER:
@@ -122,14 +127,15 @@ def gemm_operands(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, USE_TMA: tl.const
 @triton.jit
 def tile_product(a_op, b_op, row0, col0, rows, row_mask, cols, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                  USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False):
     """One output tile ``A[rows, :K] @ B[:K, cols]`` in fp32, through what :func:`gemm_operands`
     returned: :func:`dot_k_tma` from row ``row0`` and column ``col0`` (the first of ``rows`` and
     ``cols``) when ``USE_TMA`` (rows past the descriptor's shape load as 0; the caller masks its stores),
-    else :func:`dot_k` with ``row_mask``. Per program; weak loads."""
+    else :func:`dot_k` with ``row_mask``. ``WARP_SPECIALIZE``: see :func:`dot_k_tma` (TMA path only).
+    Per program; weak loads."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if USE_TMA:
-        return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION)
+        return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION, WARP_SPECIALIZE)
     else:
         return dot_k(acc, a_op, rows, row_mask, stride_am, stride_ak, b_op, cols, N, K, stride_bk, stride_bn,
                      BLOCK_K, PRECISION)

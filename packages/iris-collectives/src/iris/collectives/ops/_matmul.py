@@ -25,10 +25,10 @@ CALL = "iris.collectives.ops._matmul.matmul"
 def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                    HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr,
-                   TMA_STORE: tl.constexpr):
+                   TMA_STORE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """Persistent GEMM: program ``p`` computes tiles ``p, p + P, ...`` in the grouped order.
-    ``FLATTEN``: see ``Config.flatten``; ``TMA_STORE``: the epilogue stores through a tensor
-    descriptor of ``out`` (GPU, 16-byte aligned rows)."""
+    ``FLATTEN``, ``WARP_SPECIALIZE``: see ``Config``; ``TMA_STORE``: the epilogue stores through a
+    tensor descriptor of ``out`` (GPU, 16-byte aligned rows)."""
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -39,7 +39,8 @@ def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, st
         rows = tile_rows(pid_m, BLOCK_M)
         cols = tile_cols(pid_n, BLOCK_N)
         acc = tile_product(a_op, b_op, pid_m * BLOCK_M, pid_n * BLOCK_N, rows, rows < M, cols, N, K, stride_am,
-                           stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
+                           stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K,
+                           WARP_SPECIALIZE)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         if TMA_STORE:
             out_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], round_to(acc, out.dtype.element_ty))
@@ -71,5 +72,5 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
         out.stride(0), out.stride(1), HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
         PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         GROUP_M=cfg.group_m, FLATTEN=cfg.flatten, TMA_STORE=tma_store and tma_ok(cfg, a, b, out),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
