@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
-# (no argument: rma collectives trace examples; peer, an investigation of the memory traffic, only
-# when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers). Results go to
-# benchmarks/results/ and docs/tracing/; logs to $OUT if set.
+# [gemm] [ccl] [ccl_host] [watchdog] [fused] (no argument: rma collectives trace examples; the
+# others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
+# CCL_WORLDS the host collectives'). Results go to benchmarks/results/ and docs/tracing/; logs to
+# $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
+# "Pending measurements"):
+#   bash tools/gpu-bench.sh gemm ccl_host watchdog            # one H200
+#   CCL_WORLDS="2 4 8" bash tools/gpu-bench.sh ccl            # one H200, ranks under MPS
+#   CCL_WORLDS=2 bash tools/gpu-bench.sh ccl fused            # two H200s, one rank per GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -37,6 +42,13 @@ for s in $stages; do
         want 02 && step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
       done ;;
+    gemm) step gemm_ws python3 benchmarks/gemm_tune.py --candidates ws --m 2048,8192 --reps 10 ;;
+    ccl) for w in ${CCL_WORLDS:-2}; do
+        step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py --heap --write-table --time-per-point 0.02 --graph 10 ${CCL_ARGS:-}
+      done ;;
+    ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
+    watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ;;
+    fused) step fused $MPI -n 2 python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac
 done
