@@ -40,9 +40,10 @@ class Config:
       next tile's first loads are in flight during this tile's epilogue (GEMM core only).
     - ``warp_specialize``: split the K loop into a TMA producer warpgroup and two MMA consumer
       warpgroups (Triton's Hopper warp specialisation; with ``use_tma`` and ``num_warps=4``, which
-      then launches 12 warps). GEMM core only: the fused ops ignore it, because Triton does not
-      specialise a loop whose tile epilogue has CTA barriers (their waits and signals) and would
-      leave a 4-warp kernel; ignored without tensor descriptors.
+      then launches 12 warps). GEMM core only: the fused ops ignore it. Triton 3.6-3.9 refuse to
+      specialise a persistent loop whose body waits (a compile error) and, where they do
+      specialise one with a signal after the tile, drop its atomic (seen in the TTGIR), so a
+      fused op's flags would be lost. Ignored without tensor descriptors.
     """
 
     variant: str | None = None
