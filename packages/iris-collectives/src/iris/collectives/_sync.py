@@ -182,7 +182,8 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
             spin_bounded(flag, _int64(target), _int64(_call_id(call)), _int64(_flag_id(what)), _int64(peer),
                          _int64(index), heap_bases, _calls_address(calls))
     elif _votes(heap_bases):
-        # The same in debug mode, inline: its checks name the call and the flag at compile time.
+        # Debug mode: spin_bounded's loop inline, with the debug checks between the votes (they
+        # name the call and the flag at compile time, and compare the peers' signatures).
         reached = cta_all(seen >= target)
         while (reached == 0) & (stop == 0):
             polls = 0
@@ -191,10 +192,9 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
                 polls += 1
             reached = cta_all(seen >= target)
             if reached == 0:
-                if DEBUG:
-                    if record is not None:
-                        check_signatures(record, rank, peer, heap_bases, call, index)
-                    check_wait_time(start, call, what, rank, peer, index, seen, target)
+                if record is not None:
+                    check_signatures(record, rank, peer, heap_bases, call, index)
+                check_wait_time(start, call, what, rank, peer, index, seen, target)
                 since, stop = watchdog_look(heap_bases, since, call, what, peer, index, seen, target, calls)
         # the last vote was the CTA barrier after every thread's acquire
     else:
