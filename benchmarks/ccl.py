@@ -149,16 +149,18 @@ class Case:
             self.inp, self.out = pattern, torch.empty(big, dtype=dtype, device=dev)
         else:
             self.inp = self.out = pattern
+        self.heap = []
         if heap:  # the same tensors on the symmetric heap: read by the peers where they are, no staging
-            self.heap = [ctx.zeros(t.shape, dtype=dtype) for t in {id(t): t for t in (self.inp, self.out)}.values()]
-            self.heap[0].copy_(self.inp)
-            self.inp, self.out = self.heap[0], self.heap[-1]
+            inp = ctx.zeros(self.inp.shape, dtype=dtype).copy_(self.inp)
+            out = inp if self.out is self.inp else ctx.zeros(self.out.shape, dtype=dtype)
+            self.heap = [inp] if out is inp else [inp, out]
+            self.inp, self.out = inp, out
         self.message = self.inp.numel() * esize  # what the selection table is keyed by
         self.ctx = ctx
 
     def free(self) -> None:
         """Give the heap tensors back (the heap holds one size at a time)."""
-        for t in reversed(getattr(self, "heap", [])):
+        for t in reversed(self.heap):
             self.ctx.free(t)
         self.heap = []
 

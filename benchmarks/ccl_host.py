@@ -5,7 +5,8 @@
 
 An eager call's time is the larger of what the host spends to enqueue it and what the GPU spends
 to run it; for small messages the host's part decides (a 4 KiB all-reduce runs in about 5 us on
-an H200). For each collective, on a 4 KiB fp32 tensor, plain and on the symmetric heap:
+an H200). For each collective, a 4 KiB fp32 call (as in ``benchmarks/ccl.py``, whose ``Case``
+builds the tensors; the size is the larger buffer), on plain tensors and on the heap:
 
 - ``dispatch``: the whole call with the kernel launch replaced by a no-op, i.e. what iris adds
   on top of a kernel launch (the plan key, the plan lookup, the arguments). Any backend.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import statistics
@@ -31,9 +33,9 @@ import torch
 import triton
 
 import iris.runtime
-from iris.collectives import ccl
 from iris.collectives.ccl import _launch
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
 
 
@@ -43,25 +45,13 @@ def empty_kernel(x):
     pass
 
 
-def tensors(ctx, name: str, heap: bool):
-    """(out, inp) of a 4 KiB call of ``name`` (``inp`` is 4 KiB; ``out`` as the collective needs)."""
-    W, n = ctx.world_size, 1024
-    make = ctx.zeros if heap else (lambda size, dtype: torch.zeros(size, dtype=dtype, device=ctx.device))
-    inp = make(n, dtype=torch.float32)
-    if name == "reduce_scatter":
-        return make(n // W, dtype=torch.float32), inp
-    if name == "all_gather":
-        return make(n * W, dtype=torch.float32), inp
-    if name == "broadcast":
-        return inp, inp
-    return make(n, dtype=torch.float32), inp
-
-
-def call_of(ctx, name: str, out, inp):
-    if name == "broadcast":
-        return lambda: ccl.broadcast(ctx, out, 0)
-    fn = getattr(ccl, name)
-    return lambda: fn(ctx, out, inp)
+def bench_cases():
+    """``benchmarks/ccl.py``'s ``Case`` (each collective's tensors and call, checked there), loaded
+    by path: that benchmark is a script, not a package module."""
+    spec = importlib.util.spec_from_file_location("ccl_bench", os.path.join(HERE, "ccl.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Case
 
 
 def host_us(fn, calls: int, cuda: bool) -> float:
@@ -85,11 +75,11 @@ def no_op(*args):
 def run(args) -> dict:
     ctx = iris.runtime.iris(heap_size=1 << 24)
     cuda = ctx.device.type == "cuda"
-    rows = []
+    Case, rows = bench_cases(), []
     for heap in (False, True):
         for name in COLLECTIVES:
-            out, inp = tensors(ctx, name, heap)
-            fn = call_of(ctx, name, out, inp)
+            case = Case(ctx, name, 4096, torch.float32, heap=heap)
+            fn = case.call()
             fn()  # builds the plan and compiles: not timed
             ctx.barrier()
             row = {"collective": name, "heap": heap}
@@ -109,6 +99,8 @@ def run(args) -> dict:
                 # every rank enqueues the same number of calls, so their counters stay matched
                 row["enqueue_us"] = [host_us(fn, min(args.calls, 2000), True) for _ in range(args.rounds)]
             ctx.barrier()
+            del fn
+            case.free()
             rows.append(row)
     floor = None
     if cuda:
@@ -134,8 +126,8 @@ def run(args) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = [f"host microseconds per ccl call, 4 KiB fp32, {result['world_size']} ranks, {result['device']}, "
-             f"Triton {result['triton']} (median of {result['rounds']} rounds, slowest rank)", "",
+    lines = [f"host microseconds per ccl call, 4 KiB fp32 (the larger buffer), {result['world_size']} ranks, "
+             f"{result['device']}, Triton {result['triton']} (median of {result['rounds']} rounds, slowest rank)", "",
              "| collective | tensors | dispatch (us, launch a no-op) | enqueue (us, real launch) |",
              "| --- | --- | --- | --- |"]
     for row in result["rows"]:
@@ -181,7 +173,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=5000, help="calls per measurement")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
     result = run(args)
     from mpi4py import MPI

@@ -27,7 +27,7 @@ import triton.language as tl
 from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
 from iris.device._debug import host_scalar
 from iris.device._vote import cta_all
-from iris.device._watchdog import CHECK_POLLS, WATCHDOG, watchdog_check, watchdog_look, watchdog_tick
+from iris.device._watchdog import CHECK_POLLS, WATCHDOG, _int64, watchdog_check, watchdog_look, watchdog_tick
 from iris.device._watchdog import _call_index as _call_id
 from iris.device._watchdog import _flag_index as _flag_id
 
@@ -249,11 +249,6 @@ def spin_bounded(flag, target, call_id, flag_id, peer, index, heap_bases, calls)
         if reached == 0:
             since, stop = watchdog_check(heap_bases, since, call_id, flag_id, peer, index, seen.to(tl.int64), target,
                                          calls)
-
-
-@triton.jit
-def _int64(value):
-    return tl.full([], 0, tl.int64) + value
 
 
 @triton.jit
