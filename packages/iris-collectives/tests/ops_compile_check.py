@@ -51,15 +51,15 @@ STRIDES = "M N K stride_am stride_ak stride_bk stride_bn stride_om stride_on"
 def core_cases():
     """(name, kernel, signature, constexprs, aligned args, options) of the GEMM core alone
     (``ops._matmul``), bf16 through descriptors: plain (8 warps) and warp-specialised (4 warps per
-    consumer group, as ``Config(warp_specialize=True, num_warps=4)`` launches it)."""
+    consumer group, 3 stages and a descriptor store, as ``ops._matmul.CORE_GPU`` launches it)."""
     sig = {"a": "*bf16", "b": "*bf16", "bias": "*bf16", "out": "*bf16",
            **{n: "i32" for n in STRIDES.split()}}
     for ws in (False, True):
         constexprs = dict(HAS_BIAS=False, USE_TMA=True, PRECISION="ieee", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
-                          GROUP_M=8, FLATTEN=False, TMA_STORE=False, WARP_SPECIALIZE=ws)
+                          GROUP_M=8, FLATTEN=False, TMA_STORE=ws, WARP_SPECIALIZE=ws)
         yield (f"matmul_core{'_ws' if ws else ''}/bf16/tma", CORE._matmul_kernel, sig, constexprs,
                ("a", "b", "out", "M", "N", "K", "stride_am", "stride_bk", "stride_om"),
-               {"num_warps": 4 if ws else 8, "num_stages": 4})
+               {"num_warps": 4 if ws else 8, "num_stages": 3 if ws else 4})
 
 
 def cases():
@@ -96,7 +96,8 @@ def cases():
 
 def counts(ptx: str) -> dict:
     return {
-        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
+        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared", ptx)),
+        "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         "tensormaps": len(re.findall(r"tensormap", ptx)),
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
         "mma": len(re.findall(r"\bmma\.sync", ptx)),

@@ -56,6 +56,7 @@ def test_warp_specialised_core_has_a_producer_and_two_consumer_warpgroups(compil
     # registers between them with setmaxnreg. A Triton that silently declines leaves 4 warps.
     ws, plain = compiled["matmul_core_ws/bf16/tma"], compiled["matmul_core/bf16/tma"]
     assert ws["threads"] == 3 * 128 and ws["setmaxnreg"] > 0, ws
+    assert ws["tma_stores"] > 0, ws  # the specialised core's tile leaves through a descriptor store
     assert plain["threads"] == 256 and plain["setmaxnreg"] == 0, plain
     for key in compiled:
         if key.split("/")[0] in OPS:  # the fused ops never ask for it

@@ -11,6 +11,7 @@ interpreter, which runs every program in turn, stays fast.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from iris.runtime import IrisUsageError
 
@@ -40,7 +41,10 @@ class Config:
       next tile's first loads are in flight during this tile's epilogue (GEMM core only).
     - ``warp_specialize``: split the K loop into a TMA producer warpgroup and two MMA consumer
       warpgroups (Triton's Hopper warp specialisation; with ``use_tma`` and ``num_warps=4``, which
-      then launches 12 warps). GEMM core only: the fused ops ignore it. Triton 3.6-3.9 refuse to
+      then launches 12 warps, one program per SM, the tile stored through a descriptor: with a
+      pointer store the specialised kernel wrote wrong tiles under Triton 3.6 on an H200). GEMM core
+      only, off by default: on an H200 it was no faster than the 8-warp default
+      (``benchmarks/results/gemm_ws_layers.md``). The fused ops ignore it. Triton 3.6-3.9 refuse to
       specialise a persistent loop whose body waits (a compile error) and, where they do
       specialise one with a signal after the tile, drop its atomic (seen in the TTGIR), so a
       fused op's flags would be lost. Ignored without tensor descriptors.
@@ -88,12 +92,23 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     """The complete :class:`Config` for one call: ``config``'s fields where set, the table's elsewhere.
 
     Raises :class:`iris.runtime.IrisUsageError` naming ``op`` for an unknown variant or a bad tile.
+    The answer depends on the shape only through :func:`shape_class`, so it is cached per (op,
+    shape class, world size, backend, config): a call costs a dictionary lookup instead of the
+    table walk (tens of microseconds of Python per op call before). Rows appended to or removed
+    from :data:`DEFAULTS` take effect at once; a row edited in place after its first use needs
+    ``choose.cache_clear()``.
     """
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"iris.collectives.ops.{op}: config={config!r} must be an "
                              f"iris.collectives.ops.Config or None")
+    return _choose(op, shape_class(M, N, K), world_size, backend, config, id(DEFAULTS), len(DEFAULTS))
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: int,
+            table_rows: int) -> Config:
+    # table_id, table_rows: only in the cache key, so that a changed table is looked up anew
     given = {k: v for k, v in dataclasses.asdict(config or Config()).items() if v is not None}
-    shape = shape_class(M, N, K)
     fields: dict = {}
     for (b, o, s, w), row in reversed(DEFAULTS):
         if b == backend and o in ("*", op) and s in ("*", shape) and w in (0, world_size):
@@ -124,3 +139,6 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if chosen.input_precision not in ("tf32", "ieee"):
         raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")
     return chosen
+
+
+choose.cache_clear = _choose.cache_clear  # type: ignore[attr-defined]

@@ -7,6 +7,8 @@ users call ``torch.matmul`` for a plain GEMM.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -50,27 +52,38 @@ def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, st
                      round_to(acc, out.dtype.element_ty), mask=mask)
 
 
+class _DeviceOnly(NamedTuple):
+    """What ``check_inputs`` reads of a context (its device), for a call that has none."""
+
+    device: torch.device
+
+
 def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
            programs: int | None = None, tma_store: bool = False) -> torch.Tensor:
     """``out = a @ b + bias`` with the fused ops' GEMM core, on torch's current stream. ``programs``:
-    the persistent grid (default: one program per tile on the cpu backend, 2 per SM on a GPU)."""
+    the persistent grid (default: one program per tile on the cpu backend; on a GPU 2 per SM, or 1
+    per SM when warp-specialised). The config defaults to the fused ops' (``Config``)."""
 
-    class _Local:  # check_inputs wants a context: only its device matters here
-        device = a.device
-
-    check_inputs(CALL, _Local, out, a, b, bias)
+    check_inputs(CALL, _DeviceOnly(a.device), out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config)
+    # Under warp specialisation the tile goes out through a descriptor store: with the masked
+    # pointer store, Triton 3.6's specialised kernel wrote wrong tiles on an H200 (gemm_ws_probe.md).
+    warp_specialize = cfg.warp_specialize and tma_ok(cfg, a, b, out)
+    tma_store = (tma_store or warp_specialize) and tma_ok(cfg, a, b, out)
     tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
     if programs is None:
         programs = tiles
         if a.device.type == "cuda":
-            programs = min(tiles, 2 * torch.cuda.get_device_properties(a.device).multi_processor_count)
+            # two programs per SM hide one's epilogue behind the other's loads; a specialised
+            # program fills an SM alone (12 warps, ~210 KB of shared memory)
+            per_sm = 1 if warp_specialize else 2
+            programs = min(tiles, per_sm * torch.cuda.get_device_properties(a.device).multi_processor_count)
     _matmul_kernel[(programs,)](
         a, b, bias if bias is not None else a, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
         PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m, FLATTEN=cfg.flatten, TMA_STORE=tma_store and tma_ok(cfg, a, b, out),
-        WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        GROUP_M=cfg.group_m, FLATTEN=cfg.flatten, TMA_STORE=tma_store, WARP_SPECIALIZE=warp_specialize,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -1,0 +1,43 @@
+"""``ops.choose``: the cached config choice answers as the table says (its first matching row
+wins), and follows table changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.collectives import ops
+from iris.collectives.ops import _config
+from iris.runtime import IrisUsageError
+
+
+def test_a_choice_is_cached_per_shape_class_and_config():
+    first = _config.choose("matmul_all_reduce", 4096, 4096, 4096, 2, "cuda", None)
+    again = _config.choose("matmul_all_reduce", 8192, 8192, 1024, 2, "cuda", None)  # also "large"
+    assert again is first  # the cache answered: the shape enters only through its class
+    small = _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cuda", None)
+    assert _config.shape_class(64, 64, 64) == "small" and small.block_m == 64 and first.block_m == 128
+    forced = _config.choose("matmul_all_reduce", 4096, 4096, 4096, 2, "cuda", ops.Config(block_n=64))
+    assert forced.block_n == 64 and forced.block_m == first.block_m
+
+
+def test_bad_configs_raise_on_every_call():
+    for _ in range(2):  # an error is not cached as an answer
+        with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config.block_m=48 must be a power of two"):
+            _config.choose("matmul_all_reduce", 64, 64, 64, 1, "cpu", ops.Config(block_m=48))
+        with pytest.raises(IrisUsageError, match="must be an iris.collectives.ops.Config or None"):
+            _config.choose("matmul_all_reduce", 64, 64, 64, 1, "cpu", {"block_m": 32})
+
+
+def test_table_changes_take_effect(monkeypatch):
+    before = _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None)
+    row = (("cpu", "all_gather_matmul", "*", 3), dict(block_m=32))
+    monkeypatch.setattr(_config, "DEFAULTS", [row] + _config.DEFAULTS)  # a new table: looked up anew
+    assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None).block_m == 32
+    _config.DEFAULTS.insert(0, (("cpu", "all_gather_matmul", "*", 3), dict(block_n=32)))  # a row more: too
+    assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None).block_n == 32
+    _config.DEFAULTS[0][1]["block_n"] = 64  # edited in place: only after cache_clear
+    assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None).block_n == 32
+    _config.choose.cache_clear()
+    assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None).block_n == 64
+    monkeypatch.undo()
+    assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None) == before
