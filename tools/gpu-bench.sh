@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
-# [gemm] [ccl] [ccl_host] [watchdog] [fused] (no argument: rma collectives trace examples; the
+# [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [watchdog] [fused] (no argument: rma collectives trace examples; the
 # others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
 # CCL_WORLDS the host collectives'). Results go to benchmarks/results/ and docs/tracing/; logs to
 # $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
@@ -43,6 +43,8 @@ for s in $stages; do
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
       done ;;
     gemm) step gemm_ws python3 benchmarks/gemm_tune.py --candidates ws --m 2048,8192 --reps 10 ;;
+    ws_probe) step ws_probe python3 benchmarks/gemm_ws_probe.py --reps 10 ${PROBE_ARGS:-} ;;
+    gemm_core) step gemm_core python3 benchmarks/fused_ops.py --gemm-only --reps 10 ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py --heap --write-table --time-per-point 0.02 --graph 10 ${CCL_ARGS:-}
       done ;;
