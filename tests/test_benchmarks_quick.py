@@ -141,12 +141,15 @@ def test_gpu_probes_draw_their_committed_results(tmp_path, script, results):
 
 @pytest.mark.multirank
 def test_fused_ops_quick(tmp_path):
-    # every op, fused and unfused (gloo stands in for nccl on the cpu backend), checked against each other
+    # every op, fused and unfused (gloo stands in for nccl on the cpu backend, next to ccl), checked
+    # against each other
     proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--quick", "--out", str(tmp_path), timeout=600)
     result = json.loads((tmp_path / "fused_ops_2ranks_quick.json").read_text())
     assert {r["op"] for r in result["rows"]} == {"all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
                                                  "matmul_all_gather"}, result
     assert all(r["correct"] and r["times_s"]["fused"] > 0 and r["times_s"]["ideal"] > 0 for r in result["rows"])
+    # the unfused baseline with this library's collective, and that collective alone
+    assert all(r["times_s"]["unfused_ccl"] > 0 and r["times_s"]["ccl"] > 0 for r in result["rows"]), result
     assert "f/ideal" in proc.stdout and "f/ideal" in (tmp_path / "fused_ops_2ranks_quick.md").read_text()
 
 
@@ -173,3 +176,15 @@ def test_backends_comparison_joins_points_of_both_backends(tmp_path):
     assert any(r["benchmark"] == "tile all-reduce us" for r in rows)
     assert all(abs(r["ratio"] - 1.0) < 1e-12 for r in rows)
     assert "nvshmem / cuda" in (tmp_path / "backends_2ranks.md").read_text()
+
+
+@pytest.mark.multirank
+def test_ops_host_times_every_op(tmp_path):
+    proc = run_ranks(2, os.path.join(BENCH, "ops_host.py"), "--calls", "50", "--rounds", "2", "--out", str(tmp_path),
+                     timeout=600)
+    result = json.loads((tmp_path / "ops_host_2ranks_cpu.json").read_text())
+    names = [r["op"] for r in result["rows"]]
+    assert names == ["matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather",
+                     "gemm core"], names
+    assert all(r["dispatch_median_us"] > 0 for r in result["rows"]), result["rows"]
+    assert "dispatch" in proc.stdout and "| gemm core |" in (tmp_path / "ops_host_2ranks_cpu.md").read_text()
