@@ -5,11 +5,17 @@ intermediate 28672 split over the W ranks, bf16), in one run:
 
 - ``fused``: the ``iris.collectives.ops`` call (default config, or ``--variant``);
 - ``unfused``: ``torch.matmul`` (cuBLAS) then the ``torch.distributed`` collective (nccl);
+- ``unfused_ccl``: ``torch.matmul`` then this library's host collective (``iris.collectives.ccl``);
 - ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``
   where they exist (a symmetric-memory group over the same ranks), else the reason why not;
 - ``gemm_ours`` / ``gemm_cublas``: the GEMM alone (this library's core, cuBLAS): the compute floor;
-- ``collective``: the nccl collective alone: the communication floor;
-- ``ideal``: max(gemm_cublas, collective), what perfect overlap would reach.
+- ``collective`` / ``ccl``: the nccl / ccl collective alone: the communication floor;
+- ``ideal``: max(gemm_cublas, the faster collective), what perfect overlap would reach.
+
+When the ranks share a GPU (several ranks on one GPU under MPS), NCCL refuses to run: the nccl
+columns are empty, and so are torch's fused ops (their symmetric-memory rendezvous refuses a shared
+GPU); the torch group is gloo, and speedups are against ``unfused_ccl``. Such runs share the SMs between the
+ranks, so they compare implementations, not overlap.
 
 Shapes per rank (W ranks, I = intermediate / W):
 
@@ -20,8 +26,9 @@ Shapes per rank (W ranks, I = intermediate / W):
 | matmul_all_reduce (row-parallel down projection) | [M, I] | [I, hidden] | [M, hidden] |
 | matmul_all_gather (down projection of a row shard, gathered) | [M/W, I] | [I, hidden] | [M, hidden] |
 
-Timing: CUDA events around each call, after warm-up, median over ``--reps`` back-to-back calls (no
-barrier between fused calls: they need none); ranks line up with a barrier before each series.
+Timing: CUDA events around each call, after warm-up, median over ``--reps`` back-to-back calls
+queued without waiting (no barrier between fused calls: they need none; a call's host time counts
+only where it exceeds the GPU's); ranks line up with a barrier before each series.
 Each fused result is checked against the unfused one. Prints a table (ms, TFLOP/s per rank,
 speedup vs unfused, fused/ideal) and writes ``benchmarks/results/fused_ops_<W>ranks.json``, a
 Markdown table and a plot (when matplotlib is installed).
@@ -50,7 +57,7 @@ os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 import torch
 
 import iris.runtime
-from iris.collectives import ops
+from iris.collectives import ccl, ops
 from iris.collectives.ops._matmul import matmul as gemm_core
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce", "matmul_all_gather")
@@ -114,15 +121,19 @@ class Timer:
             fn()
         self._sync()
         times = []
-        for _ in range(self.reps):
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self.cuda:
+            # back to back, an event pair around each call and no wait between calls, as a model
+            # enqueues its layers: the host's time per call hides behind the GPU's where shorter
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(self.reps)]
+            for start, end in events:
                 start.record()
                 fn()
                 end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
+            torch.cuda.synchronize()
+            times = [start.elapsed_time(end) / 1e3 for start, end in events]
+        else:
+            for _ in range(self.reps):
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
@@ -147,6 +158,13 @@ class Torch:
         import torch.distributed as dist
 
         self.dist, self.ctx = dist, ctx
+        self.one_per_gpu = getattr(ctx, "ranks_on_device", 1) == 1
+        #: why the nccl columns are empty, or None
+        self.nccl_reason = None
+        if ctx.device.type != "cuda":
+            self.nccl_reason = None  # gloo stands in on the cpu backend (quick mode)
+        elif not self.one_per_gpu:
+            self.nccl_reason = f"{ctx.ranks_on_device} ranks share each GPU: NCCL refuses that"
         if not dist.is_initialized():
             port = None
             if ctx.rank == 0:
@@ -154,7 +172,7 @@ class Torch:
                     s.bind(("127.0.0.1", 0))
                     port = s.getsockname()[1]
             port = ctx.comm.bcast(port, root=0)
-            backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+            backend = "nccl" if ctx.device.type == "cuda" and self.one_per_gpu else "gloo"
             kwargs = {"device_id": ctx.device} if backend == "nccl" else {}
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=ctx.rank,
                                     world_size=ctx.world_size, **kwargs)
@@ -163,6 +181,9 @@ class Torch:
             self.fused_reason = "disabled with --no-torch-fused"
         elif ctx.device.type != "cuda":
             self.fused_reason = "torch symm_mem fused ops need CUDA"
+        elif not self.one_per_gpu:  # measured on an H200 with torch 2.11: the rendezvous raises
+            self.fused_reason = ("torch symm_mem fused ops refuse ranks that share a GPU "
+                                 "(CUDASymmetricMemoryAllocator::rendezvous: allocations from overlapping devices)")
         else:
             try:
                 import torch.distributed._symmetric_memory as symm_mem
@@ -177,6 +198,17 @@ class Torch:
                 self.fused_reason = f"{type(exc).__name__}: {exc}"
         reasons = [r for r in ctx.comm.allgather(self.fused_reason) if r]
         self.fused_reason = reasons[0] if reasons else None
+
+    @staticmethod
+    def ccl_collective(ctx, op: str, out: torch.Tensor, local: torch.Tensor):
+        """This library's host collective of ``op`` (``iris.collectives.ccl``), same arguments as
+        :meth:`collective`."""
+        if op == "matmul_all_reduce":
+            ccl.all_reduce(ctx, out, local)
+        elif op == "matmul_reduce_scatter":
+            ccl.reduce_scatter(ctx, out, local)
+        else:
+            ccl.all_gather(ctx, out, local)
 
     def collective(self, op: str, out: torch.Tensor, local: torch.Tensor):
         """The collective of ``op``: ``local`` is the GEMM's output, ``out`` the op's output."""
@@ -223,16 +255,24 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     def fused():
         fused_fn(ctx, out, a, b, config=config)
 
+    def comm(fn):
+        """``(out, inp) -> None``: the op's collective through ``fn`` (torch.distributed's or ccl's)."""
+        return lambda o, i: fn(op, o, i)
+
+    nccl = comm(tdist.collective) if tdist.nccl_reason is None else None
+    ours = comm(lambda name, o, i: tdist.ccl_collective(ctx, name, o, i))
     if op == "all_gather_matmul":
         gathered = torch.empty((M, a_shape[1]), dtype=dtype, device=dev)
         ref_out = torch.empty(out_shape, dtype=dtype, device=dev)
 
-        def unfused():
-            tdist.collective(op, gathered, a)
-            torch.matmul(gathered, b, out=ref_out)
+        def unfused_with(coll):
+            def run():
+                coll(gathered, a)
+                torch.matmul(gathered, b, out=ref_out)
+            return run
 
-        def collective():
-            tdist.collective(op, gathered, a)
+        def collective_with(coll):
+            return lambda: coll(gathered, a)
 
         def gemm_cublas():
             torch.matmul(gathered, b, out=ref_out)
@@ -241,12 +281,14 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     else:
         ref_out = torch.empty(out_shape, dtype=dtype, device=dev)
 
-        def unfused():
-            torch.matmul(a, b, out=gemm_out)
-            tdist.collective(op, ref_out, gemm_out)
+        def unfused_with(coll):
+            def run():
+                torch.matmul(a, b, out=gemm_out)
+                coll(ref_out, gemm_out)
+            return run
 
-        def collective():
-            tdist.collective(op, ref_out, gemm_out)
+        def collective_with(coll):
+            return lambda: coll(ref_out, gemm_out)
 
         def gemm_cublas():
             torch.matmul(a, b, out=gemm_out)
@@ -256,21 +298,27 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     def gemm_ours():
         gemm_core(gemm_res, gemm_a, gemm_b)
 
-    times = {"fused": timer(fused), "unfused": timer(unfused)}
-    # checked after timing: both ran the same inputs many times; compare the last results
+    def maybe(fn):
+        return timer(fn) if fn is not None else None
+
+    times = {"fused": timer(fused), "unfused": maybe(unfused_with(nccl) if nccl else None),
+             "unfused_ccl": timer(unfused_with(ours))}
+    # checked after timing: both ran the same inputs many times; compare the last results (the
+    # reference is cuBLAS + NCCL where NCCL runs, else cuBLAS + ccl)
     fused()
-    unfused()
+    unfused_with(nccl or ours)()
     if dev.type == "cuda":
         torch.cuda.synchronize()
     scale = ref_out.float().abs().max().item() or 1.0
     error = (out.float() - ref_out.float()).abs().max().item() / scale
     tolerance = 2e-2 if dtype != torch.float32 else 1e-2  # tf32 products, different summation orders
     torch_fn = tdist.fused(op, out, a, b)
-    times["torch_fused"] = timer(torch_fn) if torch_fn is not None else None
+    times["torch_fused"] = maybe(torch_fn)
     times["gemm_ours"] = timer(gemm_ours)
     times["gemm_cublas"] = timer(gemm_cublas)
-    times["collective"] = timer(collective)
-    times["ideal"] = max(times["gemm_cublas"], times["collective"])
+    times["collective"] = maybe(collective_with(nccl) if nccl else None)
+    times["ccl"] = timer(collective_with(ours))
+    times["ideal"] = max(times["gemm_cublas"], min(t for t in (times["collective"], times["ccl"]) if t is not None))
     variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, config).variant
     return {"op": op, "variant": variant, "M": M, "a": list(a_shape), "b": list(b_shape), "out": list(out_shape),
             "flops": flops,
@@ -285,16 +333,17 @@ def row_text(r: dict) -> str:
         return f"{x * 1e3:9.3f}" if x is not None else f"{'-':>9}"
 
     tflops = r["flops"] / t["fused"] / 1e12
-    return (f"{r['op']:<22} {r['M']:>6} {ms(t['fused'])} {ms(t['unfused'])} {ms(t['torch_fused'])} "
-            f"{ms(t['gemm_ours'])} {ms(t['gemm_cublas'])} {ms(t['collective'])} {ms(t['ideal'])} "
-            f"{tflops:8.1f} {t['unfused'] / t['fused']:7.2f}x {t['fused'] / t['ideal']:8.2f} "
-            f"{'ok' if r['correct'] else 'WRONG'}")
+    baseline = t["unfused"] if t.get("unfused") is not None else t["unfused_ccl"]
+    return (f"{r['op']:<22} {r['M']:>6} {ms(t['fused'])} {ms(t['unfused'])} {ms(t.get('unfused_ccl'))} "
+            f"{ms(t['torch_fused'])} {ms(t['gemm_ours'])} {ms(t['gemm_cublas'])} {ms(t['collective'])} "
+            f"{ms(t.get('ccl'))} {ms(t['ideal'])} {tflops:8.1f} {baseline / t['fused']:7.2f}x "
+            f"{t['fused'] / t['ideal']:8.2f} {'ok' if r['correct'] else 'WRONG'}")
 
 
-HEADER = (f"{'op':<22} {'M':>6} {'fused':>9} {'unfused':>9} {'torch':>9} {'gemm_our':>9} {'cublas':>9} "
-          f"{'coll':>9} {'ideal':>9} {'TFLOP/s':>8} {'vs unf':>8} {'f/ideal':>8} check\n"
-          f"{'':<22} {'':>6} {'(ms)':>9} {'(ms)':>9} {'fused ms':>9} {'(ms)':>9} {'(ms)':>9} {'(ms)':>9} "
-          f"{'(ms)':>9}")
+HEADER = (f"{'op':<22} {'M':>6} {'fused':>9} {'unfused':>9} {'unf_ccl':>9} {'torch':>9} {'gemm_our':>9} "
+          f"{'cublas':>9} {'nccl':>9} {'ccl':>9} {'ideal':>9} {'TFLOP/s':>8} {'vs unf':>8} {'f/ideal':>8} check\n"
+          f"{'':<22} {'':>6} {'(ms)':>9} {'nccl ms':>9} {'(ms)':>9} {'fused ms':>9} {'(ms)':>9} {'(ms)':>9} "
+          f"{'alone ms':>9} {'alone ms':>9} {'(ms)':>9}")
 
 
 def plot(result: dict, path: str) -> str | None:
@@ -310,7 +359,8 @@ def plot(result: dict, path: str) -> str | None:
     for ax, op in zip(axes[0], names):
         rows = [r for r in result["rows"] if r["op"] == op]
         ms = [r["M"] for r in rows]
-        for key, style in (("fused", "o-"), ("unfused", "s--"), ("torch_fused", "^:"), ("ideal", "k-")):
+        for key, style in (("fused", "o-"), ("unfused", "s--"), ("unfused_ccl", "d--"), ("torch_fused", "^:"),
+                           ("ideal", "k-")):
             ys = [r["times_s"][key] for r in rows]
             if all(y is not None for y in ys):
                 ax.plot(ms, [y * 1e3 for y in ys], style, label=key)
@@ -353,12 +403,17 @@ def run_layers(args) -> int:
                 print(row_text(rows[-1]) if len(rows) > 1 else HEADER + "\n" + row_text(rows[-1]), flush=True)
     result = {"world_size": ctx.world_size, "device": device, "dtype": args.dtype, "hidden": args.hidden,
               "intermediate": args.intermediate, "quick": args.quick, "torch": torch.__version__,
-              "torch_fused_note": tdist.fused_reason, "rows": rows}
+              "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason,
+              "ranks_per_gpu": getattr(ctx, "ranks_on_device", 1), "rows": rows}
     if ctx.rank == 0:
         text = HEADER + "\n" + "\n".join(row_text(r) for r in rows)
         if tdist.fused_reason:
             text += f"\ntorch fused ops: {tdist.fused_reason}"
-        stem = os.path.join(args.out, f"fused_ops_{ctx.world_size}ranks{'_quick' if args.quick else ''}")
+        if tdist.nccl_reason:
+            text += f"\nnccl columns empty: {tdist.nccl_reason}; 'vs unf' is against cuBLAS + ccl"
+        shared = getattr(ctx, "ranks_on_device", 1)
+        gpus = f"_{ctx.world_size // shared}gpu" if ctx.device.type == "cuda" and shared > 1 else ""
+        stem = os.path.join(args.out, f"fused_ops_{ctx.world_size}ranks{gpus}{'_quick' if args.quick else ''}")
         write(result, text, stem)
         note = plot(result, stem + ".png")
         print(note or f"wrote {stem}.json, .md, .png", flush=True)
@@ -408,7 +463,16 @@ def run_gemm_only(args) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return run_gemm_only(args) if args.gemm_only else run_layers(args)
+    if args.gemm_only:
+        return run_gemm_only(args)
+    try:
+        return run_layers(args)
+    except BaseException:
+        # Under mpirun the job's abort can outrun the rank's stderr: say what failed on stdout first.
+        import traceback
+
+        print(f"fused_ops.py failed on this rank:\n{traceback.format_exc()}", flush=True)
+        raise
 
 
 if __name__ == "__main__":
