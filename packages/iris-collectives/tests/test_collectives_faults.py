@@ -102,6 +102,22 @@ def mismatch_expected(case: str, nranks: int) -> list[str]:
             rf"iris: rank \d failed; aborting all {nranks} ranks"]
 
 
+def mismatch_pairs(out: str) -> set[tuple[int, int]]:
+    """(rank, peer) of every mismatch report in a job's output (the cpu backend's message)."""
+    return {(int(a), int(b)) for a, b in re.findall(r"rank (\d) and rank (\d) made different calls", out)}
+
+
+def device_report_ranks(out: str) -> tuple[set[int], set[int]]:
+    """The ranks and peers that the GPU's mismatch reports name. A report is the device print of
+    ``_signature._report``: one line per value and thread, ``pid (x, y, z) idx () <prefix>: (operand
+    i) value`` (measured on an H200, Triton 3.6), values 0 and 1 being the rank and its peer. Lines of
+    different ranks interleave, so the two are collected apart."""
+    named: tuple[set[int], set[int]] = (set(), set())
+    for value_index, value in re.findall(r"calls differ on a lock array.*?grid =:? ?\(operand ([01])\) (-?\d+)", out):
+        named[int(value_index)].add(int(value))
+    return named
+
+
 CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer", *MISMATCHES]
 
 
@@ -128,9 +144,17 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
     for pattern in expected(case, nranks):
         assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
     if mismatch:
-        # every report names the last rank (the odd one out) and another one
-        pairs = {(int(a), int(b)) for a, b in re.findall(r"rank (\d) and rank (\d) made different calls", out)}
-        assert pairs and all(nranks - 1 in pair and pair[0] != pair[1] for pair in pairs), (pairs, out)
+        reports = "\n".join(line for line in out.splitlines() if "calls differ" in line or "different calls" in line)
+        if CUDA:
+            # the reports name the last rank (the odd one out) and other ranks, and only ranks of the job
+            ranks, peers = device_report_ranks(out)
+            named = ranks | peers
+            assert ranks and peers and nranks - 1 in named and len(named) >= 2, (ranks, peers, reports[:4000])
+            assert named <= set(range(nranks)), (ranks, peers, reports[:4000])
+        else:
+            # every report names the last rank and another one
+            pairs = mismatch_pairs(out)
+            assert pairs and all(nranks - 1 in pair and pair[0] != pair[1] for pair in pairs), (pairs, reports[:4000])
         assert "timed out" not in out and "waited" not in out, out  # the signatures, not a time limit
     assert "went on past the barrier" not in out, out
     files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
