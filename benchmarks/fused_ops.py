@@ -242,11 +242,12 @@ class Torch:
 def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     W, dev, dtype = ctx.world_size, ctx.device, DTYPES[args.dtype]
     a_shape, b_shape, out_shape, flops = layer_shapes(op, M, args.hidden, args.intermediate, W)
-    g = torch.Generator(device="cpu").manual_seed(1000 * ctx.rank + M)
-    a = (torch.randn(a_shape, generator=g) / a_shape[1] ** 0.5).to(dtype).to(dev)
-    b = torch.randn(b_shape, generator=g).to(dtype).to(dev)
-    if op == "all_gather_matmul":
-        b = torch.randn(b_shape, generator=torch.Generator().manual_seed(M)).to(dtype).to(dev)
+    # drawn on the device: on the CPU, the inputs of the large shapes took longer than the timing
+    g = torch.Generator(device=dev).manual_seed(1000 * ctx.rank + M)
+    a = (torch.randn(a_shape, generator=g, device=dev) / a_shape[1] ** 0.5).to(dtype)
+    b = torch.randn(b_shape, generator=g, device=dev).to(dtype)
+    if op == "all_gather_matmul":  # the same b on every rank
+        b = torch.randn(b_shape, generator=torch.Generator(device=dev).manual_seed(M), device=dev).to(dtype)
     out = torch.empty(out_shape, dtype=dtype, device=dev)
     gemm_out = torch.empty((a_shape[0], b_shape[1]), dtype=dtype, device=dev)
     config = ops.Config(variant=args.variant) if args.variant in ops.VARIANTS[op] else None
@@ -436,9 +437,9 @@ def run_gemm_only(args) -> int:
             a_shape, b_shape, _, flops = layer_shapes(op, M, args.hidden, args.intermediate, args.world)
             if op == "all_gather_matmul":
                 a_shape = (M, a_shape[1])  # the GEMM runs on the gathered rows
-            g = torch.Generator().manual_seed(M)
-            a = torch.randn(a_shape, generator=g).to(dtype).to(dev)
-            b = torch.randn(b_shape, generator=g).to(dtype).to(dev)
+            g = torch.Generator(device=dev).manual_seed(M)
+            a = torch.randn(a_shape, generator=g, device=dev).to(dtype)
+            b = torch.randn(b_shape, generator=g, device=dev).to(dtype)
             ours, ref = torch.empty(a_shape[0], b_shape[1], dtype=dtype, device=dev), torch.empty(
                 a_shape[0], b_shape[1], dtype=dtype, device=dev)
             t_ours = timer(lambda: gemm_core(ours, a, b))
