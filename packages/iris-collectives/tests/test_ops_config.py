@@ -22,9 +22,9 @@ def test_a_choice_is_cached_per_shape_class_and_config():
 
 def test_bad_configs_raise_on_every_call():
     for _ in range(2):  # an error is not cached as an answer
-        with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config.block_m=48 must be a power of two"):
+        with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config\.block_m=48 must be a power of two"):
             _config.choose("matmul_all_reduce", 64, 64, 64, 1, "cpu", ops.Config(block_m=48))
-        with pytest.raises(IrisUsageError, match="must be an iris.collectives.ops.Config or None"):
+        with pytest.raises(IrisUsageError, match=r"must be an iris\.collectives\.ops\.Config or None"):
             _config.choose("matmul_all_reduce", 64, 64, 64, 1, "cpu", {"block_m": 32})
 
 
