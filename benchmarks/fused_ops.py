@@ -44,6 +44,7 @@ Keep NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -159,11 +160,9 @@ class Torch:
 
         self.dist, self.ctx = dist, ctx
         self.one_per_gpu = getattr(ctx, "ranks_on_device", 1) == 1
-        #: why the nccl columns are empty, or None
+        #: why the nccl columns are empty, or None (on the cpu backend gloo stands in: quick mode)
         self.nccl_reason = None
-        if ctx.device.type != "cuda":
-            self.nccl_reason = None  # gloo stands in on the cpu backend (quick mode)
-        elif not self.one_per_gpu:
+        if ctx.device.type == "cuda" and not self.one_per_gpu:
             self.nccl_reason = f"{ctx.ranks_on_device} ranks share each GPU: NCCL refuses that"
         if not dist.is_initialized():
             port = None
@@ -199,16 +198,15 @@ class Torch:
         reasons = [r for r in ctx.comm.allgather(self.fused_reason) if r]
         self.fused_reason = reasons[0] if reasons else None
 
-    @staticmethod
-    def ccl_collective(ctx, op: str, out: torch.Tensor, local: torch.Tensor):
+    def ccl_collective(self, op: str, out: torch.Tensor, local: torch.Tensor):
         """This library's host collective of ``op`` (``iris.collectives.ccl``), same arguments as
         :meth:`collective`."""
         if op == "matmul_all_reduce":
-            ccl.all_reduce(ctx, out, local)
+            ccl.all_reduce(self.ctx, out, local)
         elif op == "matmul_reduce_scatter":
-            ccl.reduce_scatter(ctx, out, local)
+            ccl.reduce_scatter(self.ctx, out, local)
         else:
-            ccl.all_gather(ctx, out, local)
+            ccl.all_gather(self.ctx, out, local)
 
     def collective(self, op: str, out: torch.Tensor, local: torch.Tensor):
         """The collective of ``op``: ``local`` is the GEMM's output, ``out`` the op's output."""
@@ -256,12 +254,9 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     def fused():
         fused_fn(ctx, out, a, b, config=config)
 
-    def comm(fn):
-        """``(out, inp) -> None``: the op's collective through ``fn`` (torch.distributed's or ccl's)."""
-        return lambda o, i: fn(op, o, i)
-
-    nccl = comm(tdist.collective) if tdist.nccl_reason is None else None
-    ours = comm(lambda name, o, i: tdist.ccl_collective(ctx, name, o, i))
+    # (out, inp) -> None: the op's collective through torch.distributed (nccl) or ccl
+    nccl = functools.partial(tdist.collective, op) if tdist.nccl_reason is None else None
+    ours = functools.partial(tdist.ccl_collective, op)
     if op == "all_gather_matmul":
         gathered = torch.empty((M, a_shape[1]), dtype=dtype, device=dev)
         ref_out = torch.empty(out_shape, dtype=dtype, device=dev)

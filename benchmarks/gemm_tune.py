@@ -59,20 +59,23 @@ def shapes(ms: list[int], hidden: int, inter: int, world: int) -> list[tuple[str
     return out
 
 
-def timed(fn, reps: int, warmup: int) -> float:
-    """Median seconds of one call over ``reps`` back-to-back calls."""
+def timed(fn, reps: int, warmup: int, queued: bool = False) -> float:
+    """Median GPU seconds of one call over ``reps`` calls, an event pair around each. By default
+    each call is waited for before the next, so its host time counts too (how this script's
+    committed results were measured); ``queued``: the calls are enqueued back to back with no
+    wait, as a model enqueues its layers, so the host's time hides wherever the GPU's is longer."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+        if not queued:
+            end.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) / 1e3 for start, end in events)
 
 
 def main(argv=None) -> int:

@@ -29,12 +29,13 @@ import json
 import os
 import statistics
 
+import gemm_tune  # this folder: the probe runs as a script beside it
 import torch
 import triton
 import triton.language as tl
 
 import iris.runtime  # noqa: F401  (picks the backend before any kernel is defined)
-from iris.collectives.ops._gemm import grouped_tile
+from iris.collectives.ops._gemm import grouped_tile, make_descriptors
 from iris.collectives.ops._matmul import matmul as gemm_core
 from iris.collectives.ops._workspace import ensure_allocator
 
@@ -47,6 +48,14 @@ def _k_loop(acc, a_desc, b_desc, row0, col0, K, BLOCK_K: tl.constexpr, WS: tl.co
     for k0 in tl.range(0, K, BLOCK_K, warp_specialize=WS):
         acc = tl.dot(a_desc.load([row0, k0]), b_desc.load([k0, col0]), acc)
     return acc
+
+
+@triton.jit
+def _device_descriptors(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """In-kernel descriptors of contiguous A, B (the core's ``make_descriptors``) and C."""
+    a_desc, b_desc = make_descriptors(a, M, K, K, b, N, N, BLOCK_M, BLOCK_N, BLOCK_K)
+    c_desc = tl.make_tensor_descriptor(c, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    return a_desc, b_desc, c_desc
 
 
 @triton.jit
@@ -63,9 +72,7 @@ def _persistent_inner(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BL
 
 @triton.jit
 def _persistent_inner_dev(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    a_desc = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    a_desc, b_desc, c_desc = _device_descriptors(a, b, c, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     _persistent_inner(a_desc, b_desc, c_desc, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
@@ -80,9 +87,7 @@ def _tile_inner(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N:
 
 @triton.jit
 def _tile_inner_dev(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    a_desc = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    a_desc, b_desc, c_desc = _device_descriptors(a, b, c, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
     _tile_inner(a_desc, b_desc, c_desc, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
@@ -153,22 +158,8 @@ def layer_forms(a, b, c, sms):
 
 
 def timed(fn, reps: int, queued: bool = True) -> float:
-    """Median GPU seconds of one call. ``queued``: ``reps`` calls back to back with an event pair
-    around each and no wait between them, as a model enqueues its layers, so the host's time per
-    call is hidden behind the GPU's wherever it is shorter; else each call waits for the last, so
-    its host time counts too."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-        if not queued:
-            end.synchronize()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) / 1e3 for start, end in events)
+    """``gemm_tune.timed`` after 3 warm-up calls, queued unless asked otherwise."""
+    return gemm_tune.timed(fn, reps, 3, queued=queued)
 
 
 def main(argv=None) -> int:

@@ -20,12 +20,10 @@ Writes ``results/ops_host_<W>ranks[_cpu].{json,md,png}``.
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
+import importlib.util
 import os
 import statistics
-import time
 
 import torch
 import triton
@@ -41,6 +39,18 @@ from iris.collectives.ops import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_ccl_host():
+    """``benchmarks/ccl_host.py`` (its timing and its command line), loaded by path: the
+    benchmarks are scripts, not a package."""
+    spec = importlib.util.spec_from_file_location("ccl_host_bench", os.path.join(HERE, "ccl_host.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CCL_HOST = _load_ccl_host()
 SHAPES = {"cuda": (256, 256, 128), "cpu": (64, 64, 32)}
 #: op -> (the module whose kernel names the launch goes through, those names)
 KERNELS = {
@@ -79,20 +89,6 @@ def calls(ctx, dtype) -> dict:
     }
 
 
-def host_us(fn, n: int, cuda: bool) -> float:
-    """Host microseconds per call of ``fn`` over ``n`` calls (the GPU queue drained first)."""
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    seconds = time.perf_counter() - t0
-    if cuda:
-        torch.cuda.synchronize()
-    return seconds / n * 1e6
-
-
 def run(args) -> dict:
     ctx = iris.runtime.iris(heap_size=1 << 26)
     cuda = ctx.device.type == "cuda"
@@ -105,12 +101,12 @@ def run(args) -> dict:
         try:
             for n in names:
                 setattr(module, n, _NoLaunch())
-            row = {"op": name, "dispatch_us": [host_us(fn, args.calls, False) for _ in range(args.rounds)]}
+            row = {"op": name, "dispatch_us": [CCL_HOST.host_us(fn, args.calls, False) for _ in range(args.rounds)]}
         finally:
             for n, kernel in real.items():
                 setattr(module, n, kernel)
         if cuda:  # every rank makes the same number of calls, so the lock counters stay matched
-            row["enqueue_us"] = [host_us(fn, min(args.calls, 2000), True) for _ in range(args.rounds)]
+            row["enqueue_us"] = [CCL_HOST.host_us(fn, min(args.calls, 2000), True) for _ in range(args.rounds)]
         ctx.barrier()
         rows.append(row)
     from mpi4py import MPI
@@ -167,30 +163,7 @@ def plot(result: dict, path: str) -> str | None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--calls", type=int, default=2000, help="calls per measurement")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--out", default=os.path.join(HERE, "results"))
-    args = p.parse_args(argv)
-    result = run(args)
-    from mpi4py import MPI
-
-    if MPI.COMM_WORLD.Get_rank() != 0:
-        return
-    text = table(result)
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"ops_host_{result['world_size']}ranks"
-                        + ("" if result["backend"] == "cuda" else f"_{result['backend']}"))
-    why_no_plot = plot(result, stem + ".png")
-    if why_no_plot:
-        print(why_no_plot)
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(f"{text}\n\n`mpirun -n {result['world_size']} python3 -m mpi4py benchmarks/ops_host.py "
-                f"--calls {result['calls']} --rounds {result['rounds']}` ({result['date']})\n")
-    print(f"wrote {stem}.json, .md and .png", flush=True)
+    CCL_HOST.run_benchmark("ops_host", __doc__, run, table, plot, 2000, argv)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ STRIDES = "M N K stride_am stride_ak stride_bk stride_bn stride_om stride_on"
 def core_cases():
     """(name, kernel, signature, constexprs, aligned args, options) of the GEMM core alone
     (``ops._matmul``), bf16 through descriptors: plain (8 warps) and warp-specialised (4 warps per
-    consumer group, 3 stages and a descriptor store, as ``ops._matmul.CORE_GPU`` launches it)."""
+    consumer group, 3 stages and the descriptor store that ``ops._matmul.matmul`` gives it)."""
     sig = {"a": "*bf16", "b": "*bf16", "bias": "*bf16", "out": "*bf16",
            **{n: "i32" for n in STRIDES.split()}}
     for ws in (False, True):

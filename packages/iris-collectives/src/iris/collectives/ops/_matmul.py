@@ -70,8 +70,9 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
     cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config)
     # Under warp specialisation the tile goes out through a descriptor store: with the masked
     # pointer store, Triton 3.6's specialised kernel wrote wrong tiles on an H200 (gemm_ws_probe.md).
-    warp_specialize = cfg.warp_specialize and tma_ok(cfg, a, b, out)
-    tma_store = (tma_store or warp_specialize) and tma_ok(cfg, a, b, out)
+    out_tma = tma_ok(cfg, a, b, out)
+    warp_specialize = cfg.warp_specialize and out_tma
+    tma_store = (tma_store or warp_specialize) and out_tma
     tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
     if programs is None:
         programs = tiles
