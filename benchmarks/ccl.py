@@ -375,7 +375,8 @@ def run(args) -> dict:
         copy_s = peer_copy_seconds(ctx, timer, size)
         for name in args.collectives:
             case = Case(ctx, name, size, dtype)
-            chosen = ccl.choose(name, case.message, str(dtype).removeprefix("torch."), W, backend)
+            chosen = ccl.choose(name, case.message, str(dtype).removeprefix("torch."), W, backend,
+                                ranks_per_gpu=ctx.ranks_on_device)
             point = {"collective": name, "bytes": case.nbytes, "message_bytes": case.message,
                      "dtype": args.dtype, "times_us": {}, "graph_us": {}, "correct": {},
                      "chosen": config_text(chosen), "p2p_copy_gbps": case.nbytes / copy_s / 1e9}
@@ -416,7 +417,8 @@ def run(args) -> dict:
             del case
             ctx.barrier()
             ccl.clear_workspaces(ctx)  # the heap holds one size at a time
-    result = {"world_size": W, "backend": backend, "dtype": args.dtype, "points": points, "notes": notes,
+    result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtype": args.dtype,
+              "points": points, "notes": notes,
               "device": torch.cuda.get_device_name(ctx.device) if backend != "cpu" else "cpu (interpreter)",
               "peer": peer.kind, "date": datetime.date.today().isoformat()}
     if args.write_table and ctx.rank == 0:
@@ -429,8 +431,10 @@ def run(args) -> dict:
 
 
 def best_rows(result: dict) -> list[dict]:
-    """Table rows for this backend: per collective, runs of sizes with the same fastest correct
-    candidate become one row up to the run's largest message (the last row: any size)."""
+    """Table rows for this backend, world size and ranks per GPU: per collective, runs of sizes
+    with the same fastest correct candidate become one row up to the run's largest message (the
+    last row: any size). Each row says where it was measured (``measured``)."""
+    where = f"{result['date']}, {result['device']}, {result['dtype']}"
     rows = []
     for name in dict.fromkeys(p["collective"] for p in result["points"]):
         points = sorted((p for p in result["points"] if p["collective"] == name), key=lambda p: p["message_bytes"])
@@ -449,27 +453,43 @@ def best_rows(result: dict) -> list[dict]:
             block, warps = rest.rstrip("w").split("x")
             width = next(c[2] for c in CANDIDATES.get(result["backend"], CANDIDATES["cuda"]) if c[1] == int(block))
             rows.append({"backend": result["backend"], "collective": name,
-                         "max_bytes": None if i == len(runs) - 1 else upto, "dtype": "*", "world_size": 0,
+                         "max_bytes": None if i == len(runs) - 1 else upto, "dtype": "*",
+                         "world_size": result["world_size"], "ranks_per_gpu": result["ranks_per_gpu"],
                          "config": {"variant": variant, "block": int(block), "width": width,
-                                    "num_warps": int(warps)}})
+                                    "num_warps": int(warps)}, "measured": where})
     return rows
 
 
 def write_table(path: str, backend: str, rows: list[dict], result: dict) -> None:
-    """Rewrite the selection table: the measured rows for ``backend``, other backends' rows kept."""
-    kept = [r for r in _table.TABLE if r["backend"] != backend]
+    """Rewrite the selection table with the measured ``rows`` in place of the earlier rows of the
+    same backend, world size and ranks per GPU; every other row is kept, the rows for any world
+    size (the reasoned fallbacks) after all measured ones, since the first matching row wins."""
+    def same(r):
+        return (r["backend"] == backend and r["world_size"] == result["world_size"]
+                and r.get("ranks_per_gpu", 0) == result["ranks_per_gpu"])
+
+    kept = [r for r in _table.TABLE if not same(r)]
+    measured = [r for r in kept if r["world_size"] != 0]
+    fallback = [r for r in kept if r["world_size"] == 0]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     doc = (f'"""The selection table of the host collectives: which variant and tiling each call gets.\n\n'
            f"Data, not code: a list of rows, the first matching row wins (so specific rows come first). A row\n"
            f"matches a call when its ``backend`` is the context's, ``collective`` is the call's or ``\"*\"``,\n"
            f"the per-rank message (``inp``'s bytes; ``tensor``'s for broadcast) is at most ``max_bytes``\n"
-           f"(``None``: any size), ``dtype`` is the call's or ``\"*\"``, and ``world_size`` is the call's or 0.\n"
-           f"Its ``config`` fills the fields of :class:`~iris.collectives.ccl.Config` the caller left ``None``.\n\n"
-           f"The {backend} rows were measured by ``benchmarks/ccl.py --write-table`` on {result['date']}\n"
-           f"({result['world_size']} ranks, {result['device']}, {result['dtype']}); rerun it to measure again.\n"
+           f"(``None``: any size), ``dtype`` is the call's or ``\"*\"``, ``world_size`` is the call's or 0,\n"
+           f"and ``ranks_per_gpu`` (ranks sharing one device, 1: one rank per GPU) is the context's or 0\n"
+           f"(absent: 0). Its ``config`` fills the fields of :class:`~iris.collectives.ccl.Config` the caller\n"
+           f"left ``None``.\n\n"
+           f"Rows with a ``measured`` entry were written by ``benchmarks/ccl.py --write-table`` (one run per\n"
+           f"world size and ranks per GPU: it replaces that run's rows and keeps the others; the last was\n"
+           f"{result['world_size']} ranks, {result['ranks_per_gpu']} per GPU, {result['device']}, "
+           f"on {result['date']}).\n"
+           f"The rows for any world size (0) come last: the fallback reasoned from the tile collectives'\n"
+           f"measurements, one-shot all-reduce up to 1 MiB and two-shot above, 4096-element tiles up to\n"
+           f"1 MiB and 8192 above. Rerun the benchmark to measure another machine.\n"
            f'"""\n\n')
     with open(path, "w") as f:
-        f.write(doc + "TABLE = " + pprint.pformat(rows + kept, width=116, sort_dicts=False) + "\n")
+        f.write(doc + "TABLE = " + pprint.pformat(rows + measured + fallback, width=116, sort_dicts=False) + "\n")
 
 
 # --- output ---------------------------------------------------------------------------------------------

@@ -9,6 +9,11 @@ of each setting, the spread (max - min) of each setting over its rounds, and the
 medians: the watchdog costs nothing measurable when the difference is within the spread. Writes
 ``watchdog_overhead_<N>ranks.{json,md,png}`` into ``--out``. ``IRIS_MPIEXEC`` sets the launcher
 (e.g. ``"mpirun --allow-run-as-root --oversubscribe"`` on the GPU machine).
+
+A/B builds: ``--tree NAME=PATH`` (repeatable) adds a setting, watchdog on, that imports the
+packages from another source tree (``PATH/packages/*/src``, e.g. a copy with one change), timed in
+the same rounds; the table gets its median and its difference from "compiled out". ``--tag``
+goes into the results' file names.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SETTINGS = {"bounded": None, "compiled out": "0"}
+#: Setting name -> (IRIS_TIMEOUT_S, source tree or None for this one's packages).
+SETTINGS = {"bounded": (None, None), "compiled out": ("0", None)}
 
 
 def launcher() -> list[str]:
@@ -31,11 +37,23 @@ def launcher() -> list[str]:
     return iris_launcher()
 
 
-def run_once(args, timeout_s: str | None, out_dir: str) -> dict:
+def tree_path(tree: str) -> str:
+    """PYTHONPATH entries of the packages in source tree ``tree``."""
+    src = [os.path.join(tree, "packages", p, "src") for p in ("iris-device", "iris-runtime", "iris-collectives")]
+    missing = [d for d in src if not os.path.isdir(d)]
+    if missing:
+        raise SystemExit(f"watchdog_overhead.py --tree: {missing[0]} does not exist; give a checkout's root")
+    return os.pathsep.join(src)
+
+
+def run_once(args, timeout_s: str | None, tree: str | None, out_dir: str) -> dict:
     env = dict(os.environ)
     env.pop("IRIS_TIMEOUT_S", None)
     if timeout_s is not None:
         env["IRIS_TIMEOUT_S"] = timeout_s
+    if tree is not None:
+        # the tree's packages first; the rest of PYTHONPATH (torch, triton, ...) stays
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree_path(tree), env.get("PYTHONPATH", "")]))
     script = os.path.join(HERE, "tile_collectives.py")
     cmd = launcher() + ["-n", str(args.ranks), sys.executable, "-m", "mpi4py", script, "--variants", args.variants,
                         "--dtypes", "fp32", "--sizes", args.sizes, "--no-torch", "--tune", "", "--out", out_dir]
@@ -57,16 +75,27 @@ def main() -> None:
     p.add_argument("--sizes", default="1M,256M")
     p.add_argument("--variants", default="one_shot,two_shot,spinlock")
     p.add_argument("--quick", action="store_true", help="tiny sizes (the CPU backend)")
+    p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                   help="also time the packages of source tree PATH (watchdog on) as setting NAME")
+    p.add_argument("--tag", default="", help="appended to the results' file names")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args()
     if args.quick:
         args.sizes = "4K"
+    settings = dict(SETTINGS)
+    for item in args.tree:
+        name, sep, path = item.partition("=")
+        if not sep or not name or name in settings:
+            raise SystemExit(f"watchdog_overhead.py --tree {item!r}: give NAME=PATH with a new NAME")
+        tree_path(path)
+        settings[name] = (None, os.path.abspath(path))
+    extra = [name for name in settings if name not in SETTINGS]
     times: dict[tuple[str, int, str], list[float]] = {}
     device = backend = None
     for round_ in range(args.rounds):
-        for setting, value in SETTINGS.items():
+        for setting, (value, tree) in settings.items():
             with tempfile.TemporaryDirectory() as tmp:
-                result = run_once(args, value, tmp)
+                result = run_once(args, value, tree, tmp)
             device, backend = result["device"], result["backend"]
             for point in result["points"]:
                 assert all(point["correct"].values()), point
@@ -80,21 +109,26 @@ def main() -> None:
         diff = statistics.median(on) - statistics.median(off)
         rows.append({"variant": variant, "bytes_per_rank": nbytes, "bounded_us": on, "compiled_out_us": off,
                      "median_bounded_us": statistics.median(on), "median_compiled_out_us": statistics.median(off),
-                     "difference_us": diff, "spread_us": spread, "within_noise": abs(diff) <= spread})
+                     "difference_us": diff, "spread_us": spread, "within_noise": abs(diff) <= spread,
+                     "trees_us": {name: times[(variant, nbytes, name)] for name in extra}})
+    head = "".join(f" {name} (us, median; difference) |" for name in extra)
     lines = [f"watchdog cost, {args.ranks} ranks, {backend} on {device}, {args.rounds} rounds each, fp32",
              "", "| variant | bytes/rank | bounded (us, median) | compiled out (us, median) | difference (us) | "
-             "spread (us) | within noise |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"spread (us) | within noise |{head}", "| --- " * (7 + len(extra)) + "|"]
     for r in rows:
+        cells = "".join(f" {statistics.median(t):.2f}; {statistics.median(t) - r['median_compiled_out_us']:+.2f} |"
+                        for t in r["trees_us"].values())
         lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['median_bounded_us']:.2f} | "
                      f"{r['median_compiled_out_us']:.2f} | {r['difference_us']:+.2f} | {r['spread_us']:.2f} | "
-                     f"{'yes' if r['within_noise'] else 'NO'} |")
+                     f"{'yes' if r['within_noise'] else 'NO'} |{cells}")
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"watchdog_overhead_{args.ranks}ranks{'_quick' if args.quick else ''}")
+    stem = os.path.join(args.out, f"watchdog_overhead_{args.ranks}ranks{'_quick' if args.quick else ''}"
+                                  f"{'_' + args.tag if args.tag else ''}")
     with open(stem + ".json", "w") as f:
-        json.dump({"ranks": args.ranks, "device": device, "backend": backend, "rounds": args.rounds, "rows": rows}, f,
-                  indent=1)
+        json.dump({"ranks": args.ranks, "device": device, "backend": backend, "rounds": args.rounds,
+                   "trees": {name: settings[name][1] for name in extra}, "rows": rows}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     try:
@@ -113,6 +147,9 @@ def main() -> None:
         ax.scatter([i + 0.1] * len(r["compiled_out_us"]),
                    [t / r["median_compiled_out_us"] for t in r["compiled_out_us"]], color="tab:blue",
                    label="compiled out" if i == 0 else None)
+        for j, (name, t) in enumerate(r["trees_us"].items()):
+            ax.scatter([i + 0.2 + 0.1 * j] * len(t), [x / r["median_compiled_out_us"] for x in t], marker="x",
+                       color=f"C{2 + j}", label=name if i == 0 else None)
     ax.axhline(1.0, color="gray", lw=0.5)
     ax.set_xticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylabel("time / median compiled out")

@@ -60,9 +60,13 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
     spec = importlib.util.spec_from_file_location("measured_table", table)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    cpu_rows = [r for r in module.TABLE if r["backend"] == "cpu"]
-    assert {r["collective"] for r in cpu_rows} == {"all_reduce", "all_gather"}, module.TABLE
+    measured = [r for r in module.TABLE if "measured" in r]
+    assert {r["collective"] for r in measured} == {"all_reduce", "all_gather"}, module.TABLE
+    assert {(r["backend"], r["world_size"], r["ranks_per_gpu"]) for r in measured} == {("cpu", 2, 2)}, measured
     assert any(r["backend"] == "cuda" for r in module.TABLE)  # other backends' rows are kept
+    # the fallback rows (any world size) are kept, after every measured row: the first match wins
+    first_fallback = min(i for i, r in enumerate(module.TABLE) if r["world_size"] == 0)
+    assert all(i < first_fallback for i, r in enumerate(module.TABLE) if "measured" in r), module.TABLE
 
 
 @pytest.mark.multirank

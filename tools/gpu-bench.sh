@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
-# [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [ops_host] [watchdog] [fused] (no argument: rma
+# [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [ops_host] [watchdog] [watchdog_ab] [fused] (no argument: rma
 # collectives trace examples; the others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
 # CCL_WORLDS the host collectives'). Results go to benchmarks/results/ and docs/tracing/; logs to
 # $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
@@ -51,6 +51,7 @@ for s in $stages; do
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
     ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;
     watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ;;
+    watchdog_ab) IRIS_MPIEXEC="$MPI" step watchdog_ab bash tools/watchdog-ab.sh --ranks 2 --rounds ${WATCHDOG_ROUNDS:-3} ;;
     fused) step fused $MPI -n 2 python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac

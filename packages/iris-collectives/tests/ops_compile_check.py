@@ -83,15 +83,13 @@ def cases():
             yield (f"matmul_all_gather/{dt}/{path}", MAG._matmul_all_gather_kernel,
                    signature("a b bias staging out flags", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "staging"), None)
-        common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
-        yield (f"all_gather_matmul/{dt}/ptr", AGM._all_gather_matmul_kernel,
-               signature("a_shard staged b bias out flags", dt,
-                         "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
-               ("a_shard", "staged", "b", "out"), None)
-        yield (f"all_gather_matmul_arrival/{dt}/ptr", AGM._arrival_kernel,
-               signature("a_shard staged b bias out flags", dt,
-                         "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"), common,
-               ("a_shard", "staged", "b", "out"), None)
+            agm = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"
+            yield (f"all_gather_matmul/{dt}/{path}", AGM._all_gather_matmul_kernel,
+                   signature("a_shard staged b bias out flags", dt, agm), dict(common, USE_TMA=tma),
+                   ("a_shard", "staged", "b", "out"), None)
+            yield (f"all_gather_matmul_arrival/{dt}/{path}", AGM._arrival_kernel,
+                   signature("a_shard staged b bias out flags", dt, agm), dict(common, USE_TMA=tma),
+                   ("a_shard", "staged", "b", "out"), None)
 
 
 def counts(ptx: str) -> dict:

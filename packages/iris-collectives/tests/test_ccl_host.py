@@ -13,14 +13,34 @@ from iris.runtime import IrisUsageError
 
 
 def test_the_table_is_data_and_every_row_is_valid():
+    required = {"backend", "collective", "max_bytes", "dtype", "world_size", "config"}
     for row in _table.TABLE:
-        assert set(row) == {"backend", "collective", "max_bytes", "dtype", "world_size", "config"}, row
+        assert required <= set(row) <= required | {"ranks_per_gpu", "measured"}, row
         assert set(row["config"]) <= {"variant", "block", "width", "grid", "num_warps"}, row
+        # a measured row is specific (a world size and ranks per GPU) and says where it was measured
+        assert ("measured" in row) == (row["world_size"] != 0), row
+        assert ("measured" not in row) or row.get("ranks_per_gpu", 0) >= 1, row
+    # the fallbacks (any world size) come after every specific row: the first match wins
+    fallback = [i for i, row in enumerate(_table.TABLE) if row["world_size"] == 0]
+    assert fallback == list(range(len(_table.TABLE) - len(fallback), len(_table.TABLE))), _table.TABLE
     for backend in ("cpu", "cuda"):
         for name in ccl.VARIANTS:
             for nbytes in (4, 4096, 1 << 20, (1 << 20) + 4, 1 << 30):
-                cfg = ccl.choose(name, nbytes, "float32", 2, backend)
-                assert cfg.variant in ccl.VARIANTS[name] and cfg.block % cfg.width == 0, (name, nbytes, cfg)
+                for world, per_gpu in ((2, 1), (2, 2), (4, 4), (8, 8), (3, 1)):
+                    cfg = ccl.choose(name, nbytes, "float32", world, backend, ranks_per_gpu=per_gpu)
+                    assert cfg.variant in ccl.VARIANTS[name] and cfg.block % cfg.width == 0, (name, nbytes, cfg)
+
+
+def test_rows_measured_on_a_shared_gpu_do_not_apply_to_one_rank_per_gpu():
+    shared = {"backend": "cuda", "collective": "all_reduce", "max_bytes": None, "dtype": "*", "world_size": 2,
+              "ranks_per_gpu": 2, "config": {"variant": "two_shot", "block": 1024, "width": 64, "num_warps": 4},
+              "measured": "a test"}
+    fallback = {"backend": "cuda", "collective": "*", "max_bytes": None, "dtype": "*", "world_size": 0,
+                "config": {"variant": None, "block": 8192, "width": 1024, "num_warps": 8}}
+    table = [shared, fallback]
+    assert ccl.choose("all_reduce", 64, "float32", 2, "cuda", table=table, ranks_per_gpu=2).block == 1024
+    assert ccl.choose("all_reduce", 64, "float32", 2, "cuda", table=table, ranks_per_gpu=1).block == 8192
+    assert ccl.choose("all_reduce", 64, "float32", 4, "cuda", table=table, ranks_per_gpu=2).block == 8192
 
 
 def test_choose_takes_the_first_matching_row_and_the_callers_fields():

@@ -41,3 +41,33 @@ def test_table_changes_take_effect(monkeypatch):
     assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None).block_n == 64
     monkeypatch.undo()
     assert _config.choose("all_gather_matmul", 64, 64, 64, 3, "cpu", None) == before
+
+
+def test_a_new_workspace_waits_for_every_rank_once():
+    # Peers signal into a new workspace's flags as soon as their kernel runs; this rank's zero fill
+    # is queued on its stream. Creation must therefore wait for every rank (ctx.barrier) before
+    # any launch: without it, 2 ranks sharing an H200 hung at the first call after a long GEMM.
+    import torch
+
+    from iris.collectives.ops import _workspace
+
+    class Ctx:  # a stand-in host context (weak-referenceable, as the cache needs)
+        def __init__(self, world_size, name):
+            self.world_size, self.device, self.name = world_size, torch.device("cpu"), name
+
+        def barrier(self):
+            calls.append(self.name)
+
+    calls = []
+    ctx = Ctx(2, "barrier")
+
+    def make(_):
+        calls.append("make")
+        return {"flags": torch.zeros(4, dtype=torch.int32)}
+
+    first = _workspace.workspace(ctx, ("op", 1), make)
+    again = _workspace.workspace(ctx, ("op", 1), make)
+    assert first is again and calls == ["make", "barrier"], calls
+    alone = Ctx(1, "solo")
+    _workspace.workspace(alone, ("op", 1), make)
+    assert "solo" not in calls  # one rank: no peer to wait for

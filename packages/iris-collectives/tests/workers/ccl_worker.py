@@ -186,6 +186,23 @@ def scenario_back_to_back(ctx):
         check(out, expected, f"back-to-back all_reduce call {k}")
 
 
+def scenario_late_first_call(ctx):
+    # The first call of a shape creates its workspace (flags zeroed on the stream). Rank 0 comes
+    # 0.5 s late, as behind a long GEMM: the others' kernels must not signal into its flags before
+    # its zero fill (which would erase the signals and hang both sides); workspace creation waits
+    # for every rank. Fresh workspaces for each collective with flags.
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
+    cases = [lambda: run_all_reduce(ctx, 333, torch.float32, "sum", 900),
+             lambda: run_all_reduce(ctx, 333, torch.float32, "sum", 901, TWO_SHOT),
+             lambda: run_reduce_scatter(ctx, 77, torch.float32, "sum", 902),
+             lambda: run_all_gather(ctx, 77, torch.float32, 903)]
+    for case in cases:
+        if ctx.rank == 0:
+            iris.runtime.testing.busy_stream(ctx, 0.5)
+        case()
+
+
 def scenario_mixed_sequence(ctx):
     # different collectives (and a device barrier) back to back, no host barrier between them
     for k in range(3):

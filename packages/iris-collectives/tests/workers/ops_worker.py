@@ -11,6 +11,7 @@ interpreter runs every program of every call in turn, and CI has two cores).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -210,20 +211,22 @@ def scenario_matmul_all_gather(ctx):
     gather_scenario(ctx, ops.matmul_all_gather, "matmul_all_gather", 400)
 
 
-def scenario_tma_path_in_interpreter(ctx):
-    """The tensor-descriptor K loop (GPU default) under the interpreter, which emulates
-    tl.make_tensor_descriptor: same bits as the reference, for the three ops that use it. Strides
-    are multiples of 16 bytes (the descriptors' rule); M, N and K are still ragged."""
-    from iris.collectives.ops import _launch
+def scenario_tma_path(ctx):
+    """The tensor-descriptor K loop: the GPU default, and under the interpreter, which emulates
+    tl.make_tensor_descriptor (Triton 3.9), forced by ``_launch.INTERPRETER_TMA``. Same bits as
+    the reference for the four ops; all_gather_matmul's descriptors of peers' shards (translated
+    pointers) in both strategies. Strides are multiples of 16 bytes (the descriptors' rule); M, N
+    and K are still ragged."""
+    from iris.collectives.ops import _launch, _workspace
+    from iris.collectives.ops._config import VARIANTS
 
-    if ctx.backend != "cpu":
-        return
-    from triton.runtime.interpreter import InterpreterBuilder
+    if ctx.backend == "cpu":
+        from triton.runtime.interpreter import InterpreterBuilder
 
-    if not hasattr(InterpreterBuilder, "create_make_tensor_descriptor"):
-        if ctx.rank == 0:
-            print("note: this Triton's interpreter has no tensor descriptors; descriptor path not run", flush=True)
-        return
+        if not hasattr(InterpreterBuilder, "create_make_tensor_descriptor"):
+            if ctx.rank == 0:
+                print("note: this Triton's interpreter has no tensor descriptors; descriptor path not run", flush=True)
+            return
     W = ctx.world_size
     _launch.INTERPRETER_TMA = True
     try:
@@ -236,8 +239,42 @@ def scenario_tma_path_in_interpreter(ctx):
                   f"tma matmul_reduce_scatter {dt}")
             out = run_gather_op(ctx, ops.matmul_all_gather, W * 12, 40, 24, d, d, 502, True, SMALL)
             check(out, ref_all_gather_matmul(W, W * 12, 40, 24, d, d, 502, True), f"tma matmul_all_gather {dt}")
+            # all_gather_matmul takes descriptors only when every tile lies in one shard: M / W = 32
+            for variant in VARIANTS["all_gather_matmul"]:
+                cfg = dataclasses.replace(SMALL, variant=variant)
+                out = run_gather_op(ctx, ops.all_gather_matmul, W * 32, 40, 24, d, d, 503, True, cfg)
+                check(out, ref_all_gather_matmul(W, W * 32, 40, 24, d, d, 503, True),
+                      f"tma all_gather_matmul {variant} {dt}")
+        took = {variant for key, ws in _workspace._CACHES[ctx].items() if key[0] == "all_gather_matmul"
+                for variant in ws.grids}
+        assert any(("USE_TMA", True) in variant for variant in took), \
+            f"no descriptor launch of all_gather_matmul: {took}"
     finally:
         _launch.INTERPRETER_TMA = False
+
+
+def scenario_late_first_call(ctx):
+    """Rank 0 reaches the first call of a shape 0.5 s late (as behind a long GEMM): the peers'
+    kernels must not signal into its new flags before its zero fill, which would erase them and
+    hang both sides (seen on an H200); workspace creation waits for every rank. Each op with flags,
+    a fresh workspace each."""
+    W = ctx.world_size
+    ctx.barrier()
+    ops.clear_workspaces(ctx)
+    d = torch.float32
+    cases = [(lambda: run_matmul_all_reduce(ctx, 40, 24, 16, d, d, 910, False, SMALL),
+              lambda: ref_matmul_all_reduce(W, 40, 24, 16, d, d, 910, False), "matmul_all_reduce"),
+             (lambda: run_matmul_reduce_scatter(ctx, W * 16, 24, 16, d, d, 911, False, SMALL),
+              lambda: ref_matmul_reduce_scatter(W, ctx.rank, W * 16, 24, 16, d, d, 911, False),
+              "matmul_reduce_scatter"),
+             (lambda: run_gather_op(ctx, ops.all_gather_matmul, W * 16, 24, 16, d, d, 912, False, SMALL),
+              lambda: ref_all_gather_matmul(W, W * 16, 24, 16, d, d, 912, False), "all_gather_matmul"),
+             (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, 24, 16, d, d, 913, False, SMALL),
+              lambda: ref_all_gather_matmul(W, W * 16, 24, 16, d, d, 913, False), "matmul_all_gather")]
+    for run, ref, name in cases:
+        if ctx.rank == 0:
+            iris.runtime.testing.busy_stream(ctx, 0.5)
+        check(run(), ref(), f"late first call of {name}")
 
 
 def scenario_workspace_cache(ctx):

@@ -57,6 +57,22 @@ def expect_error(fn: Callable[[], object], kind: type[BaseException], *fragments
     raise AssertionError(f"expected {kind.__name__} mentioning {fragments}; nothing was raised")
 
 
+def busy_stream(ctx, seconds: float = 0.5) -> None:
+    """Keep this rank's device stream busy for about ``seconds``, as a long GEMM would, so that the
+    rank's next kernel starts late while its host goes on: on the GPU a spin kernel
+    (``torch.cuda._sleep``, GPU clock cycles estimated from the device's clock rate), on the cpu
+    backend, whose work runs on the host, a host sleep."""
+    import time
+
+    import torch
+
+    if ctx.device.type == "cuda":
+        rate_khz = getattr(torch.cuda.get_device_properties(ctx.device), "clock_rate", 0) or 1_980_000
+        torch.cuda._sleep(int(seconds * rate_khz * 1e3))
+    else:
+        time.sleep(seconds)
+
+
 def world_sizes(default: str = "1,2,3,4") -> list[int]:
     """World sizes to test, from ``IRIS_TEST_WORLD_SIZES`` (comma-separated)."""
     return [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", default).split(",") if n.strip()]

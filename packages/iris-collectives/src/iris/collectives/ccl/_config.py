@@ -45,26 +45,29 @@ def _pow2(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
 
 
-def _row_matches(row: dict, backend: str, collective: str, nbytes: int, dtype: str, world_size: int) -> bool:
+def _row_matches(row: dict, backend: str, collective: str, nbytes: int, dtype: str, world_size: int,
+                 ranks_per_gpu: int) -> bool:
     return (row["backend"] == backend and row["collective"] in ("*", collective)
             and (row["max_bytes"] is None or nbytes <= row["max_bytes"]) and row["dtype"] in ("*", dtype)
-            and row["world_size"] in (0, world_size))
+            and row["world_size"] in (0, world_size) and row.get("ranks_per_gpu", 0) in (0, ranks_per_gpu))
 
 
 def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: str,
-           config: Config | None = None, table: list | None = None) -> Config:
+           config: Config | None = None, table: list | None = None, ranks_per_gpu: int = 1) -> Config:
     """The complete :class:`Config` of one call: ``config``'s fields where set, else the first
     matching row of ``table`` (default: the selection table), else the defaults.
 
     ``nbytes``: the per-rank message in bytes; ``dtype``: its torch name without ``torch.``
-    (``"float32"``). Raises :class:`iris.runtime.IrisUsageError` naming the call for an unknown
-    variant or a bad tiling."""
+    (``"float32"``); ``ranks_per_gpu``: ranks sharing this rank's device (the context's
+    ``ranks_on_device``; 1 is one rank per GPU), since what is fastest on ranks that share the SMs
+    (under MPS) is not what is fastest over NVLink. Raises :class:`iris.runtime.IrisUsageError`
+    naming the call for an unknown variant or a bad tiling."""
     where = f"iris.collectives.ccl.{collective}"
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"{where}: config={config!r} must be an iris.collectives.ccl.Config or None")
     fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4}
     for row in _table.TABLE if table is None else table:
-        if _row_matches(row, backend, collective, nbytes, dtype, world_size):
+        if _row_matches(row, backend, collective, nbytes, dtype, world_size, ranks_per_gpu):
             fields.update({k: v for k, v in row["config"].items() if v is not None})
             break
     if config is not None:

@@ -18,7 +18,7 @@ def _plan_pull(ctx, name: str, out, inp, m: int, config):
     """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller)."""
     W = ctx.world_size
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
-                 ctx.device.type, config)
+                 ctx.device.type, config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
     tiles = -(-m // block)
     cap = _launch.capacity(tiles)

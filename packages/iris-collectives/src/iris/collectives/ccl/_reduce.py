@@ -51,7 +51,8 @@ def _plan_all_reduce(ctx, out, inp, op, config):
     code = _checks.check_op(call, op, inp.dtype)
     _checks.check_disjoint(call, out, inp, same_allowed=True)
     W, n = ctx.world_size, inp.numel()
-    cfg = choose("all_reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config)
+    cfg = choose("all_reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config,
+                 ranks_per_gpu=ctx.ranks_on_device)
     two_shot = cfg.variant == "two_shot" and W > 1
     same = out.data_ptr() == inp.data_ptr()
     sym_in, sym_out = ctx.is_symmetric(inp), ctx.is_symmetric(out)
@@ -118,7 +119,7 @@ def _plan_reduce_scatter(ctx, out, inp, op, config):
     _checks.check_disjoint(call, out, inp, same_allowed=False)
     m = out.numel()
     cfg = choose("reduce_scatter", inp.numel() * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type,
-                 config)
+                 config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
     tiles = _tiles(m, block)
     cap = _launch.capacity(tiles)

@@ -10,6 +10,11 @@ program and call bound the peers' reads: at entry (every rank's shard is staged 
 at exit (no peer reads this rank's staging any more, so the next call may overwrite it). A tile
 whose rows straddle two shards (``M / W`` not a multiple of ``BLOCK_M``) accumulates each shard's
 rows separately; the other rows add exact zeros.
+
+On the GPU, when ``M / W`` is a multiple of ``BLOCK_M`` (every tile in one shard), both
+strategies load A and B through tensor descriptors (TMA), as the GEMM core does: a descriptor of
+the tile's shard, local or a peer's staging through a translated pointer. Otherwise, and under the
+interpreter, they take the pointer path above.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
 from ._checks import check_inputs, check_matrix
 from ._config import choose
-from ._gemm import add_bias, dot_k, grouped_tile, tile_cols, tile_rows
-from ._launch import launch
+from ._gemm import add_bias, dot_k, dot_k_tma, grouped_tile, row_major_descriptor, tile_cols, tile_rows
+from ._launch import launch, tma_ok
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.all_gather_matmul"
@@ -62,14 +67,32 @@ def _dot_rows_of(ctx, acc, p: tl.constexpr, a_shard, staged, row0, rows, M_LOCAL
 
 
 @triton.jit
+def _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tensor descriptor of rank ``p``'s ``M_LOCAL x K`` shard: ``a_shard`` itself for this rank,
+    else the peer's staging through a translated pointer (TMA reads peer memory as it reads local
+    memory: over NVLink, or the same GPU under MPS). The caller has acquired the peer's shard.
+    Per program, no memory access but the descriptor's own."""
+    if p == ctx.rank:
+        base = a_shard
+        row_stride = stride_am
+    else:
+        base = translate(staged, ctx.rank, p, ctx.heap_bases)
+        row_stride = K
+    return row_major_descriptor(base, M_LOCAL, K, row_stride, BLOCK_M, BLOCK_K)
+
+
+@triton.jit
 def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
                               stride_bk, stride_bn, stride_om, stride_on, rank: tl.constexpr,
-                              world_size: tl.constexpr, HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                              GROUP_M: tl.constexpr):
+                              world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
+                              PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Persistent: program ``p`` computes tiles ``p, p + P, ...`` of ``out`` (grouped order,
     rotated so that each rank starts with the rows of its own shard). ``staged``: this rank's
-    shard on the heap, ``M_LOCAL x K`` contiguous. ``flags``: two barrier slots per program."""
+    shard on the heap, ``M_LOCAL x K`` contiguous. ``flags``: two barrier slots per program.
+    ``USE_TMA`` (the host asks only when ``M_LOCAL`` is a multiple of ``BLOCK_M``, so that every
+    tile lies in one shard): A and B through tensor descriptors, one of the tile's shard per
+    tile."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     pid = tl.program_id(0)
     entry = flags + (2 * pid) * BARRIER_WORDS_C
@@ -78,15 +101,24 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     own_first = (rank * M_LOCAL) // BLOCK_M
+    if USE_TMA:
+        b_desc = row_major_descriptor(b, K, N, stride_bk, BLOCK_K, BLOCK_N)
     for t in range(pid, tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         pid_m = (pid_m + own_first) % tiles_m
         rows = tile_rows(pid_m, BLOCK_M)
         cols = tile_cols(pid_n, BLOCK_N)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for i in tl.static_range(world_size):
-            acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL,
-                               stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION)
+        if USE_TMA:
+            p = (pid_m * BLOCK_M) // M_LOCAL
+            a_desc = _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M, BLOCK_K)
+            acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
+                            PRECISION)
+        else:
+            for i in tl.static_range(world_size):
+                acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
+                                   M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K,
+                                   PRECISION)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),
@@ -133,8 +165,8 @@ def _rows_of_rank(p, M_LOCAL, BLOCK_M: tl.constexpr):
 @triton.jit
 def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak, stride_bk,
                     stride_bn, stride_om, stride_on, rank: tl.constexpr, world_size: tl.constexpr,
-                    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                    HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Strategy ``arrival``: consume the shards in the order they arrive, own shard first.
 
     ``flags`` (int32, on the heap, zeroed once): words ``[0, W)`` count each rank's entries into
@@ -146,7 +178,8 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
     program tells every peer it is done reading; the last program waits until every peer's
     programs are, so that the kernel's end means no peer reads this rank's staging any more (the
     next call's copy may overwrite it). Each program publishes before it waits for anything, so
-    the interpreter, which runs programs in turn, cannot deadlock."""
+    the interpreter, which runs programs in turn, cannot deadlock. ``USE_TMA``: as in the pull
+    kernel (every tile in one shard), one descriptor of A per shard."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -155,6 +188,8 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
     if world_size > 1:
         if pid == 0:
             signal_all(flags + rank, rank, world_size, ctx.heap_bases)
+    if USE_TMA:
+        b_desc = row_major_descriptor(b, K, N, stride_bk, BLOCK_K, BLOCK_N)
     done = 0
     for phase in tl.static_range(world_size):
         if phase == 0:
@@ -164,16 +199,22 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
             wait_at_least(flags + p, epoch, CALL_C, "entered", rank, p, -1, ctx.heap_bases)
         done = done | (1 << p)
         start, end = _rows_of_rank(p, M_LOCAL, BLOCK_M)
+        if USE_TMA:
+            a_desc = _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M, BLOCK_K)
         for j in range(pid, (end - start) * tiles_n, programs):
             pid_m, pid_n = grouped_tile(j, end - start, tiles_n, GROUP_M)
             pid_m = pid_m + start
             rows = tile_rows(pid_m, BLOCK_M)
             cols = tile_cols(pid_n, BLOCK_N)
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for i in tl.static_range(world_size):
-                acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
-                                   M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K,
-                                   PRECISION, True, flags, epoch, done)
+            if USE_TMA:
+                acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
+                                PRECISION)
+            else:
+                for i in tl.static_range(world_size):
+                    acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
+                                       M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K,
+                                       PRECISION, True, flags, epoch, done)
             acc = add_bias(acc, bias, cols, N, HAS_BIAS)
             mask = (rows[:, None] < M) & (cols[None, :] < N)
             tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on,
@@ -217,10 +258,13 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     staged = ws.buffers["staged"]
     if ctx.world_size > 1:
         staged.copy_(a_shard)  # stream-ordered before the kernel; the last call's readers are done
+    # Descriptors only when every tile lies in one shard (a tile across two would need two
+    # descriptors and a row offset below zero in one of them).
+    use_tma = m_local % cfg.block_m == 0 and tma_ok(cfg, a_shard, staged, b)
     args = (ctx.get_device_context(), a_shard, staged, b, bias if bias is not None else b, out, ws.buffers["flags"],
             M, N, K, m_local, a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1))
-    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
+    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None, USE_TMA=use_tma,
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                       GROUP_M=cfg.group_m)
     launch(ctx, ws, _arrival_kernel if arrival else _all_gather_matmul_kernel, num_tiles, cfg, args, constexprs)

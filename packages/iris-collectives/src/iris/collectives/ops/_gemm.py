@@ -100,16 +100,24 @@ def dot_k_tma(acc, a_desc, row0, b_desc, col0, K, BLOCK_K: tl.constexpr, PRECISI
 
 
 @triton.jit
+def row_major_descriptor(ptr, rows, cols, row_stride, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Tensor descriptor of a ``rows x cols`` row-major matrix at ``ptr`` (row stride
+    ``row_stride`` elements, unit column stride) read in ``BLOCK_R x BLOCK_C`` boxes; boxes past
+    the shape load as 0. Per program, no memory access but the descriptor's own. GPU only: the
+    host must have called ``triton.set_allocator`` (see ``_workspace.ensure_allocator``), and the
+    base and row stride must be multiples of 16 bytes (the host checks before asking for this
+    path). ``ptr`` may be a translated pointer into a peer's heap."""
+    return tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[row_stride, 1], block_shape=[BLOCK_R, BLOCK_C])
+
+
+@triton.jit
 def make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr):
-    """Tensor descriptors of A (``M x K``, row stride ``stride_am``, unit column stride) and B
-    (``K x N``, row stride ``stride_bk``, unit column stride) with the GEMM's blocks. Per program
-    (built once, before the tile loop). GPU only: the host must have called
-    ``triton.set_allocator`` (see ``_workspace.ensure_allocator``), and strides must be multiples
-    of 16 bytes (the host checks before asking for this path)."""
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
-    return a_desc, b_desc
+    """Tensor descriptors of A (``M x K``, row stride ``stride_am``) and B (``K x N``, row stride
+    ``stride_bk``) with the GEMM's blocks (see :func:`row_major_descriptor`). Per program, built
+    once before the tile loop."""
+    return (row_major_descriptor(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K),
+            row_major_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N))
 
 
 @triton.jit

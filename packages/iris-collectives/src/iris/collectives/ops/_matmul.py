@@ -17,7 +17,7 @@ from iris.device import round_to
 
 from ._checks import check_inputs, check_matrix
 from ._config import choose
-from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
+from ._gemm import add_bias, gemm_operands, grouped_tile, row_major_descriptor, tile_cols, tile_product, tile_rows
 from ._launch import tma_ok
 
 CALL = "iris.collectives.ops._matmul.matmul"
@@ -35,7 +35,7 @@ def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, st
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     if TMA_STORE:
-        out_desc = tl.make_tensor_descriptor(out, shape=[M, N], strides=[stride_om, 1], block_shape=[BLOCK_M, BLOCK_N])
+        out_desc = row_major_descriptor(out, M, N, stride_om, BLOCK_M, BLOCK_N)
     for t in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=FLATTEN):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         rows = tile_rows(pid_m, BLOCK_M)

@@ -10,6 +10,13 @@ No per-call state lives here: the lock arrays' call counters (the ``EPOCH`` word
 memory) count calls, so back-to-back calls need no host barrier and replay correctly inside a
 CUDA graph. Workspaces are created in the same order on every rank because every rank makes the
 same op calls (which the ops require anyway), so heap offsets stay symmetric.
+
+Creating one is collective and waits for every rank (:meth:`Iris.barrier`): a peer signals into
+this rank's new flags as soon as its kernel runs, and this rank's zero fill is a kernel on its
+stream, queued behind whatever it enqueued before. Without the barrier a rank that runs ahead can
+signal before a slower rank's fill, which then erases the signal, and both wait for ever (seen on
+an H200: 2 ranks sharing the GPU, the first call after a long GEMM). So the first call of each
+shape synchronises once; later calls do not.
 """
 
 from __future__ import annotations
@@ -37,11 +44,23 @@ class Workspace:
 
 def workspace(ctx, key: tuple, make) -> Workspace:
     """The workspace for ``key`` on ``ctx``; on first use ``make(ctx)`` returns its buffers
-    (a dict of heap tensors, zeroed where they hold flags)."""
+    (a dict of heap tensors, zeroed where they hold flags), and every rank waits until every
+    rank's buffers are ready (collective, see the module docstring). A first use while a CUDA
+    graph is being captured raises :class:`iris.runtime.IrisUsageError`: call once before the
+    capture."""
     per_ctx = _CACHES.setdefault(ctx, {})
     ws = per_ctx.get(key)
     if ws is None:
-        ws = per_ctx[key] = Workspace(buffers=make(ctx))
+        if ctx.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            from iris.runtime import IrisUsageError
+
+            raise IrisUsageError(f"iris.collectives {key[0]}: the first call with these shapes, dtypes and config "
+                                 f"allocates its workspace and waits for every rank, which cannot happen while a "
+                                 f"CUDA graph is being captured; make one call before the capture (a warm-up)")
+        buffers = make(ctx)
+        if ctx.world_size > 1:
+            ctx.barrier()  # every rank's zero fill is done before any rank's kernel signals into it
+        ws = per_ctx[key] = Workspace(buffers=buffers)
     return ws
 
 
