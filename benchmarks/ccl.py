@@ -390,6 +390,12 @@ def run(args) -> dict:
                 graphed = timer.graphed(fn, args.graph)
                 if graphed is not None:
                     point["graph_us"][label] = graphed * 1e6
+                if cfg is not None:
+                    # each candidate has workspaces of its own (staging as large as the message):
+                    # free them before the next, or --write-table at 1 GiB exhausts the heap
+                    del fn
+                    ctx.barrier()
+                    ccl.clear_workspaces(ctx)
             if args.heap:
                 on_heap = Case(ctx, name, size, dtype, heap=True)
                 point["correct"]["ccl_heap"] = on_heap.check()
@@ -552,7 +558,15 @@ def plot(result: dict, path: str) -> str | None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = run(args)
+    try:
+        result = run(args)
+    except BaseException:
+        # Under mpirun the job's abort can outrun the rank's stderr: say what failed on stdout first
+        # (a 1 GiB --write-table run on the H200 ended with MPI_ABORT and no message).
+        import traceback
+
+        print(f"ccl.py failed on this rank:\n{traceback.format_exc()}", flush=True)
+        raise
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_rank() != 0:

@@ -2,10 +2,9 @@
 
     mpirun -n 2 python -m mpi4py benchmarks/mps_gemm_starvation.py [--grids 66,33,16] [--hold 2.0]
 
-Rank 1 launches a kernel of ``G`` programs that each hold an SM (8 warps, the register file's
-worth of the tile collectives' kernels is not needed: a program that is resident keeps whatever
-it occupies) by spinning on the GPU's clock for ``--hold`` seconds, as a rank's collective spins
-while it waits for a peer, and records the SM each program runs on. Rank 0 then times a GEMM:
+Rank 1 launches a kernel of ``G`` programs (8 warps each) that spin on the GPU's clock for
+``--hold`` seconds, as a rank's collective spins while it waits for a peer, and record the SM each
+runs on. A resident spinner keeps its SM from a GEMM block that needs the whole SM. Rank 0 then times a GEMM:
 ``torch.matmul`` (cuBLAS, whose Hopper kernels launch clusters of 2 blocks) and the iris GEMM core
 (``ops.matmul``, plain blocks). A GEMM that takes about ``--hold`` seconds was starved: it could
 not run until the spinners left. Rank 1's spinners' SMs are summarised per TPC (SM id // 2) and
