@@ -60,7 +60,8 @@ def expect_error(fn: Callable[[], object], kind: type[BaseException], *fragments
 def busy_stream(ctx, seconds: float = 0.5) -> None:
     """Keep this rank's device stream busy for about ``seconds``, as a long GEMM would, so that the
     rank's next kernel starts late while its host goes on: on the GPU a spin kernel
-    (``torch.cuda._sleep``, GPU clock cycles estimated from the device's clock rate), on the cpu
+    (``torch.cuda._sleep``, which counts GPU clock cycles: the device's clock rate where torch
+    reports one, else 1.98 GHz, an H100/H200 boost clock, so the time is approximate), on the cpu
     backend, whose work runs on the host, a host sleep."""
     import time
 

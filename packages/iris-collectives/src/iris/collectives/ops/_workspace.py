@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from iris.runtime import IrisUsageError
+
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ALLOCATOR_SET = False
 _LOCK = threading.Lock()
@@ -52,8 +54,6 @@ def workspace(ctx, key: tuple, make) -> Workspace:
     ws = per_ctx.get(key)
     if ws is None:
         if ctx.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            from iris.runtime import IrisUsageError
-
             raise IrisUsageError(f"iris.collectives {key[0]}: the first call with these shapes, dtypes and config "
                                  f"allocates its workspace and waits for every rank, which cannot happen while a "
                                  f"CUDA graph is being captured; make one call before the capture (a warm-up)")
