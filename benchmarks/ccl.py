@@ -37,9 +37,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
+import functools
 import json
 import os
 import pprint
+import signal
 import socket
 import sys
 import time
@@ -112,6 +115,10 @@ def parse_args(argv=None):
     p.add_argument("--graph", type=int, default=20, metavar="CALLS", help="calls per CUDA graph (0: no graphs)")
     p.add_argument("--write-table", action="store_true", help="time every candidate and rewrite ccl/_table.py")
     p.add_argument("--table-out", default=TABLE_PATH, help="where --write-table writes the table")
+    p.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                   help="no timing: join these runs' JSON files (one configuration) into one result, written as "
+                        "a run's would be (and the table, with --write-table)")
+    p.add_argument("--verbose", action="store_true", help="print each config before it is timed (where a run stops)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--heap", action="store_true",
                    help="also time ccl on tensors allocated on the symmetric heap (column ccl_heap: no staging)")
@@ -172,26 +179,29 @@ class Case:
         return lambda: fn(ctx, self.out, self.inp, config=config)
 
     def expected(self) -> torch.Tensor:
+        """What ``out`` must hold, built on the rank's device: at 1 GiB a host-side reference (and
+        the copy to it) took seconds per check, most of a --write-table run's time."""
         W, r, n = self.ctx.world_size, self.ctx.rank, self.inp.numel()
-        base = torch.arange(n if self.name != "all_gather" else n * W) % 7
+        arange = functools.partial(torch.arange, dtype=torch.int32, device=self.ctx.device)
+        base = arange(n if self.name != "all_gather" else n * W) % 7
         if self.name == "all_reduce":
             return (base * W + W * (W - 1) // 2).to(self.dtype)
         if self.name == "reduce_scatter":
             m = n // W
             return (base * W + W * (W - 1) // 2)[r * m:(r + 1) * m].to(self.dtype)
         if self.name == "all_gather":
-            return torch.cat([(torch.arange(n) % 7 + p) for p in range(W)]).to(self.dtype)
+            return torch.cat([(arange(n) % 7 + p) for p in range(W)]).to(self.dtype)
         if self.name == "all_to_all":
             m = n // W
-            return torch.cat([(torch.arange(n) % 7 + p)[r * m:(r + 1) * m] for p in range(W)]).to(self.dtype)
-        return (torch.arange(n) % 7).to(self.dtype)  # broadcast from rank 0
+            return torch.cat([(arange(n) % 7 + p)[r * m:(r + 1) * m] for p in range(W)]).to(self.dtype)
+        return (arange(n) % 7).to(self.dtype)  # broadcast from rank 0
 
     def check(self, config=None) -> bool:
         if self.name == "broadcast":
             self.out.copy_((torch.arange(self.out.numel(), device=self.out.device) % 7 + self.ctx.rank)
                            .to(self.dtype))
         self.call(config)()
-        ok = torch.equal(self.out.cpu(), self.expected())
+        ok = torch.equal(self.out, self.expected())
         return self.ctx.comm.allreduce(int(not ok)) == 0
 
 
@@ -359,7 +369,9 @@ def config_text(cfg) -> str:
     return f"{cfg.variant}/{cfg.block}x{cfg.num_warps}w"
 
 
-def run(args) -> dict:
+def run(args, on_size=None) -> dict:
+    """Times every size; ``on_size(result)`` (rank 0) gets the result so far after each size, so
+    a run cut short by a time limit still leaves its measured sizes behind."""
     ctx = iris.runtime.iris(heap_size=max(1 << 26, 8 * max(args.sizes) + (1 << 26)))
     backend, W = ctx.device.type, ctx.world_size
     timer, peer = Timer(ctx, args), Peer(ctx, not args.no_peer)
@@ -371,6 +383,10 @@ def run(args) -> dict:
         notes.append("ccl_heap: the same calls on tensors allocated on the heap (no staging)")
     if peer.reason:
         notes.append(peer.reason)
+    result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtype": args.dtype,
+              "points": points, "notes": notes,
+              "device": torch.cuda.get_device_name(ctx.device) if backend != "cpu" else "cpu (interpreter)",
+              "peer": peer.kind, "date": datetime.date.today().isoformat(), "sizes_done": []}
     for size in args.sizes:
         copy_s = peer_copy_seconds(ctx, timer, size)
         for name in args.collectives:
@@ -384,6 +400,8 @@ def run(args) -> dict:
             if args.write_table:
                 configs += [(config_text(c), c) for c in candidates(backend, name)]
             for label, cfg in configs:
+                if args.verbose and ctx.rank == 0:
+                    print(f"  {name} {human(case.nbytes)} {label}", flush=True)
                 point["correct"][label] = case.check(cfg)
                 fn = case.call(cfg)
                 point["times_us"][label] = timer(fn) * 1e6
@@ -408,6 +426,8 @@ def run(args) -> dict:
                 ctx.barrier()
                 on_heap.free()
             for label, fn in peer.calls(case).items():
+                if args.verbose and ctx.rank == 0:
+                    print(f"  {name} {human(case.nbytes)} {label}", flush=True)
                 point["times_us"][label] = timer(fn) * 1e6
                 point["correct"][label] = True  # the peer's results are its own business
                 try:
@@ -423,15 +443,9 @@ def run(args) -> dict:
             del case
             ctx.barrier()
             ccl.clear_workspaces(ctx)  # the heap holds one size at a time
-    result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtype": args.dtype,
-              "points": points, "notes": notes,
-              "device": torch.cuda.get_device_name(ctx.device) if backend != "cpu" else "cpu (interpreter)",
-              "peer": peer.kind, "date": datetime.date.today().isoformat()}
-    if args.write_table and ctx.rank == 0:
-        rows = best_rows(result)
-        write_table(args.table_out, backend, rows, result)
-        result["table_rows"] = rows
-        print(f"wrote {args.table_out}", flush=True)
+        result["sizes_done"].append(size)
+        if on_size is not None and ctx.rank == 0:
+            on_size(result)
     ctx.close()
     return result
 
@@ -556,10 +570,67 @@ def plot(result: dict, path: str) -> str | None:
     return None
 
 
+def save(args, result: dict, final: bool) -> None:
+    """Writes the table (with --write-table), the JSON, the Markdown and the plot of ``result``;
+    after each size too (``final`` False), so a run cut short keeps what it measured."""
+    if args.write_table:
+        rows = best_rows(result)
+        write_table(args.table_out, result["backend"], rows, result)
+        result["table_rows"] = rows
+    os.makedirs(args.out, exist_ok=True)
+    W, shared = result["world_size"], result.get("ranks_per_gpu", 1)
+    gpus = f"_{W // shared}gpu" if result["backend"] == "cuda" and shared > 1 else ""  # as fused_ops.py names them
+    stem = os.path.join(args.out, f"ccl_{W}ranks{gpus}{'_quick' if args.quick else ''}")
+    notes = list(result["notes"])
+    if not final and args.sizes:
+        notes.append(f"partial: sizes {', '.join(human(s) for s in result['sizes_done'])} of "
+                     f"{', '.join(human(s) for s in args.sizes)} done")
+    why_no_plot = plot(result, stem + ".png")
+    if why_no_plot:
+        notes.append(why_no_plot)
+    with open(stem + ".json", "w") as f:
+        json.dump(dict(result, notes=notes), f, indent=1)
+    text = table(dict(result, notes=notes))
+    with open(stem + ".md", "w") as f:
+        f.write(f"Host collectives, {result['world_size']} ranks on {result['device']} (`benchmarks/ccl.py`):\n\n"
+                f"```text\n{text}\n```\n")
+    if final:
+        print(text)
+    print(f"wrote {stem}.json{' and ' + args.table_out if args.write_table else ''}"
+          f"{'' if final else ' (partial)'}", flush=True)
+
+
+def merge(paths: list[str]) -> dict:
+    """One result from several runs' JSON files of the same world size, ranks per GPU and dtype
+    (e.g. a run cut short and a rerun of its missing sizes): a later file's point for a collective
+    and size replaces an earlier one; the notes of all are kept, the partial-run notes dropped."""
+    runs = [json.load(open(p)) for p in paths]
+    keys = {(r["world_size"], r.get("ranks_per_gpu", 0), r["backend"], r["dtype"]) for r in runs}
+    if len(keys) != 1:
+        raise SystemExit(f"ccl.py --merge: the files differ in (world size, ranks per GPU, backend, dtype): "
+                         f"{sorted(keys)}; merge only runs of one configuration")
+    points: dict = {}
+    for r in runs:
+        for p in r["points"]:
+            points[(p["collective"], p["bytes"])] = p
+    order = list(dict.fromkeys(p["collective"] for r in runs for p in r["points"]))
+    merged = dict(runs[-1], points=sorted(points.values(), key=lambda p: (p["bytes"], order.index(p["collective"]))),
+                  sizes_done=sorted({b for _, b in points}))
+    merged["notes"] = list(dict.fromkeys(n for r in runs for n in r["notes"] if not n.startswith("partial: ")))
+    merged["peer"] = next((r["peer"] for r in runs if r["peer"]), None)
+    merged["merged_from"] = [os.path.basename(p) for p in paths]
+    return merged
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.merge:
+        save(args, merge(args.merge), final=True)
+        return
+    if hasattr(signal, "SIGUSR1"):  # tools/gpu-bench.sh sends it at its time limit: show where each rank is
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
-        result = run(args)
+        result = run(args, on_size=lambda partial: save(args, partial, final=False))
     except BaseException:
         # Under mpirun the job's abort can outrun the rank's stderr: say what failed on stdout first
         # (a 1 GiB --write-table run on the H200 ended with MPI_ABORT and no message).
@@ -569,21 +640,8 @@ def main(argv=None) -> None:
         raise
     from mpi4py import MPI
 
-    if MPI.COMM_WORLD.Get_rank() != 0:
-        return
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"ccl_{result['world_size']}ranks{'_quick' if args.quick else ''}")
-    why_no_plot = plot(result, stem + ".png")
-    if why_no_plot:
-        result["notes"].append(why_no_plot)
-    with open(stem + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    text = table(result)
-    with open(stem + ".md", "w") as f:
-        f.write(f"Host collectives, {result['world_size']} ranks on {result['device']} (`benchmarks/ccl.py`):\n\n"
-                f"```text\n{text}\n```\n")
-    print(text)
-    print(f"wrote {stem}.json", flush=True)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        save(args, result, final=True)
 
 
 if __name__ == "__main__":

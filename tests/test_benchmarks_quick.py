@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -60,13 +62,42 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
     spec = importlib.util.spec_from_file_location("measured_table", table)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    measured = [r for r in module.TABLE if "measured" in r]
+    measured = [r for r in module.TABLE if "measured" in r and r["backend"] == "cpu"]
     assert {r["collective"] for r in measured} == {"all_reduce", "all_gather"}, module.TABLE
     assert {(r["backend"], r["world_size"], r["ranks_per_gpu"]) for r in measured} == {("cpu", 2, 2)}, measured
     assert any(r["backend"] == "cuda" for r in module.TABLE)  # other backends' rows are kept
     # the fallback rows (any world size) are kept, after every measured row: the first match wins
     first_fallback = min(i for i, r in enumerate(module.TABLE) if r["world_size"] == 0)
     assert all(i < first_fallback for i, r in enumerate(module.TABLE) if "measured" in r), module.TABLE
+
+    # --merge joins runs cut short: a later file's point replaces an earlier one, sizes are united,
+    # and runs of different configurations are refused
+    first = json.loads((tmp_path / "ccl_2ranks_quick.json").read_text())
+    later = json.loads(json.dumps(first))
+    later["points"] = [p for p in later["points"] if p["collective"] == "all_reduce"]
+    later["points"][0]["times_us"]["ccl"] = 12345.0
+    moved = dict(later["points"][0], bytes=later["points"][0]["bytes"] * 4)  # a size only the later run has
+    later["points"].append(moved)
+    later["notes"].append("partial: a note that the merge drops")
+    (tmp_path / "a.json").write_text(json.dumps(first))
+    (tmp_path / "b.json").write_text(json.dumps(later))
+    merged_dir = tmp_path / "merged"
+    runs = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    done = subprocess.run([sys.executable, os.path.join(BENCH, "ccl.py"), "--quick", "--merge", *runs,
+                           "--out", str(merged_dir)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = json.loads((merged_dir / "ccl_2ranks_quick.json").read_text())
+    keys = [(p["collective"], p["bytes"]) for p in merged["points"]]
+    assert len(keys) == len(set(keys)) == len(first["points"]) + 1, keys
+    replaced = next(p for p in merged["points"] if (p["collective"], p["bytes"]) == (moved["collective"],
+                                                                                     first["points"][0]["bytes"]))
+    assert replaced["times_us"]["ccl"] == 12345.0
+    assert not any(n.startswith("partial: ") for n in merged["notes"]), merged["notes"]
+    later["world_size"] = 4
+    (tmp_path / "b.json").write_text(json.dumps(later))
+    refused = subprocess.run([sys.executable, os.path.join(BENCH, "ccl.py"), "--merge", *runs,
+                              "--out", str(merged_dir)], capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "merge only runs of one configuration" in refused.stderr, refused.stderr
 
 
 @pytest.mark.multirank
