@@ -3,12 +3,12 @@
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
 # [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [ops_host] [watchdog] [watchdog_ab] [fused] (no argument: rma
 # collectives trace examples; the others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
-# CCL_WORLDS the host collectives'). Results go to benchmarks/results/ and docs/tracing/; logs to
+# CCL_WORLDS the host collectives', FUSED_RANKS the fused ops' world size). Results go to benchmarks/results/ and docs/tracing/; logs to
 # $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
 # "Pending measurements"):
 #   CCL_WORLDS=2 bash tools/gpu-bench.sh ccl fused            # two H200s, one rank per GPU
-#   CCL_WORLDS="2 4 8" bash tools/gpu-bench.sh ccl            # one H200, ranks under MPS
-#   FUSED_ARGS="--m 1024,4096,16384" bash tools/gpu-bench.sh fused ops_host   # one H200, 2 ranks under MPS
+#   bash tools/gpu-tests.sh                                   # one H200: the GPU test suite
+#   bash tools/gpu-bench.sh ops_host watchdog                 # one H200, 2 ranks under MPS
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -52,7 +52,7 @@ for s in $stages; do
     ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;
     watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ;;
     watchdog_ab) IRIS_MPIEXEC="$MPI" step watchdog_ab bash tools/watchdog-ab.sh --ranks 2 --rounds ${WATCHDOG_ROUNDS:-3} ;;
-    fused) step fused $MPI -n 2 python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
+    fused) step "fused_${FUSED_RANKS:-2}" $MPI -n "${FUSED_RANKS:-2}" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac
 done
