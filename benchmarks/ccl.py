@@ -119,6 +119,9 @@ def parse_args(argv=None):
                    help="no timing: join these runs' JSON files (one configuration) into one result, written as "
                         "a run's would be (and the table, with --write-table)")
     p.add_argument("--verbose", action="store_true", help="print each config before it is timed (where a run stops)")
+    p.add_argument("--peer-max-bytes", type=parse_size, default=None, metavar="SIZE",
+                   help="time NCCL / torch symm_mem only up to this size (torch's symm_mem two-shot stalled at "
+                        "16 MiB with 8 ranks on one H200: pass 1M there)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--heap", action="store_true",
                    help="also time ccl on tensors allocated on the symmetric heap (column ccl_heap: no staging)")
@@ -425,7 +428,13 @@ def run(args, on_size=None) -> dict:
                 del fn
                 ctx.barrier()
                 on_heap.free()
-            for label, fn in peer.calls(case).items():
+            peer_calls = peer.calls(case)
+            if peer_calls and args.peer_max_bytes is not None and case.nbytes > args.peer_max_bytes:
+                peer_calls = {}
+                skipped = f"{peer.kind} not timed above {human(args.peer_max_bytes)} (--peer-max-bytes)"
+                if skipped not in notes:
+                    notes.append(skipped)
+            for label, fn in peer_calls.items():
                 if args.verbose and ctx.rank == 0:
                     print(f"  {name} {human(case.nbytes)} {label}", flush=True)
                 point["times_us"][label] = timer(fn) * 1e6
