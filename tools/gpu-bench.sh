@@ -57,4 +57,10 @@ for s in $stages; do
   esac
 done
 echo; printf '%-16s %4s %7s\n' step rc time; printf '%s\n' "${summary[@]}"  # 124/137: timed out
+# The device tool brings back a limited number of files from $OUT: pack every result the steps
+# wrote or changed (and a rewritten selection table) into one archive, to unpack at the repository root.
+if [ -n "${OUT:-}" ] && git rev-parse --git-dir >/dev/null 2>&1; then
+  git ls-files -m -o --exclude-standard benchmarks/results docs packages | tar czf "$OUT/results.tgz" -T - \
+    && echo "packed $(tar tzf "$OUT/results.tgz" | wc -l) changed files into \$OUT/results.tgz"
+fi
 exit $status
