@@ -4,6 +4,7 @@
     mpirun --allow-run-as-root --oversubscribe -n 4 python3 -m mpi4py benchmarks/ccl.py   # 4 ranks, one GPU (MPS)
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --write-table    # tune, and rewrite ccl/_table.py
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --quick          # CPU backend, tiny sizes
+    python3 benchmarks/ccl.py --merge a.json b.json --write-table    # join runs of one configuration
 
 For each collective (all_reduce, reduce_scatter, all_gather, all_to_all, broadcast) and each size
 (``--sizes``, 4 KiB to 1 GiB by default) it prints nccl-tests' columns: size, time per call (us),
@@ -29,8 +30,9 @@ collective, and rewrites ``packages/iris-collectives/src/iris/collectives/ccl/_t
 (``--table-out`` elsewhere) with the fastest per size class, for this backend (rows of other
 backends are kept).
 
-Writes ``benchmarks/results/ccl_<W>ranks[_quick].json``, a Markdown table and a plot next to it
-(when matplotlib is installed).
+Writes ``benchmarks/results/ccl_<W>ranks[_<G>gpu][_quick].json`` (``_<G>gpu`` when the W ranks
+share G GPUs), a Markdown table and a plot next to it (when matplotlib is installed), and the
+table with ``--write-table``: after every size, so that a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
