@@ -36,6 +36,7 @@ def test_torchrun_scenarios(nranks):
     out = proc.stdout + proc.stderr
     assert passed(proc.stdout) == SCENARIOS, out
     assert "CHECK ranks torch " in proc.stdout and f", {nranks} ranks, " in proc.stdout, out
+    assert "CHECK groups-freed True" in proc.stdout, out  # before interpreter finalization
     files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
     assert not existing(files), existing(files)
 
@@ -49,6 +50,7 @@ def test_torchrun_with_the_programs_own_group():
     out = proc.stdout + proc.stderr
     assert passed(proc.stdout) == OWN_GROUP, out
     assert re.search(r"^CHECK own-group (gloo|nccl)$", proc.stdout, re.M), out
+    assert "CHECK groups-freed True" in proc.stdout, out
     assert "CHECK mpi-error iris.runtime.iris(bootstrap='mpi'): MPI sees a world of 1, but torchrun" in out, out
     assert "WORLD_SIZE=2 ranks" in out and "pass bootstrap='torch' (or 'auto')" in out, out
 

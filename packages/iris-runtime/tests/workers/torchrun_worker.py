@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import weakref
 
 import torch
 import torch.distributed as dist
 
 import iris.runtime  # first: picks the backend and switches Triton's interpreter on for cpu
 import iris.runtime.testing
-from iris.runtime import IrisBootstrapError, IrisUsageError
+from iris.runtime import IrisBootstrapError, IrisUsageError, _bootstrap_torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runtime_worker import (
@@ -138,5 +139,16 @@ if __name__ == "__main__":
         own_group()
         options["bootstrap"] = "torch"
     iris.runtime.testing.run_scenarios(globals(), argv, **options)
+    # (default group, the runtime's gloo group), kept for the next iris(): once torch has destroyed
+    # the default group, the runtime's reference is the last one (the gloo group stays referenced
+    # by the exception hook's bootstrap)
+    made = _bootstrap_torch._private
+    freed = weakref.ref(made[0]) if made is not None else None
+    del made
     if options.get("bootstrap") and dist.is_initialized():
         dist.destroy_process_group()  # ours to destroy: torch warns at exit otherwise (nccl)
+    # what the runtime's exit handler runs: the default group must be gone before interpreter
+    # finalization, where destroying it aborted ranks under load
+    _bootstrap_torch.forget_groups() if options.get("bootstrap") else _bootstrap_torch.destroy_groups()
+    if freed is not None and int(os.environ.get("RANK", "0")) == 0:
+        print(f"CHECK groups-freed {freed() is None}", flush=True)
