@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B builds of the watchdog (#16): where do its 2-8 % at 256 MiB go? Makes copies of the packages
-# with one change each and times them next to "bounded" and "compiled out" in the same rounds
-# (benchmarks/watchdog_overhead.py --tree). Usage: bash tools/watchdog-ab.sh [watchdog_overhead.py args]
-# (the GPU machine: through tools/gpu-bench.sh watchdog_ab, which sets the environment). The copies:
+# with one change each (tools/patched_tree.py) and times them next to "bounded" and "compiled out"
+# in the same rounds (benchmarks/watchdog_overhead.py --tree). Usage: bash tools/watchdog-ab.sh
+# [watchdog_overhead.py args] (the GPU machine: through tools/gpu-bench.sh watchdog_ab, which sets
+# the environment). The copies:
 #   rare_clock      the spinning wait never looks at the clock or the drain word (CHECK_POLLS 2^30):
 #                   what watchdog_check's calls cost;
 #   inline_spin     spin_bounded inlined at every wait instead of one out-of-line copy: what the call
@@ -12,23 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${AB_ROOT:-/tmp/iris-watchdog-ab}
-rm -rf "$root"
-# change NAME FILE OLD NEW: a copy of the packages with OLD replaced by NEW in FILE (exactly once)
-change() {
-  local name=$1 file=$2 old=$3 new=$4
-  mkdir -p "$root/$name"
-  cp -r packages "$root/$name/"
-  python3 - "$root/$name/$file" "$old" "$new" <<'EOF'
-import sys
-path, old, new = sys.argv[1:]
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(f"watchdog-ab.sh: {path}: expected {old!r} once, found it {text.count(old)} times")
-open(path, "w").write(text.replace(old, new))
-EOF
-  trees+=(--tree "$name=$root/$name")
-}
 trees=()
+# change NAME FILE OLD NEW: a copy of the packages with OLD replaced by NEW in FILE (exactly once)
+change() { python3 tools/patched_tree.py "$root/$1" "$2" "$3" "$4" >/dev/null; trees+=(--tree "$1=$root/$1"); }
 change rare_clock packages/iris-device/src/iris/device/_watchdog.py \
   "tl.constexpr(4 if INTERPRETER else 1024)" "tl.constexpr(4 if INTERPRETER else 1 << 30)"
 change inline_spin packages/iris-collectives/src/iris/collectives/_sync.py \
