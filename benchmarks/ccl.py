@@ -615,7 +615,10 @@ def merge(paths: list[str]) -> dict:
     """One result from several runs' JSON files of the same world size, ranks per GPU and dtype
     (e.g. a run cut short and a rerun of its missing sizes): a later file's point for a collective
     and size replaces an earlier one; the notes of all are kept, the partial-run notes dropped."""
-    runs = [json.load(open(p)) for p in paths]
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
     keys = {(r["world_size"], r.get("ranks_per_gpu", 0), r["backend"], r["dtype"]) for r in runs}
     if len(keys) != 1:
         raise SystemExit(f"ccl.py --merge: the files differ in (world size, ranks per GPU, backend, dtype): "

@@ -76,19 +76,18 @@ def cases():
             yield (f"matmul_all_reduce_two_shot/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=True, USE_TMA=tma),
                    ("a", "b", "out", "partial"), None)
-            rs = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"
+            rs = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"  # per-rank shapes
             yield (f"matmul_reduce_scatter/{dt}/{path}", MRS._matmul_reduce_scatter_kernel,
                    signature("a b bias partial out locks", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "partial"), None)
             yield (f"matmul_all_gather/{dt}/{path}", MAG._matmul_all_gather_kernel,
                    signature("a b bias staging out flags", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "staging"), None)
-            agm = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"
             yield (f"all_gather_matmul/{dt}/{path}", AGM._all_gather_matmul_kernel,
-                   signature("a_shard staged b bias out flags", dt, agm), dict(common, USE_TMA=tma),
+                   signature("a_shard staged b bias out flags", dt, rs), dict(common, USE_TMA=tma),
                    ("a_shard", "staged", "b", "out"), None)
             yield (f"all_gather_matmul_arrival/{dt}/{path}", AGM._arrival_kernel,
-                   signature("a_shard staged b bias out flags", dt, agm), dict(common, USE_TMA=tma),
+                   signature("a_shard staged b bias out flags", dt, rs), dict(common, USE_TMA=tma),
                    ("a_shard", "staged", "b", "out"), None)
 
 
