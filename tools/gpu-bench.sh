@@ -3,7 +3,7 @@
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
 # [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [ops_host] [watchdog] [watchdog_ab] [mrs_ab] [fused] (no argument: rma
 # collectives trace examples; the others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
-# CCL_WORLDS the host collectives', FUSED_RANKS the fused ops' world size). Results go to benchmarks/results/ and docs/tracing/; logs to
+# CCL_WORLDS the host collectives', FUSED_RANKS the fused ops' world size, WATCHDOG_ARGS more watchdog_overhead.py arguments). Results go to benchmarks/results/ and docs/tracing/; logs to
 # $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
 # "Pending measurements"):
 #   CCL_WORLDS=2 bash tools/gpu-bench.sh ccl fused            # two H200s, one rank per GPU
@@ -50,7 +50,7 @@ for s in $stages; do
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
     ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;
-    watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ;;
+    watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ${WATCHDOG_ARGS:-} ;;
     watchdog_ab) IRIS_MPIEXEC="$MPI" step watchdog_ab bash tools/watchdog-ab.sh --ranks 2 --rounds ${WATCHDOG_ROUNDS:-3} ;;
     mrs_ab) IRIS_MPIEXEC="$MPI" step mrs_ab bash tools/mrs-order-ab.sh ;;
     fused) step "fused_${FUSED_RANKS:-2}" $MPI -n "${FUSED_RANKS:-2}" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
