@@ -34,6 +34,7 @@ from triton.compiler import ASTSource  # noqa: E402
 import iris.collectives as ic  # noqa: E402
 from iris.collectives import _all_reduce as AR  # noqa: E402
 from iris.collectives import _sync as S  # noqa: E402
+from iris.device._watchdog import WATCHDOG_PTX_TAG  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32"}
@@ -170,16 +171,25 @@ def function_bodies(ptx: str) -> list[str]:
     return [ptx[a:b] for a, b in zip(starts, starts[1:] + [len(ptx)])] or [ptx]
 
 
-WATCHDOG_FUNC = re.compile(r"^\.func[^\n]*watchdog_check[^\n]*\($.*?^\}$", re.M | re.S)
+#: An inline-PTX block of the watchdog's check (tagged with iris.device._watchdog.WATCHDOG_PTX_TAG).
+WATCHDOG_BLOCK = re.compile(r"^\s*// begin inline asm\n\s*" + re.escape(WATCHDOG_PTX_TAG) + r"\n.*?// end inline asm\n",
+                            re.M | re.S)
+
+
+def calls_to_functions(ptx: str) -> int:
+    """Calls of out-of-line functions in ``ptx``, not counting the device print's ``vprintf`` and
+    the device assert's ``__assertfail`` (the ring's capacity check has both)."""
+    callees = re.findall(r"^\s*call(?:\.uni)?\s[^;]*?([\w$]+),\s*\(", ptx, re.M)
+    return sum(1 for name in callees if name not in ("vprintf", "__assertfail"))
 
 
 def without_watchdog(ptx: str) -> tuple[str, int]:
-    """``ptx`` without the body of the watchdog's out-of-line check (``iris.device._watchdog``:
-    the slow path of a wait that ran out of time, one copy per kernel), and how many bodies there
-    were. Its report stores, claim and drain atomics run only when a wait gives up; the tests
-    below are about the protocol the collectives run every call."""
-    bodies = WATCHDOG_FUNC.findall(ptx)
-    return WATCHDOG_FUNC.sub("", ptx), len(bodies)
+    """``ptx`` without the inline-PTX blocks of the watchdog's check (``iris.device._watchdog``: the
+    clock, the drain word, the report's claim, stores and fence, the drain atomics: the slow path of
+    a wait, reached every CHECK_POLLS polls), and how many blocks there were. The tests below are
+    about the protocol the collectives run every call."""
+    blocks = WATCHDOG_BLOCK.findall(ptx)
+    return WATCHDOG_BLOCK.sub("", ptx), len(blocks)
 
 
 def summary(ptx: str) -> dict:
@@ -188,12 +198,12 @@ def summary(ptx: str) -> dict:
     # barrier exactly on kernels with one operation each.
     # ``red`` is an atomic whose old value is unused; Triton 3.9 emits it where 3.6 emits ``atom``
     # (same qualifiers, same ordering), so both count as atomics everywhere below.
-    calls_to_watchdog = len(re.findall(r"call(?:\.uni)?\s[^;]*watchdog_check", ptx))
-    ptx, watchdog_bodies = without_watchdog(ptx)
+    calls = calls_to_functions(ptx)
+    ptx, watchdog_blocks = without_watchdog(ptx)
     atoms = re.findall(r"(?<![\w.])(atom|red)\.([\w.]+)", ptx)  # not bar.red (a vote)
     return {
-        "watchdog_bodies": watchdog_bodies,
-        "watchdog_calls": calls_to_watchdog,
+        "watchdog_blocks": watchdog_blocks,
+        "calls": calls,
         "globaltimer_reads": ptx.count("%globaltimer"),
         "ld_v4": len(re.findall(r"ld\.global(\.\w+)*\.v4\.", ptx)),
         "st_v4": len(re.findall(r"st\.global(\.\w+)*\.v4\.", ptx)),
@@ -356,14 +366,12 @@ def order_case(case: str) -> dict:
         if case == "bare_release":
             ptx = compile_ptx(bare_release_kernel, {"flag": "*i32"}, {})
         elif name == "bounded_wait":
-            # a watchdog-bounded wait: the order of the kernel and of each out-of-line callee
+            # a watchdog-bounded wait: the order of the protocol with the check's blocks taken out
             ptx = compile_ptx(sync_kernel, {"context": "*i64", "flags": "*i32"}, const)
-            bodies = function_bodies(ptx)
-            names = [re.findall(r"([\w$]+)\s*\(", b.splitlines()[0])[-1] for b in bodies]
-            return {"ok": True, "order": memory_order(bodies[0]),
-                    "callees": {n.split("_$_")[-1].split("__")[0]: memory_order(b)
-                                for n, b in zip(names[1:], bodies[1:])},
-                    "calls": len(re.findall(r"call(?:\.uni)?\s", bodies[0]))}
+            protocol, blocks = without_watchdog(ptx)
+            return {"ok": True, "order": memory_order(protocol), "watchdog_blocks": blocks,
+                    "calls": calls_to_functions(ptx),
+                    "check_order": memory_order(ptx)}
         elif name in ORDER_SYNC:
             ptx = compile_ptx(sync_kernel, {"context": "*i64", "flags": "*i32"}, const)
         else:

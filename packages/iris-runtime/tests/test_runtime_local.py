@@ -194,13 +194,62 @@ def test_bad_watchdog_timeout_in_the_environment(monkeypatch):
     assert timeout_from_env() == 300.0
 
 
+class _WordHeap:
+    """A heap of int32 words at made-up addresses, read and written like a real heap's host words;
+    ``unreadable`` addresses answer None (a word that could not be read in time)."""
+
+    def __init__(self, bases, words, unreadable=()):
+        self.bases, self.words, self.unreadable, self.writes = bases, dict(words), set(unreadable), []
+
+    def read_int32(self, address, timeout_s=1.0):
+        return None if address in self.unreadable else self.words.get(address, 0)
+
+    def write_int32(self, address, value, timeout_s=1.0):
+        self.writes.append((address, value))
+        self.words[address] = value
+        return True
+
+
+def test_watchdog_names_the_ranks_whose_call_counter_is_behind():
+    # The device reports the address of its call counter for the tile; the host reads every
+    # rank's counter at the same offset of its heap and names those below this rank's.
+    from iris.runtime._watchdog import Watchdog
+
+    bases = [0x10000, 0x20000, 0x30000, 0x40000]
+    counter = 0x120  # the same offset on every rank
+    heap = _WordHeap(bases, {b + counter: calls for b, calls in zip(bases, (5, 4, 5, 3))})
+    dog = Watchdog(rank=2, world_size=4, device=torch.device("cpu"), timeout_s=0, heap=heap, heap_size=0x1000)
+    assert dog.ranks_behind(bases[2] + counter) == 0b1010  # ranks 1 and 3 made fewer calls than rank 2
+    assert dog.ranks_behind(0) == 0  # the wait had no counter
+    heap.unreadable = {bases[3] + counter}
+    assert dog.ranks_behind(bases[2] + counter) == 0b0010  # an unreadable peer is not named
+    heap.unreadable = {bases[2] + counter}
+    assert dog.ranks_behind(bases[2] + counter) == 0  # nothing to compare with
+    dog.close()
+
+
+def test_watchdog_drains_every_rank_and_never_lowers_a_drain_word():
+    from iris.device import _watchdog as device_watchdog
+    from iris.runtime._watchdog import Watchdog
+
+    bases, size = [0x100000, 0x200000, 0, 0x400000], 0x1000  # rank 2: another node's heap (nvshmem)
+    drain = [b + size + device_watchdog.DRAIN_OFFSET for b in bases]
+    heap = _WordHeap(bases, {drain[1]: device_watchdog.DRAIN_FAILED})
+    dog = Watchdog(rank=0, world_size=4, device=torch.device("cpu"), timeout_s=0, heap=heap, heap_size=size)
+    assert dog.drain_all(device_watchdog.DRAIN_TIMED_OUT) == 3
+    assert heap.writes == [(drain[0], device_watchdog.DRAIN_TIMED_OUT), (drain[3], device_watchdog.DRAIN_TIMED_OUT)]
+    assert heap.words[drain[1]] == device_watchdog.DRAIN_FAILED  # a failed rank's word stays
+    assert dog.drain_all() == 3 and heap.words[drain[0]] == device_watchdog.DRAIN_FAILED  # raised further
+    dog.close()
+
+
 def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
     from iris.device import _watchdog as device_watchdog
     from iris.runtime._watchdog import Watchdog, describe
 
-    def words(state, call, flag, rank, peer, index, seen, target, waited_ns, behind=0):
+    def words(state, call, flag, rank, peer, index, seen, target, waited_ns, calls=0):
         return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
-                index, seen, target, waited_ns, behind]
+                index, seen, target, waited_ns, calls]
 
     timed_out = describe(words(1, "iris.collectives.all_reduce_one_shot", "arrivals", 2, -1, 7, 3, 4, 5_200_000_000),
                          world_size=4, timeout_s=5)
@@ -208,7 +257,8 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
                  "it holds 3, expected >= 4", "still missing: 1 arrival(s) from the other 3 ranks", "(5 s)",
                  "IRIS_TIMEOUT_S"):
         assert text in timed_out, (text, timed_out)
-    named = describe(words(1, "iris.collectives.all_reduce_two_shot", "done", 0, -1, 2, 5, 6, 10**9, 0b1010), 4, 5)
+    named = describe(words(1, "iris.collectives.all_reduce_two_shot", "done", 0, -1, 2, 5, 6, 10**9), 4, 5,
+                     behind=0b1010)
     assert "still missing: rank(s) 1, 3, which had not made this call on the tile" in named, named
     drained = describe(words(2, "iris.collectives.all_reduce_ring", "credit", 0, 1, 0, 0, 1, 10**9), 2, 5)
     assert "rank 0 stopped waiting after 1.0 s in iris.collectives.all_reduce_ring on flag 'credit'" in drained

@@ -7,16 +7,22 @@ writes into the context tensor (``IRIS_TIMEOUT_S``, default 300 s; see ``iris.ru
 
 How, at no measurable cost:
 
-- a wait that finds its flag already set never reaches this code;
-- a wait that spins counts its polls and looks at the clock every ``CHECK_POLLS`` polls only;
-- when the time is up, the program writes one report (rank, call, flag, tile, peer, values) into
-  host-visible memory whose address is in the context tensor, raises the *drain* word in every
-  rank's signal pad, and stops waiting. A waiting program that finds its rank's drain word raised
-  stops too and reports its own wait, so every rank that waits says what it waited for. The
-  runtime raises the drain words too, when a rank fails, so that no kernel is left spinning when
-  the job is aborted;
+- a wait that finds its flag already set never reaches this code, and its code is what it is with
+  the watchdog compiled out: every thread polls on its own, and the check is a small branch of
+  that thread's poll loop, with no CTA barrier and no call (see :func:`watchdog_thread_check`);
+- a wait that spins counts its polls and looks at the clock and the *drain* word every
+  ``CHECK_POLLS`` polls only;
+- when the time is up, or the drain word is raised, the thread stops waiting; the first thread
+  of the process that stops writes one short report (rank, call, flag, tile, peer, values, the
+  address of its call counter) into host-visible memory whose address is in the context tensor
+  (:func:`watchdog_thread_stop`). The device side ends there, on purpose small: code inlined at
+  every wait costs time even where it never runs (measured on an H200, benchmarks/NOTES.md);
 - the runtime's watchdog thread reads the report from the host (no CUDA call, so it works while
-  kernels spin or a graph is being captured), prints it and ends the job with ``MPI_Abort``.
+  kernels spin or a graph is being captured). After a timeout it raises every rank's drain word,
+  so that every rank's waits stop and report what they waited for, compares the ranks' call
+  counters for the tile (who never came), prints the report and ends the job with ``MPI_Abort``.
+  The runtime raises the drain words too when a rank fails, so that no kernel is left spinning
+  when the job is aborted.
 
 A wait that gave up returns with its flag not reached; the job ends before the results matter.
 ``IRIS_TIMEOUT_S=0`` (read at import, like ``IRIS_DEBUG``) compiles all of this out.
@@ -63,9 +69,10 @@ CHECK_POLLS: tl.constexpr = tl.constexpr(4 if INTERPRETER else 1024)
 #: The report: int64 words in host-visible memory (``WATCHDOG_RECORD`` in the context tensor), in
 #: this order. ``state`` is written last: 0 (nothing), STATE_TIMED_OUT or STATE_DRAINED; ``call``
 #: and ``flag`` index WAIT_CALLS and WAIT_FLAGS; ``peer`` is -1 when the wait was for several;
-#: ``behind`` has bit r set when rank r had made fewer calls on the tile than this rank (0 when the
-#: wait has no call counter to compare).
-RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "behind")
+#: ``calls`` is the address (in the reporting process) of that rank's int32 call counter for the
+#: tile, which every rank keeps at the same heap offset (0 when the wait has none): the host
+#: compares the ranks' counters to name the ranks that never made the call.
+RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "calls")
 RECORD_WORDS = len(RECORD_FIELDS)
 STATE_TIMED_OUT = 1  #: this rank's wait ran out of time
 STATE_DRAINED = 2    #: this rank stopped waiting because another wait (maybe a peer's) ran out of time
@@ -82,15 +89,14 @@ _INDEX: tl.constexpr = tl.constexpr(5)
 _SEEN: tl.constexpr = tl.constexpr(6)
 _TARGET: tl.constexpr = tl.constexpr(7)
 _WAITED: tl.constexpr = tl.constexpr(8)
-_BEHIND: tl.constexpr = tl.constexpr(9)
+_CALLS: tl.constexpr = tl.constexpr(9)
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
-_DRAIN_TIMED_OUT: tl.constexpr = tl.constexpr(DRAIN_TIMED_OUT)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
 _CUR_RANK_AT: tl.constexpr = tl.constexpr(_layout.CUR_RANK - _layout.HEAP_BASES)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
 
-#: Byte offset in the signal pad of the drain word (int32; raised once, never lowered) and of the
-#: claim word after it (the first program of the process that reports takes it).
+#: Byte offset in the signal pad of the drain word (int32; raised once, never lowered; by the host)
+#: and of the claim word after it (the first thread of the process that reports takes it).
 DRAIN_OFFSET = _layout.SIGNAL_PAD_BYTES - _layout.PAD_RESERVED_BYTES + _layout.WATCHDOG_WORDS_AT
 DRAIN_OFFSET_C: tl.constexpr = tl.constexpr(DRAIN_OFFSET)
 
@@ -129,84 +135,183 @@ def _int64(value):
     return tl.full([], 0, tl.int64) + value
 
 
+# Memory operations and the clock of the thread that runs them, and of no other. The check below
+# runs in threads that poll on their own (some may have left the wait already): Triton's scalar
+# atomics and stores would run in thread 0 only, with CTA barriers around them, which threads
+# outside the check never reach. Inline PTX on the GPU, each block tagged with WATCHDOG_PTX_TAG (a
+# PTX comment) so that compile checks can tell the check's instructions from the protocol's; the
+# interpreter's program is one thread, so Triton's own operations there.
+
+#: The comment that opens every inline-PTX block of the watchdog's check.
+WATCHDOG_PTX_TAG = "// iris watchdog check"
+
+
+@triton.jit
+def _now():
+    # %globaltimer in ns (see iris.device.device_clock_ns)
+    if INTERPRETER:
+        return device_clock_ns()
+    else:
+        return tl.inline_asm_elementwise("// iris watchdog check\n\tmov.u64 $0, %globaltimer;", "=l", [],
+                                         dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _peek(word):
+    # The int32 at ``word`` (relaxed, system scope: a word that other processes write).
+    if INTERPRETER:
+        return tl.load(word, volatile=True)
+    else:
+        return tl.inline_asm_elementwise("// iris watchdog check\n\tld.relaxed.sys.global.b32 $0, [$1];", "=r,l",
+                                         [word], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _claim(word):
+    # 0 -> 1 on the int32 at ``word``; returns the old value (relaxed, GPU scope: one process's claim).
+    if INTERPRETER:
+        return tl.atomic_cas(word, 0, 1, sem="relaxed", scope="gpu")
+    else:
+        return tl.inline_asm_elementwise("// iris watchdog check\n\tatom.relaxed.gpu.global.cas.b32 $0, [$1], 0, 1;",
+                                         "=r,l", [word], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _put(word, value):
+    # Store the int64 ``value`` at ``word`` (host-visible memory of the report).
+    if INTERPRETER:
+        tl.store(word, _int64(value))
+    else:
+        tl.inline_asm_elementwise("// iris watchdog check\n\tst.global.b64 [$1], $2;\n\tmov.u32 $0, 0;", "=r,l,l",
+                                  [word, _int64(value)], dtype=tl.int32, is_pure=False, pack=1)
+
+
 @triton.jit
 def _fence_sys():
     # The report's fields must reach the host before its state word: one system-scope fence.
     if not INTERPRETER:
-        tl.inline_asm_elementwise("fence.acq_rel.sys; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                                  pack=1)
+        tl.inline_asm_elementwise("// iris watchdog check\n\tfence.acq_rel.sys;\n\tmov.u32 $0, 0;", "=r", [],
+                                  dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
-def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, target, waited, behind):
-    # The first program of this process to stop writes the report; the rest only stop.
-    if tl.atomic_cas(drain + 1, 0, 1, sem="relaxed", scope="gpu") == 0:
+def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, target, waited, calls):
+    # The first thread of this process to stop writes the report; the rest only stop.
+    if _claim(drain + 1) == 0:
         record = tl.cast(tl.load(trailer + WATCHDOG_RECORD_C), tl.pointer_type(tl.int64))
-        tl.store(record + _CALL, _int64(call_id))
-        tl.store(record + _FLAG, _int64(flag_id))
-        tl.store(record + _RANK, _int64(rank))
-        tl.store(record + _PEER, _int64(peer))
-        tl.store(record + _INDEX, _int64(index))
-        tl.store(record + _SEEN, _int64(seen))
-        tl.store(record + _TARGET, _int64(target))
-        tl.store(record + _WAITED, _int64(waited))
-        tl.store(record + _BEHIND, _int64(behind))
+        _put(record + _CALL, call_id)
+        _put(record + _FLAG, flag_id)
+        _put(record + _RANK, rank)
+        _put(record + _PEER, peer)
+        _put(record + _INDEX, index)
+        _put(record + _SEEN, seen)
+        _put(record + _TARGET, target)
+        _put(record + _WAITED, waited)
+        _put(record + _CALLS, calls)
         _fence_sys()
-        tl.store(record + _STATE, _int64(state))
+        _put(record + _STATE, state)
 
 
 @triton.jit
-def _ranks_behind(heap_bases, num_ranks, local, calls):
-    # Bit r set: rank r's call counter for the tile is below this rank's (0 without a counter).
-    behind = tl.full([], 0, tl.int64)
-    if calls != 0:
-        counter = tl.cast(calls, tl.pointer_type(tl.int32))
-        mine = tl.load(counter, volatile=True)
-        for r in range(num_ranks):
-            theirs = tl.load(counter + (tl.load(heap_bases + r) - local) // 4, volatile=True)
-            behind = behind | tl.where(theirs < mine, tl.full([], 1, tl.int64) << r, 0)
-    return behind
+def _drain_word(heap_bases, me, trailer):
+    # This rank's drain word (int32, in its signal pad after the heap).
+    address = tl.load(heap_bases + me) + tl.load(trailer + HEAP_SIZE_C) + DRAIN_OFFSET_C
+    return tl.cast(address, tl.pointer_type(tl.int32))
 
 
-@triton.jit(noinline=True)  # one copy per kernel, not one per wait site: waits are many, timeouts rare
-def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, target, calls):
-    """Look at the clock and the drain word during a wait; returns ``(start, stop)``.
+@triton.jit
+def watchdog_thread_check(heap_bases, start):
+    """Look at the clock and the drain word during a wait, in the calling thread alone; returns
+    ``(start, stop)``.
 
-    ``call_id`` and ``flag_id`` index WAIT_CALLS and WAIT_FLAGS (runtime values, so that one copy
-    of this function serves every wait of a kernel). ``calls``: the address (int64) of this rank's
-    call counter for the tile, which every rank keeps at the same heap offset, or 0: a stopping
-    wait compares it with the peers' and reports the ranks that are behind (who never came).
-    ``start`` is the wait's start time (0 before the first look, which sets it). ``stop`` (int32)
-    is 1 when the wait must end: it has lasted longer than the context's timeout, or a wait of
-    this rank already ran out of time. Stopping writes the report and, on a timeout, raises every
-    rank's drain word. Granularity: per program (scalars). Memory semantics: the drain words are
-    relaxed system-scope exchanges (nothing is published with them); the report's words are
-    fenced at system scope before its state word. Scope: the waits of one job.
+    ``start`` is the wait's start time in this thread (int64; 0 before its first look, which sets
+    it). ``stop`` (int32) is 1 when the wait must end: it has lasted longer than the context's
+    timeout (``IRIS_TIMEOUT_S``), or this rank's drain word is raised (a wait of some rank ran out
+    of time, or a rank failed). A thread that gets ``stop`` leaves its wait and calls
+    :func:`watchdog_thread_stop`.
+
+    Granularity: per thread. No CTA barrier, no Triton atomic, no store: threads that poll on their
+    own may call it at different times, or some not at all (a wait loop calls it every
+    ``CHECK_POLLS`` polls; every other thread sees its flag, the clock or the drain word soon
+    after). Memory semantics: one relaxed system-scope load of the drain word. Scope: the waits of
+    one job.
     """
     me = tl.load(heap_bases + _CUR_RANK_AT)
-    num_ranks = tl.load(heap_bases + _NUM_RANKS_AT)
-    trailer = heap_bases + num_ranks
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     limit = tl.load(trailer + WATCHDOG_NS_C)
-    now = device_clock_ns()
+    now = _now()
     start = tl.where(start == 0, now, start)
-    local = tl.load(heap_bases + me)
-    drain = tl.cast(local + tl.load(trailer + HEAP_SIZE_C) + DRAIN_OFFSET_C, tl.pointer_type(tl.int32))
-    reason = tl.load(drain, volatile=True)
-    timed_out = now - start > limit
-    # The clock and the drain word are read by every thread, at slightly different times: vote,
-    # so that every thread takes the same branch (the report has CTA barriers in it).
-    stop = cta_any((limit > 0) & ((reason != 0) | timed_out)) != 0
-    if stop:
-        state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
-        _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, now - start,
-                _ranks_behind(heap_bases, num_ranks, local, calls))
-        if reason == 0:
-            # This wait timed out: every rank (this one too) stops waiting and reports what it
-            # waited for. A max, so that a "rank failed" already there stays.
-            for r in range(num_ranks):
-                tl.atomic_max(drain + (tl.load(heap_bases + r) - local) // 4, _DRAIN_TIMED_OUT, sem="relaxed",
-                              scope="sys")
+    reason = _peek(_drain_word(heap_bases, me, trailer))
+    stop = (limit > 0) & ((reason != 0) | (now - start > limit))
     return start, stop.to(tl.int32)
+
+
+@triton.jit
+def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen, target, calls):
+    """Report a wait that :func:`watchdog_thread_check` stopped.
+
+    ``start``: the wait's start time; ``call_id`` and ``flag_id`` index WAIT_CALLS and WAIT_FLAGS,
+    ``peer`` (-1: several), ``index`` (tile or slot), ``seen`` and ``target`` go into the report
+    (int64 scalars); so does ``calls``, the address (int64) of this rank's call counter for the tile
+    (which every rank keeps at the same heap offset), or 0. The first thread of the process that
+    stops writes the report (a claim word beside the drain word). The rest is the host's, whose
+    watchdog thread reads the report: it compares the call counters (who never made the call), and
+    after a timeout raises every rank's drain word, so that every rank's waits stop and report too;
+    then it prints the report and ends the job. The device side is kept this small on purpose: a
+    larger report inlined at each wait made a two-shot all-reduce of 256 MiB 13 % slower on an H200
+    (benchmarks/NOTES.md).
+
+    Granularity: per thread, no CTA barrier (see :func:`watchdog_thread_check`). Memory semantics:
+    the report's words are fenced at system scope before its state word. Scope: this process.
+    """
+    me = tl.load(heap_bases + _CUR_RANK_AT)
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    drain = _drain_word(heap_bases, me, trailer)
+    reason = _peek(drain)
+    state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
+    _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, _now() - start, calls)
+
+
+@triton.jit
+def watchdog_check(heap_bases, start, call_id, flag_id, peer, index, seen, target, calls):
+    """:func:`watchdog_thread_check`, :func:`watchdog_thread_stop` in the threads that stop, then a
+    vote: ``stop`` is 1 in every thread of the program when it is 1 in any. Returns ``(start,
+    stop)``; the arguments are :func:`watchdog_thread_stop`'s. Granularity: per program: every
+    thread of the program must make the call at the same point (the vote is a CTA barrier), for
+    waits whose loop condition is the same in every thread (a scalar atomic's result) or that vote
+    on it. Memory semantics: as those two, and the vote's CTA barrier."""
+    start, stop = watchdog_thread_check(heap_bases, start)
+    if stop != 0:
+        watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen, target, calls)
+    return start, cta_any(stop)
+
+
+@triton.jit
+def watchdog_arguments(call: tl.constexpr, what: tl.constexpr, peer, index, seen, target, calls):
+    """The arguments of :func:`watchdog_thread_stop` from ``call`` and ``what`` (names in WAIT_CALLS and
+    WAIT_FLAGS), ``peer``, ``index``, ``seen``, ``target`` and ``calls`` (this rank's int32 call
+    counter for the tile, or None), each an int64 scalar: one shape of the check for all waits."""
+    if calls is None:
+        address = tl.full([], 0, tl.int64)
+    else:
+        address = calls.to(tl.int64)
+    return (_int64(_call_index(call)), _int64(_flag_index(what)), _int64(peer), _int64(index), _int64(seen),
+            _int64(target), address)
+
+
+@triton.jit
+def watchdog_thread_tick(heap_bases, polls, start):
+    """Count one poll of a wait in the calling thread; every ``CHECK_POLLS`` polls,
+    :func:`watchdog_thread_check`. Returns ``(polls, start, stop)``. Start a wait with ``polls = 0``
+    and ``start = 0`` (int64), loop while the flag is short of its target and ``stop == 0``, and
+    after the loop call :func:`watchdog_thread_stop` in the threads whose ``stop`` is 1 (then the
+    CTA barrier that any acquire-polling wait needs). Granularity: per thread, no barrier: for waits
+    in which every thread polls on its own (``wait_at_least``)."""
+    polls += 1
+    stop = 0
+    if polls % CHECK_POLLS == 0:
+        start, stop = watchdog_thread_check(heap_bases, start)
+    return polls, start, stop
 
 
 @triton.jit
@@ -214,15 +319,11 @@ def watchdog_look(heap_bases, start, call: tl.constexpr, what: tl.constexpr, pee
     """One look at the clock and the drain word for a wait (see :func:`watchdog_check`); returns
     ``(start, stop)``. Start a wait with ``start = 0`` (int64). ``calls``: this rank's int32 call
     counter for the tile, or None. Per program: every thread of the program must make the same
-    call (it has CTA barriers in it), so a wait whose threads poll on their own must first agree
-    that it goes on, e.g. with :func:`iris.device._vote.cta_all`."""
-    # Every argument as an int64 tensor: one specialisation of the function for all waits.
-    if calls is None:
-        address = tl.full([], 0, tl.int64)
-    else:
-        address = calls.to(tl.int64)
-    return watchdog_check(heap_bases, start, _int64(_call_index(call)), _int64(_flag_index(what)), _int64(peer),
-                          _int64(index), _int64(seen), _int64(target), address)
+    call (its vote is a CTA barrier), so a wait whose threads poll on their own must first agree
+    that it goes on, e.g. with :func:`iris.device._vote.cta_all`, or use
+    :func:`watchdog_thread_tick` instead."""
+    args = watchdog_arguments(call, what, peer, index, seen, target, calls)
+    return watchdog_check(heap_bases, start, args[0], args[1], args[2], args[3], args[4], args[5], args[6])
 
 
 @triton.jit

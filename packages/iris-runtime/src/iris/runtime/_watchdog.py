@@ -1,13 +1,17 @@
 """The watchdog's host side: read the report a stopped wait wrote, say it, end the job.
 
 The device side (``iris.device._watchdog``) bounds every wait of iris.collectives by the timeout
-in the context tensor and, when one runs out, writes a report into the host-visible words that
-this module allocates. A daemon thread polls those words every ``POLL_S`` seconds: plain reads of
-pinned host memory, no CUDA call, so it works while kernels spin, while another thread captures a
-CUDA graph, and while the main thread is blocked in a synchronisation or in a host collective. When a report
-appears it prints it on stderr, waits ``GRACE_S`` so that the other ranks' reports get out too,
-and ends the whole job through the bootstrap (``MPI_Abort``, or under torchrun this rank's exit,
-which makes the elastic agent end the others; exit code ``EXIT_CODE``). ``Iris.barrier()`` and
+in the context tensor and, when one runs out, writes a short report into the host-visible words
+that this module allocates. A daemon thread polls those words every ``POLL_S`` seconds: plain reads
+of pinned host memory, no CUDA call, so it works while kernels spin, while another thread captures
+a CUDA graph, and while the main thread is blocked in a synchronisation or in a host collective.
+When a report appears, the thread first raises every rank's drain word if the wait ran out of
+time (so that every rank's waits stop and report theirs), compares the ranks' call counters for
+the tile to name the ranks that never made the call (heap words read on a private stream, which
+does not wait for the spinning kernels), prints the report on stderr, waits ``GRACE_S`` so that
+the other ranks' reports get out too, and ends the whole job through the bootstrap
+(``MPI_Abort``, or under torchrun this rank's exit, which makes the elastic agent end the others;
+exit code ``EXIT_CODE``). ``Iris.barrier()`` and
 ``Iris.close()`` also look, so a program never goes on past a wait that gave up.
 
 Two more ways a job ends without a hang, and without killing ranks whose kernels still spin
@@ -50,14 +54,15 @@ DRAIN_S = 0.3
 _FIELDS = device_watchdog.RECORD_FIELDS
 
 
-def describe(words: list[int], world_size: int, timeout_s: float) -> str:
-    """The report of a stopped wait (``words``: the record's int64 words) as one message."""
+def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 0) -> str:
+    """The report of a stopped wait (``words``: the record's int64 words) as one message; ``behind``
+    has bit r set when rank r had made fewer calls on the tile than the reporting rank."""
     r = dict(zip(_FIELDS, words))
     call = device_watchdog.WAIT_CALLS[r["call"]] if 0 <= r["call"] < len(device_watchdog.WAIT_CALLS) else "an iris wait"
     flag = device_watchdog.WAIT_FLAGS[r["flag"]] if 0 <= r["flag"] < len(device_watchdog.WAIT_FLAGS) else "flag"
-    behind = [rank for rank in range(world_size) if r.get("behind", 0) >> rank & 1]
-    if behind:
-        peers = f"rank(s) {', '.join(map(str, behind))}, which had not made this call on the tile"
+    missing = [rank for rank in range(world_size) if behind >> rank & 1]
+    if missing:
+        peers = f"rank(s) {', '.join(map(str, missing))}, which had not made this call on the tile"
     elif r["peer"] >= 0:
         peers = f"peer {r['peer']}"
     elif world_size == 2:
@@ -160,7 +165,26 @@ class Watchdog:
         """The message of this rank's report, or None while no wait stopped."""
         if int(self._words[0]) == 0:
             return None
-        return describe([int(w) for w in self._words], self.world_size, self.timeout_s)
+        words = [int(w) for w in self._words]
+        return describe(words, self.world_size, self.timeout_s, self.ranks_behind(words[_FIELDS.index("calls")]))
+
+    def ranks_behind(self, calls: int) -> int:
+        """Bit r set when rank r's call counter at ``calls`` (an address of this rank's heap; every
+        rank keeps the counter at the same offset) is below this rank's: rank r never made the call
+        that this rank waited in. 0 without an address or a heap, or where a word cannot be read
+        (a peer on another node)."""
+        if not calls or self.heap is None:
+            return 0
+        bases = self.heap.bases
+        mine = self.heap.read_int32(calls)
+        if mine is None:
+            return 0
+        behind = 0
+        for rank, base in enumerate(bases):
+            theirs = self.heap.read_int32(base + calls - bases[self.rank]) if base else None
+            if theirs is not None and theirs < mine:
+                behind |= 1 << rank
+        return behind
 
     def check(self, call: str) -> None:
         """Raise :class:`IrisTimeoutError` if a wait of this rank stopped (``call`` names the caller)."""
@@ -169,15 +193,21 @@ class Watchdog:
             raise IrisTimeoutError(f"{call}: {message}")
 
     def drain_all(self, reason: int = device_watchdog.DRAIN_FAILED) -> int:
-        """Raise every rank's drain word, so that every waiting kernel stops and reports (best
-        effort; returns how many ranks' words were written)."""
+        """Raise every rank's drain word to ``reason`` (never lower it: a "rank failed" stays), so
+        that every waiting kernel stops and reports (best effort; returns how many ranks' words
+        hold ``reason`` or more afterwards)."""
         if self.heap is None:
             return 0
         done = 0
         for base in self.heap.bases:
             if not base:
                 continue  # another node's heap (nvshmem backend): its own watchdog drains it
-            done += bool(self.heap.write_int32(base + self.heap_size + device_watchdog.DRAIN_OFFSET, reason))
+            address = base + self.heap_size + device_watchdog.DRAIN_OFFSET
+            current = self.heap.read_int32(address)
+            if current is not None and current >= reason:
+                done += 1
+            else:
+                done += bool(self.heap.write_int32(address, reason))
         return done
 
     def before_abort(self) -> None:
@@ -204,6 +234,9 @@ class Watchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
+            if int(self._words[0]) == device_watchdog.STATE_TIMED_OUT:
+                # A wait of this rank ran out of time: every rank's waits stop and report theirs.
+                self.drain_all(device_watchdog.DRAIN_TIMED_OUT)
             message = self.report()
             if message is not None:
                 # The rank that timed out ends the job after a grace period, so that the others'
