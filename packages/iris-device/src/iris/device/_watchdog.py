@@ -5,7 +5,7 @@ call, launched another grid, died), the spin would never end and the job would h
 So every wait of iris.collectives is bounded, in production too, by the timeout that the runtime
 writes into the context tensor (``IRIS_TIMEOUT_S``, default 300 s; see ``iris.runtime.iris``).
 
-How, at no measurable cost:
+How, at a small cost (measured in benchmarks/NOTES.md, tenth session):
 
 - a wait that finds its flag already set never reaches this code, and its code is what it is with
   the watchdog compiled out: every thread polls on its own, and the check is a small branch of
@@ -17,10 +17,11 @@ How, at no measurable cost:
   address of its call counter) into host-visible memory whose address is in the context tensor
   (:func:`watchdog_thread_stop`). The device side ends there, on purpose small: code inlined at
   every wait costs time even where it never runs (measured on an H200, benchmarks/NOTES.md);
-- the runtime's watchdog thread reads the report from the host (no CUDA call, so it works while
-  kernels spin or a graph is being captured). After a timeout it raises every rank's drain word,
-  so that every rank's waits stop and report what they waited for, compares the ranks' call
-  counters for the tile (who never came), prints the report and ends the job with ``MPI_Abort``.
+- the runtime's watchdog thread watches the report from the host (plain reads of pinned memory,
+  no CUDA call, so it works while kernels spin or a graph is being captured). After a timeout it
+  raises every rank's drain word, so that every rank's waits stop and report what they waited
+  for, compares the ranks' call counters for the tile (who never came), prints the report and
+  ends the job with ``MPI_Abort``.
   The runtime raises the drain words too when a rank fails, so that no kernel is left spinning
   when the job is aborted.
 
