@@ -147,3 +147,32 @@ def test_every_waiting_call_is_named_in_the_watchdog_reports():
 
     waiting += list(ccl_kernels.PULL_CALLS)
     assert [c for c in waiting if c not in WAIT_CALLS] == []
+
+
+def constexpr_assignments_in_loops(root: str) -> list[str]:
+    """``name: tl.constexpr = ...`` inside a loop in the Python files under ``root``: Triton's
+    compiler refuses the second assignment once the loop unrolls (the interpreter does not)."""
+    import ast
+
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for loop in ast.walk(tree):
+                if isinstance(loop, (ast.For, ast.While)):
+                    found += [f"{path}:{node.lineno}: {ast.unparse(node)}" for node in ast.walk(loop)
+                              if isinstance(node, ast.AnnAssign) and "constexpr" in ast.unparse(node.annotation)]
+    return sorted(set(found))
+
+
+def test_no_constexpr_is_assigned_in_a_loop():
+    # all_gather_matmul's arrival strategy did this; it ran under the interpreter and compiled at
+    # two ranks, and failed to compile at four on the GPU.
+    assert constexpr_assignments_in_loops(os.path.dirname(ic.__file__)) == []
+
+
+def test_the_loop_check_finds_a_constexpr_assigned_in_a_loop(tmp_path):
+    (tmp_path / "k.py").write_text("def k(n):\n    for i in range(n):\n        p: tl.constexpr = i\n")
+    assert constexpr_assignments_in_loops(str(tmp_path)) == [f"{tmp_path / 'k.py'}:3: p: tl.constexpr = i"]

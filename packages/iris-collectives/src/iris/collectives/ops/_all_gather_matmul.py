@@ -134,16 +134,19 @@ def _next_arrived(flags, epoch, done, rank: tl.constexpr, world_size: tl.constex
     acquire atomic at system scope per peer and round, the same value in every thread) up to
     ``SPIN_POLLS`` rounds, then returns the first peer not done anyway, for the caller's bounded
     :func:`wait_at_least`. Per program, scalars."""
+    # The peers' numbers are plain names, not ``x: tl.constexpr = ...``: the loops unroll, and
+    # Triton's compiler refuses a second constexpr assignment to the same name (the interpreter
+    # does not, and two ranks unroll once: only four ranks on the GPU showed it).
     choice = -1
     first = -1
     for i in tl.static_range(1, world_size):
-        peer: tl.constexpr = (rank + i) % world_size
+        peer = (rank + i) % world_size
         if (first < 0) & (((done >> peer) & 1) == 0):
             first = peer
     polls = 0
     while (choice < 0) & (polls < SPIN_POLLS):
         for i in tl.static_range(1, world_size):
-            q: tl.constexpr = (rank + i) % world_size
+            q = (rank + i) % world_size
             if (choice < 0) & (((done >> q) & 1) == 0):
                 # An atomic, not poll(): Triton runs it in one thread and hands every thread the
                 # same value, so the whole program picks the same peer (per-thread acquire loads
