@@ -91,6 +91,9 @@ def main() -> None:
         settings[name] = (None, os.path.abspath(path))
     extra = [name for name in settings if name not in SETTINGS]
     times: dict[tuple[str, int, str], list[float]] = {}
+    # (variant, bytes, setting) -> the kernel as launched: registers, programs per SM, grid. A build
+    # that needs more registers can fit fewer programs per SM, and that costs bandwidth by itself.
+    kernels: dict[tuple[str, int, str], dict] = {}
     device = backend = None
     for round_ in range(args.rounds):
         for setting, (value, tree) in settings.items():
@@ -101,6 +104,8 @@ def main() -> None:
                 assert all(point["correct"].values()), point
                 for variant, us in point["times_us"].items():
                     times.setdefault((variant, point["bytes_per_rank"], setting), []).append(us)
+                    kernel = dict(point.get("kernel", {}).get(variant, {}), grid=point["grid"][variant])
+                    kernels[(variant, point["bytes_per_rank"], setting)] = kernel
             print(f"round {round_ + 1}/{args.rounds} {setting}: done", flush=True)
     rows = []
     for variant, nbytes in sorted({(v, b) for v, b, _ in times}):
@@ -110,7 +115,8 @@ def main() -> None:
         rows.append({"variant": variant, "bytes_per_rank": nbytes, "bounded_us": on, "compiled_out_us": off,
                      "median_bounded_us": statistics.median(on), "median_compiled_out_us": statistics.median(off),
                      "difference_us": diff, "spread_us": spread, "within_noise": abs(diff) <= spread,
-                     "trees_us": {name: times[(variant, nbytes, name)] for name in extra}})
+                     "trees_us": {name: times[(variant, nbytes, name)] for name in extra},
+                     "kernels": {name: kernels[(variant, nbytes, name)] for name in settings}})
     head = "".join(f" {name} (us, median; difference) |" for name in extra)
     lines = [f"watchdog cost, {args.ranks} ranks, {backend} on {device}, {args.rounds} rounds each, fp32",
              "", "| variant | bytes/rank | bounded (us, median) | compiled out (us, median) | difference (us) | "
@@ -121,6 +127,12 @@ def main() -> None:
         lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['median_bounded_us']:.2f} | "
                      f"{r['median_compiled_out_us']:.2f} | {r['difference_us']:+.2f} | {r['spread_us']:.2f} | "
                      f"{'yes' if r['within_noise'] else 'NO'} |{cells}")
+    lines += ["", "kernels as launched (registers per thread / programs per SM / grid; the GPU only)", "",
+              "| variant | bytes/rank |" + "".join(f" {name} |" for name in settings), "| --- " * (2 + len(settings)) + "|"]
+    for r in rows:
+        cells = "".join(f" {k.get('regs', '-')} / {k.get('resident_per_sm', '-')} / {k['grid']} |"
+                        for k in r["kernels"].values())
+        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} |{cells}")
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)

@@ -223,3 +223,21 @@ def test_ops_host_times_every_op(tmp_path):
                      "gemm core"], names
     assert all(r["dispatch_median_us"] > 0 for r in result["rows"]), result["rows"]
     assert "dispatch" in proc.stdout and "| gemm core |" in (tmp_path / "ops_host_2ranks_cpu.md").read_text()
+
+
+@pytest.mark.multirank
+@pytest.mark.once  # two launches of tile_collectives.py: the same interpreted code on every Triton line
+def test_watchdog_overhead_quick_records_times_and_kernels(tmp_path):
+    # One round of each setting plus an A/B tree (this checkout again): every row has the times of
+    # every setting and the kernel of each as launched (the grid; registers on the GPU only).
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "watchdog_overhead.py"), "--quick", "--rounds", "1",
+                           "--variants", "two_shot", "--tree", f"again={ROOT}", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "watchdog_overhead_2ranks_quick.json").read_text())
+    (row,) = result["rows"]
+    assert row["variant"] == "two_shot" and len(row["bounded_us"]) == len(row["trees_us"]["again"]) == 1
+    assert set(row["kernels"]) == {"bounded", "compiled out", "again"}
+    assert all(k["grid"] >= 1 for k in row["kernels"].values()), row["kernels"]
+    table = (tmp_path / "watchdog_overhead_2ranks_quick.md").read_text()
+    assert "| two_shot |" in table and "kernels as launched" in table, table
