@@ -68,3 +68,41 @@ def test_nested_calls_are_right_and_patch_once_per_launch():
     # triton.language, 4; Triton's library: triton.language.core and with it triton.language, 3 to
     # 6): 27 for 3 launches with Triton 3.9. Patching again on every nested call made it 189.
     assert patches <= 3 * 10, f"{patches} _patch_builtin calls for 3 launches: nested calls patch again"
+
+
+
+OVERFLOW_CHILD = r"""
+import sys
+import torch
+import triton
+import triton.language as tl
+from triton.runtime import interpreter as ti
+
+if sys.argv[1] == "iris":
+    import iris.device  # noqa: F401  (skips the checks that cannot fire)
+    assert ti.interpreter_builder.options.sanitize_overflow is False
+else:
+    assert ti.interpreter_builder.options.sanitize_overflow is True  # Triton's default
+
+@triton.jit
+def scaled(dst, x, y):
+    tl.store(dst, x * 4)  # int32: 2**30 * 4 overflows
+    tl.store(dst + 1, x * y + y)
+    v = tl.full([2], 2**30, tl.int32)
+    tl.store(dst + 2 + tl.arange(0, 2), v * 4 - 1)
+
+dst = torch.zeros(4, dtype=torch.int32)
+scaled[(1,)](dst, 2**30, 4)
+print("RESULT", dst.tolist())
+"""
+
+
+def test_the_interpreter_skips_overflow_checks_that_cannot_fire():
+    # Triton's interpreter computed an overflow check for every int32 operation and threw it away
+    # (its device_assert is off); iris.device stops that work. The results are the same with and
+    # without it: the int32 arithmetic wraps, as on the GPU, and nothing raises.
+    env = child_env(interpret=True)
+    plain = run_python(["-c", OVERFLOW_CHILD, "triton"], env=env).stdout
+    fast = run_python(["-c", OVERFLOW_CHILD, "iris"], env=env).stdout
+    assert "RESULT [0, 4, -1, -1]" in plain, plain
+    assert fast == plain, (fast, plain)

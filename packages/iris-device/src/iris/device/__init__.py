@@ -31,7 +31,12 @@ from ._atomics import (
 from ._context import DeviceContext, DeviceContextMethods
 from ._debug import DEBUG, debug_enabled
 from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
-from ._interpreter import INTERPRETER, interpreter_enabled, patch_nested_calls_once
+from ._interpreter import (
+    INTERPRETER,
+    interpreter_enabled,
+    patch_nested_calls_once,
+    skip_overflow_checks_that_cannot_fire,
+)
 from ._memory import copy, get, load, put, store
 from ._rounding import round_to
 from ._tracing import EVENT_IDS, EVENT_NAMES, DeviceTracing, TraceEvent, device_clock_ns, device_sm_id
@@ -41,6 +46,7 @@ from ._version import __version__
 
 if interpreter_enabled():
     patch_nested_calls_once()  # CPU time: see its docstring
+    skip_overflow_checks_that_cannot_fire()  # CPU time: see its docstring
 
 __all__ = [
     "DEBUG",
