@@ -128,7 +128,8 @@ def main() -> None:
                      f"{r['median_compiled_out_us']:.2f} | {r['difference_us']:+.2f} | {r['spread_us']:.2f} | "
                      f"{'yes' if r['within_noise'] else 'NO'} |{cells}")
     lines += ["", "kernels as launched (registers per thread / programs per SM / grid; the GPU only)", "",
-              "| variant | bytes/rank |" + "".join(f" {name} |" for name in settings), "| --- " * (2 + len(settings)) + "|"]
+              "| variant | bytes/rank |" + "".join(f" {name} |" for name in settings),
+              "| --- " * (2 + len(settings)) + "|"]
     for r in rows:
         cells = "".join(f" {k.get('regs', '-')} / {k.get('resident_per_sm', '-')} / {k['grid']} |"
                         for k in r["kernels"].values())

@@ -156,7 +156,7 @@ def _lock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases, index, call
     since = tl.full([], 0, tl.int64)
     stop = 0
     while (old != 0) & (stop == 0):
-        pause()
+        pause(polls)
         if DEBUG:
             check_wait_time(start, "iris.collectives.all_reduce_spinlock", "mutex", rank, peer, index, -old, 0)
         if WATCHDOG:

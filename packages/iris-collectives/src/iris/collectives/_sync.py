@@ -70,13 +70,22 @@ def _timeout_seconds() -> float:
 WAIT_TIMEOUT_NS: tl.constexpr = tl.constexpr(int(_timeout_seconds() * 1e9))
 
 
+#: Interpreter only: polls of a wait that yield the CPU (``sleep(0)``) before the wait backs off
+#: with real sleeps, 10 us doubling up to ``IDLE_SLEEP_MAX_S``.
+IDLE_YIELDS = 16
+IDLE_SLEEP_MAX_S = 1e-3
+
+
 @triton.constexpr_function
-def _yield_cpu():
+def _yield_cpu(idle):
     # Interpreter only: the programs that this one waits for run in other processes, which may
-    # share this CPU; a spinning Python loop would slow them down. sleep(0) yields the CPU.
+    # share this CPU (CI runs 4 ranks on 2 cores). A spinning Python loop would slow them down, and
+    # sleep(0) alone still spins: a wait that has polled IDLE_YIELDS times in vain sleeps, longer
+    # the longer it waits (at most IDLE_SLEEP_MAX_S, a small delay next to an interpreted poll).
     import time
 
-    time.sleep(0)
+    idle = host_scalar(idle)
+    time.sleep(0 if idle < IDLE_YIELDS else min(IDLE_SLEEP_MAX_S, 1e-5 * 2 ** min(idle - IDLE_YIELDS, 10)))
     return 0
 
 
@@ -121,11 +130,12 @@ def _timeout_message(call, what):
 
 
 @triton.jit
-def pause():
+def pause(idle=0):
     """Between two polls of a wait loop: under the interpreter, give the CPU to the processes
-    being waited for; on the GPU, nothing."""
+    being waited for (``idle``: polls of this wait so far; a wait that has polled long sleeps a
+    little, see IDLE_YIELDS); on the GPU, nothing."""
     if INTERPRETER:
-        _yield_cpu()
+        _yield_cpu(idle)
 
 
 @triton.jit
@@ -204,8 +214,10 @@ def wait_at_least(flag, target, call: tl.constexpr = None, what: tl.constexpr = 
         # the threads it stopped: a wait whose flag is set runs the code it runs with the
         # watchdog compiled out. Keep both small: code at a wait costs time where it never runs
         # (a longer report here made a two-shot all-reduce of 256 MiB 13 % slower on an H200).
+        idle = 0
         while (seen < target) & (stop == 0):
-            pause()
+            pause(idle)
+            idle += 1
             if DEBUG:
                 if record is not None:
                     # a peer that arrived with another call will never send what this wait counts

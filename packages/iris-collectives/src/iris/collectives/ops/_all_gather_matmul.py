@@ -154,7 +154,7 @@ def _next_arrived(flags, epoch, done, rank: tl.constexpr, world_size: tl.constex
                 if tl.atomic_add(flags + q, 0, sem="acquire", scope="sys") >= epoch:
                     choice = q
         if choice < 0:
-            pause()
+            pause(polls)
         polls += 1
     return tl.where(choice < 0, first, choice)
 
