@@ -10,6 +10,14 @@ medians: the watchdog costs nothing measurable when the difference is within the
 ``watchdog_overhead_<N>ranks.{json,md,png}`` into ``--out``. ``IRIS_MPIEXEC`` sets the launcher
 (e.g. ``"mpirun --allow-run-as-root --oversubscribe"`` on the GPU machine).
 
+``--shapes 8x4,16x4,32x8`` (tile shapes as ``tile_collectives.py`` spells them) and ``--dtypes
+fp32,bf16`` time every variant at each shape and dtype, and add a ``tuned`` row per variant, size
+and dtype: the fastest shape of each setting in each round, as the benchmark's tuning picks it. Why:
+ptxas schedules a kernel's bandwidth loop differently for code that changes anywhere in it (the
+watchdog's report included), and which build gets the faster schedule changes from one shape or
+dtype to the next (``tools/sass_schedule.py``, benchmarks/NOTES.md, twelfth session): one shape
+alone measures that lottery as much as the watchdog.
+
 A/B builds: ``--tree NAME=PATH`` (repeatable) adds a setting, watchdog on, that imports the
 packages from another source tree (``PATH/packages/*/src``, e.g. a copy with one change), timed in
 the same rounds; the table gets its median and its difference from "compiled out". ``--tag``
@@ -55,8 +63,11 @@ def run_once(args, timeout_s: str | None, tree: str | None, out_dir: str) -> dic
         # the tree's packages first; the rest of PYTHONPATH (torch, triton, ...) stays
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree_path(tree), env.get("PYTHONPATH", "")]))
     script = os.path.join(HERE, "tile_collectives.py")
+    # every variant at every shape when there are several (shapes_us in the result)
+    tune = args.variants if "," in args.shapes else ""
     cmd = launcher() + ["-n", str(args.ranks), sys.executable, "-m", "mpi4py", script, "--variants", args.variants,
-                        "--dtypes", "fp32", "--sizes", args.sizes, "--no-torch", "--tune", "", "--out", out_dir]
+                        "--dtypes", args.dtypes, "--sizes", args.sizes, "--no-torch", "--tune", tune,
+                        "--shapes", args.shapes, "--out", out_dir]
     if args.quick:
         cmd.append("--quick")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -74,6 +85,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--sizes", default="1M,256M")
     p.add_argument("--variants", default="one_shot,two_shot,spinlock")
+    p.add_argument("--dtypes", default="fp32", help="fp32,bf16")
+    p.add_argument("--shapes", default="8x4", help="tile shapes ROWSxWARPS, comma-separated (several: a tuned row too)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (the CPU backend)")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                    help="also time the packages of source tree PATH (watchdog on) as setting NAME")
@@ -90,10 +103,12 @@ def main() -> None:
         tree_path(path)
         settings[name] = (None, os.path.abspath(path))
     extra = [name for name in settings if name not in SETTINGS]
-    times: dict[tuple[str, int, str], list[float]] = {}
-    # (variant, bytes, setting) -> the kernel as launched: registers, programs per SM, grid. A build
-    # that needs more registers can fit fewer programs per SM, and that costs bandwidth by itself.
-    kernels: dict[tuple[str, int, str], dict] = {}
+    # (variant, bytes, dtype, shape or "tuned", setting) -> the times of the rounds
+    times: dict[tuple[str, int, str, str, str], list[float]] = {}
+    # (variant, bytes, dtype, shape, setting) -> the kernel as launched: registers, programs per SM,
+    # grid (of the fastest shape for "tuned"). A build that needs more registers can fit fewer
+    # programs per SM, and that costs bandwidth by itself.
+    kernels: dict[tuple[str, int, str, str, str], dict] = {}
     device = backend = None
     for round_ in range(args.rounds):
         for setting, (value, tree) in settings.items():
@@ -103,37 +118,54 @@ def main() -> None:
             for point in result["points"]:
                 assert all(point["correct"].values()), point
                 for variant, us in point["times_us"].items():
-                    times.setdefault((variant, point["bytes_per_rank"], setting), []).append(us)
                     kernel = dict(point.get("kernel", {}).get(variant, {}), grid=point["grid"][variant])
-                    kernels[(variant, point["bytes_per_rank"], setting)] = kernel
+                    base = (variant, point["bytes_per_rank"], point.get("dtype", "fp32"))
+                    per_shape = point.get("shapes_us", {}).get(variant) or {point["shape"][variant]: us}
+                    for shape, shape_us in per_shape.items():
+                        assert shape_us is not None, (variant, shape, point)  # None: a wrong result
+                        times.setdefault((*base, shape, setting), []).append(shape_us)
+                    kernels[(*base, point["shape"][variant], setting)] = kernel
+                    if len(per_shape) > 1:
+                        times.setdefault((*base, "tuned", setting), []).append(us)
+                        kernels[(*base, "tuned", setting)] = dict(kernel, shape=point["shape"][variant])
             print(f"round {round_ + 1}/{args.rounds} {setting}: done", flush=True)
     rows = []
-    for variant, nbytes in sorted({(v, b) for v, b, _ in times}):
-        on, off = times[(variant, nbytes, "bounded")], times[(variant, nbytes, "compiled out")]
+    def order(key):  # by variant, size, dtype, then the shapes as given and "tuned" last
+        shapes = args.shapes.split(",")
+        return key[:3], shapes.index(key[3]) if key[3] in shapes else len(shapes)
+
+    for variant, nbytes, dtype, shape in sorted({k[:4] for k in times}, key=order):
+        key = (variant, nbytes, dtype, shape)
+        on, off = times[(*key, "bounded")], times[(*key, "compiled out")]
         spread = max(max(on) - min(on), max(off) - min(off))
         diff = statistics.median(on) - statistics.median(off)
-        rows.append({"variant": variant, "bytes_per_rank": nbytes, "bounded_us": on, "compiled_out_us": off,
+        rows.append({"variant": variant, "bytes_per_rank": nbytes, "dtype": dtype, "shape": shape,
+                     "bounded_us": on, "compiled_out_us": off,
                      "median_bounded_us": statistics.median(on), "median_compiled_out_us": statistics.median(off),
                      "difference_us": diff, "spread_us": spread, "within_noise": abs(diff) <= spread,
-                     "trees_us": {name: times[(variant, nbytes, name)] for name in extra},
-                     "kernels": {name: kernels[(variant, nbytes, name)] for name in settings}})
+                     "trees_us": {name: times[(*key, name)] for name in extra},
+                     "kernels": {name: kernels.get((*key, name), {}) for name in settings}})
     head = "".join(f" {name} (us, median; difference) |" for name in extra)
-    lines = [f"watchdog cost, {args.ranks} ranks, {backend} on {device}, {args.rounds} rounds each, fp32",
-             "", "| variant | bytes/rank | bounded (us, median) | compiled out (us, median) | difference (us) | "
-             f"spread (us) | within noise |{head}", "| --- " * (7 + len(extra)) + "|"]
+    lines = [f"watchdog cost, {args.ranks} ranks, {backend} on {device}, {args.rounds} rounds each",
+             "", "| variant | bytes/rank | dtype | tile shape | bounded (us, median) | compiled out (us, median) | "
+             f"difference (us) | spread (us) | within noise |{head}", "| --- " * (9 + len(extra)) + "|"]
     for r in rows:
         cells = "".join(f" {statistics.median(t):.2f}; {statistics.median(t) - r['median_compiled_out_us']:+.2f} |"
                         for t in r["trees_us"].values())
-        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['median_bounded_us']:.2f} | "
+        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['dtype']} | {r['shape']} | "
+                     f"{r['median_bounded_us']:.2f} | "
                      f"{r['median_compiled_out_us']:.2f} | {r['difference_us']:+.2f} | {r['spread_us']:.2f} | "
                      f"{'yes' if r['within_noise'] else 'NO'} |{cells}")
     lines += ["", "kernels as launched (registers per thread / programs per SM / grid; the GPU only)", "",
-              "| variant | bytes/rank |" + "".join(f" {name} |" for name in settings),
-              "| --- " * (2 + len(settings)) + "|"]
+              "| variant | bytes/rank | dtype | tile shape |" + "".join(f" {name} |" for name in settings),
+              "| --- " * (4 + len(settings)) + "|"]
     for r in rows:
-        cells = "".join(f" {k.get('regs', '-')} / {k.get('resident_per_sm', '-')} / {k['grid']} |"
-                        for k in r["kernels"].values())
-        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} |{cells}")
+        if r["shape"] == "tuned":  # the shape each setting's fastest had, instead of the kernel
+            cells = "".join(f" {k.get('shape', '-')} |" for k in r["kernels"].values())
+        else:
+            cells = "".join(f" {k.get('regs', '-')} / {k.get('resident_per_sm', '-')} / {k.get('grid', '-')} |"
+                            for k in r["kernels"].values())
+        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['dtype']} | {r['shape']} |{cells}")
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)
@@ -152,8 +184,10 @@ def main() -> None:
     except ImportError:
         print("no matplotlib: no plot", flush=True)
         return
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    labels = [f"{r['variant']}\n{r['bytes_per_rank'] >> 10} KiB" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.3 * len(rows)), 3.5))
+    many = len(rows) > 6  # several dtypes or shapes: name them under each point
+    labels = [f"{r['variant']}\n{r['bytes_per_rank'] >> 10} KiB" + (f"\n{r['dtype']} {r['shape']}" if many else "")
+              for r in rows]
     for i, r in enumerate(rows):
         ax.scatter([i - 0.1] * len(r["bounded_us"]), [t / r["median_compiled_out_us"] for t in r["bounded_us"]],
                    color="tab:red", label="bounded" if i == 0 else None)

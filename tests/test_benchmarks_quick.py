@@ -228,16 +228,26 @@ def test_ops_host_times_every_op(tmp_path):
 @pytest.mark.multirank
 @pytest.mark.once  # two launches of tile_collectives.py: the same interpreted code on every Triton line
 def test_watchdog_overhead_quick_records_times_and_kernels(tmp_path):
-    # One round of each setting plus an A/B tree (this checkout again): every row has the times of
-    # every setting and the kernel of each as launched (the grid; registers on the GPU only).
+    # One round of each setting plus an A/B tree (this checkout again), two tile shapes and two
+    # dtypes: every row has the times of every setting and the kernel of each as launched (the
+    # grid; registers on the GPU only), and each dtype a "tuned" row: per setting the faster shape.
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "watchdog_overhead.py"), "--quick", "--rounds", "1",
-                           "--variants", "two_shot", "--tree", f"again={ROOT}", "--out", str(tmp_path)],
+                           "--variants", "two_shot", "--shapes", "8x4,16x4", "--dtypes", "fp32,bf16",
+                           "--tree", f"again={ROOT}", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "watchdog_overhead_2ranks_quick.json").read_text())
-    (row,) = result["rows"]
-    assert row["variant"] == "two_shot" and len(row["bounded_us"]) == len(row["trees_us"]["again"]) == 1
-    assert set(row["kernels"]) == {"bounded", "compiled out", "again"}
-    assert all(k["grid"] >= 1 for k in row["kernels"].values()), row["kernels"]
+    rows = {(r["dtype"], r["shape"]): r for r in result["rows"]}
+    assert set(rows) == {(d, s) for d in ("fp32", "bf16") for s in ("8x4", "16x4", "tuned")}, sorted(rows)
+    for row in result["rows"]:
+        assert row["variant"] == "two_shot" and len(row["bounded_us"]) == len(row["trees_us"]["again"]) == 1
+        assert set(row["kernels"]) == {"bounded", "compiled out", "again"}
+    for dtype in ("fp32", "bf16"):
+        tuned = rows[(dtype, "tuned")]
+        for setting, times in (("bounded", "bounded_us"), ("compiled out", "compiled_out_us")):
+            assert tuned[times] == [min(rows[(dtype, s)][times][0] for s in ("8x4", "16x4"))], (dtype, setting)
+            # the shape it names is the faster one, whose kernel (its grid) was recorded
+            shape = tuned["kernels"][setting]["shape"]
+            assert rows[(dtype, shape)][times] == tuned[times] and rows[(dtype, shape)]["kernels"][setting]["grid"] >= 1
     table = (tmp_path / "watchdog_overhead_2ranks_quick.md").read_text()
-    assert "| two_shot |" in table and "kernels as launched" in table, table
+    assert "| two_shot | 4096 | bf16 | tuned |" in table and "kernels as launched" in table, table

@@ -51,7 +51,7 @@ for s in $stages; do
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
     ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;
     watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ${WATCHDOG_ARGS:-} ;;
-    watchdog_ab) IRIS_MPIEXEC="$MPI" step watchdog_ab bash tools/watchdog-ab.sh --ranks 2 --rounds ${WATCHDOG_ROUNDS:-3} ;;
+    watchdog_ab) IRIS_MPIEXEC="$MPI" step watchdog_ab bash tools/watchdog-ab.sh --ranks 2 --rounds ${WATCHDOG_ROUNDS:-3} ${WATCHDOG_ARGS:-} ;;
     mrs_ab) IRIS_MPIEXEC="$MPI" step mrs_ab bash tools/mrs-order-ab.sh ;;
     fused) step "fused_${FUSED_RANKS:-2}" $MPI -n "${FUSED_RANKS:-2}" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
     *) echo "unknown stage $s"; status=2 ;;

@@ -12,21 +12,30 @@
 #   no_host_thread  the runtime's watchdog thread polls once an hour instead of every 50 ms: what the
 #                   host thread next to the launching thread costs;
 #   one_word        the report is one word, the waited flag's address with the call and flag ids in
-#                   its top bits (the host would derive the rest): its sm_90 SASS is no_report's,
-#                   instruction for instruction, plus two 20-instruction report blocks, and its
-#                   reduction loop is scheduled as no_report's (shipped's is not). Not a working
-#                   watchdog yet (the host does not decode it): what such a report would cost;
-#   two_words       one_word plus the call counter's address (a second pointer live at the wait):
-#                   its reduction loop is scheduled as shipped's, not as no_report's.
-# (eleventh session: benchmarks/NOTES.md. The hypothesis: what costs is not the report's code
-# but the values it keeps live across the wait, which change how ptxas schedules the hot loop.)
+#                   its top bits (the host would derive the rest; not a working watchdog yet);
+#   two_words       one_word plus the call counter's address;
+#   no_location     the report keeps the call and flag ids, seen, target and the time waited, and
+#                   nothing that says where (no tile, peer, counter or flag address).
+# The eleventh session read the SASS of one_word as no_report's and two_words' as shipped's and
+# guessed that values kept live across a wait perturb the hot loop's schedule. Compiled as the JIT
+# specialises a launch (tools/sass_schedule.py, twelfth session) it is the other way round at the
+# benchmark's shape (8x4, fp32), and over 16 shapes, dtypes, ranks and world sizes every build,
+# no_report included, mostly gets a schedule of its own: the schedule is a lottery that any change
+# enters. Time these copies at several shapes (WATCHDOG_ARGS="--shapes 8x4,16x4,32x8 --dtypes
+# fp32,bf16") before reading a cost into one of them. AB_COPIES="no_report one_word" makes only
+# those copies (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${AB_ROOT:-/tmp/iris-watchdog-ab}
 trees=()
 # change NAME FILE OLD NEW [FILE OLD NEW ...]: a copy of the packages with each OLD replaced by its
 # NEW in its FILE (exactly once)
-change() { local name=$1; shift; python3 tools/patched_tree.py "$root/$name" "$@" >/dev/null; trees+=(--tree "$name=$root/$name"); }
+copies=" ${AB_COPIES:-rare_clock no_report no_host_thread one_word two_words no_location} "
+change() {
+  local name=$1; shift
+  [[ $copies == *" $name "* ]] || return 0
+  python3 tools/patched_tree.py "$root/$name" "$@" >/dev/null; trees+=(--tree "$name=$root/$name")
+}
 change rare_clock packages/iris-device/src/iris/device/_watchdog.py \
   "tl.constexpr(4 if INTERPRETER else 1024)" "tl.constexpr(4 if INTERPRETER else 1 << 30)"
 change no_report packages/iris-device/src/iris/device/_watchdog.py \
@@ -53,5 +62,11 @@ change two_words "$sync" "$arguments" \
   "args = watchdog_arguments(call, what, peer, index, flag.to(tl.int64, bitcast=True), target, calls)" \
   "$device" "$report" "        _put(record + _CALL, seen + (call_id << 56) + (flag_id << 48))
         _put(record + _CALLS, calls)
+"
+change no_location "$device" "$report" "        _put(record + _CALL, call_id)
+        _put(record + _FLAG, flag_id)
+        _put(record + _SEEN, seen)
+        _put(record + _TARGET, target)
+        _put(record + _WAITED, waited)
 "
 python3 benchmarks/watchdog_overhead.py --tag ab "${trees[@]}" "$@"
