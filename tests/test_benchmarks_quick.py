@@ -251,3 +251,25 @@ def test_watchdog_overhead_quick_records_times_and_kernels(tmp_path):
             assert rows[(dtype, shape)][times] == tuned[times] and rows[(dtype, shape)]["kernels"][setting]["grid"] >= 1
     table = (tmp_path / "watchdog_overhead_2ranks_quick.md").read_text()
     assert "| two_shot | 4096 | bf16 | tuned |" in table and "kernels as launched" in table, table
+
+
+def test_sass_schedule_reads_the_benchmark_kernel_for_sm_90():
+    # tools/sass_schedule.py compiles the benchmark's kernel for an H200 here (ptxas and nvdisasm
+    # ship with Triton): a two-shot all-reduce of 8 x 1024 fp32 tiles at 2 ranks loads 2 x 8 vectors
+    # of 4 floats per thread (4 warps), adds 64 and stores 16 (8 per rank); the watchdog compiled in
+    # adds instructions and keeps the loop's work.
+    def run(**env):
+        child = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_TIMEOUT_S")}
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sass_schedule.py"), "--json",
+                               "--variants", "two_shot"], env=dict(child, **env), capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return row
+
+    bounded, off = run(), run(IRIS_TIMEOUT_S="0")
+    for row in (bounded, off):
+        order = row["schedule"]
+        assert (order.count("L"), order.count("a"), order.count("S")) == (16, 64, 16), row
+        assert row["registers"] > 0 and row["stack"] == 0, row
+    assert bounded["instructions"] > off["instructions"], (bounded, off)
