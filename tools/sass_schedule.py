@@ -13,12 +13,15 @@ prints, per build and variant, in how many the bandwidth loop is scheduled as in
 build and in how many the register count differs.
 
 Why: code that a wait holds but never runs (the watchdog's report) changed the time of a 256 MiB
-all-reduce on an H200 by up to 20 us (benchmarks/NOTES.md). Comparing the SASS of two builds of the
-packages is the cheap first look before device time is spent on an A/B: a build whose bandwidth loop
-is scheduled as the compiled-out build's is the one worth timing. Prints one line per variant:
-instruction count, the number of global vector loads (L), float adds (a) and vector stores (S), and
-their issue order (runs of one letter are kept: the pattern is the schedule). Needs Triton's ptxas
-and nvdisasm (they ship in the triton wheel); TRITON_INTERPRET must be unset.
+all-reduce on an H200 by up to 20 us (benchmarks/NOTES.md), and the SASS is the cheap look before
+device time is spent. What it showed (NOTES, twelfth session): ptxas draws a new schedule of the
+bandwidth loop for any change to the kernel, and which build matches the compiled-out schedule
+changes from one configuration to the next; so compare builds over many configurations
+(``--compare``), and time them at several shapes, rather than pick one from a single
+configuration. The first form prints one line per variant: instruction count, registers, stack
+bytes, the number of global vector loads (L), float adds (a) and vector stores (S), and their
+issue order. Needs Triton's ptxas, nvdisasm and cuobjdump (they ship in the triton wheel); the
+interpreter is switched off here.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ TARGET = GPUTarget("cuda", 90, 32)
 # The benchmark's first shape: 8 rows x 1024 fp32 per tile, 4 warps; PDL launches.
 SIGNATURE = {"context": "*i64", "src": "*fp32", "dst": "*fp32", "locks": "*i32", "M": "i32", "N": "i32",
              "stride_src": "i32", "stride_dst": "i32"}
-# Pointers and sizes 16-divisible, as the JIT specialises a launch with 1 KiB rows.
+# Pointers and sizes 16-divisible, as the JIT specialises a launch with rows of 4 KiB.
 ALIGNED = ("context", "src", "dst", "locks", "M", "N", "stride_src", "stride_dst")
 
 # SASS opcodes of the bandwidth loop: vector global loads, float adds, vector global stores.
