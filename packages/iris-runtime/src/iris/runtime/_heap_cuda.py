@@ -11,6 +11,7 @@ MPS their kernels run concurrently, without it they are time-sliced.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import torch
@@ -126,13 +127,29 @@ def bind_device(boot: Bootstrap) -> tuple[torch.device, int]:
 
 class HostWordAccess:
     """``write_int32``/``read_int32`` for heaps in device memory mapped into this process (needs
-    ``_word_stream = _word_host = None`` set by the heap's ``__init__``)."""
+    ``_word_stream = _word_host = None`` set by the heap's ``__init__``). Safe to call from several
+    threads at once: the runtime's watchdog thread and the main thread (``Iris.barrier`` looking at
+    a report) both read peers' call counters when a wait runs out."""
+
+    #: One copy at a time through the pinned word: two threads filling and reading the same host
+    #: word read each other's values (seen on an H200: a call counter read as the peer's, so the
+    #: watchdog could not name the rank that skipped a collective). One lock for the process: these
+    #: copies are rare and small.
+    _word_lock = threading.Lock()
 
     def _word_copy(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
         # One int32 through a pinned host word, copied on a private non-blocking stream (made on
         # first use, kept), so it waits neither for this rank's kernels, which may be spinning,
         # nor for the legacy default stream; polled with a deadline, since after a device fault the
         # context may never answer. Returns the host word afterwards, None on failure.
+        if not self._word_lock.acquire(timeout=timeout_s):
+            return None
+        try:
+            return self._word_copy_locked(dst, src, kind, value, timeout_s)
+        finally:
+            self._word_lock.release()
+
+    def _word_copy_locked(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
         _, runtime = _cuda()
         try:
             if self._word_stream is None:
