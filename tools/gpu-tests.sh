@@ -2,6 +2,10 @@
 # GPU test command for a machine without network where torch, triton, mpi4py, cuda-bindings and
 # pytest are preinstalled (see FACTS.md): runs every package's multi-rank tests on the cuda
 # backend, several ranks on one GPU under MPS. Usage: bash tools/gpu-tests.sh [pytest args]
+# GPU_TESTS_DEADLINE_S=540 ends pytest with SIGINT once it has run that long: it kills the job it is
+# running (a session of its own) and prints the summary of what ran, so that a device call with a
+# time limit still brings back a result. Without it, a call whose command a plain `timeout` ended
+# came back empty after its whole limit: the ranks kept the output pipe open (2026-12-03).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -23,4 +27,6 @@ trap stop_mps EXIT
 skip_compile=(--ignore-glob='*test_*compile*.py' -k 'not sm90')
 [ -n "${IRIS_GPU_COMPILE_CHECKS:-}" ] && skip_compile=()
 if [ $# -eq 0 ]; then set -- packages/iris-runtime/tests packages/iris-device/tests packages/iris-collectives/tests tests; fi
-python3 -m pytest "${skip_compile[@]}" "$@"
+deadline=()
+[ -n "${GPU_TESTS_DEADLINE_S:-}" ] && deadline=(timeout -s INT -k 30 "$GPU_TESTS_DEADLINE_S")
+"${deadline[@]}" python3 -m pytest "${skip_compile[@]}" "$@"
