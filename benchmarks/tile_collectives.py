@@ -234,7 +234,7 @@ def parse_args(argv=None):
     p.add_argument("--row-bytes", type=int, default=4096,
                    help="bytes per row (the tensor is M x N with N = row-bytes / element size, so fp32 and bf16 "
                         "tiles of the same rows hold the same bytes)")
-    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("8x4,16x4,32x8,64x16"),
+    p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("8x4,16x4,32x8,64x8,64x16"),
                    help="tile shapes as ROWSxWARPS (rows per tile, num_warps), comma-separated; every variant in "
                         "--tune is measured at each and the fastest counts, the others use the first")
     p.add_argument("--tune", type=lambda s: s.split(",") if s else [], default=["two_shot"],
