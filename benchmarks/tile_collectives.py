@@ -65,6 +65,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import iris.collectives as ic  # imports iris.runtime first: the backend is chosen before any kernel
+import iris.device._watchdog
 import iris.runtime
 
 VARIANTS = ("one_shot", "two_shot", "ring", "spinlock", "atomic")
@@ -639,6 +640,8 @@ def run(args) -> dict:
             "shapes": [shape_name(shape) for shape in args.shapes], "tuned": args.tune,
             "calls_per_launch": args.calls_per_launch, "graph_launches": graph_launches(args, heap),
             "empty_launch_us": empty_us, "pdl": bool(args.pdl and cuda),
+            # whether the kernels had the watchdog's bounded waits compiled in (IRIS_TIMEOUT_S at import)
+            "watchdog_compiled_in": bool(iris.device._watchdog.WATCHDOG.value),
             "floor": "2 * world_size * bytes_per_rank / copy bandwidth (every input read once, every output "
                      "written once, all ranks on one GPU)",
             "notes": notes, "points": rows,

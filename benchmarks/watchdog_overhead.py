@@ -20,8 +20,11 @@ alone measures that lottery as much as the watchdog.
 
 A/B builds: ``--tree NAME=PATH`` (repeatable) adds a setting, watchdog on, that imports the
 packages from another source tree (``PATH/packages/*/src``, e.g. a copy with one change), timed in
-the same rounds; the table gets its median and its difference from "compiled out". ``--tag``
-goes into the results' file names.
+the same rounds; the table gets its median and its difference from "compiled out". ``--tree-off
+NAME=PATH`` does the same with the watchdog compiled out: with a copy that changes something else
+(``tools/watchdog-ab.sh``'s ``placebo``), it measures how far a change that is not the watchdog
+moves the times, the compiler's share of any difference. ``--tag`` goes into the results' file
+names.
 """
 
 from __future__ import annotations
@@ -90,18 +93,22 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes (the CPU backend)")
     p.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                    help="also time the packages of source tree PATH (watchdog on) as setting NAME")
+    p.add_argument("--tree-off", action="append", default=[], metavar="NAME=PATH",
+                   help="the same with the watchdog compiled out (IRIS_TIMEOUT_S=0): a placebo, a change that "
+                        "is not the watchdog, shows how far any change moves the times")
     p.add_argument("--tag", default="", help="appended to the results' file names")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args()
     if args.quick:
         args.sizes = "4K"
     settings = dict(SETTINGS)
-    for item in args.tree:
-        name, sep, path = item.partition("=")
-        if not sep or not name or name in settings:
-            raise SystemExit(f"watchdog_overhead.py --tree {item!r}: give NAME=PATH with a new NAME")
-        tree_path(path)
-        settings[name] = (None, os.path.abspath(path))
+    for option, items, timeout_s in (("--tree", args.tree, None), ("--tree-off", args.tree_off, "0")):
+        for item in items:
+            name, sep, path = item.partition("=")
+            if not sep or not name or name in settings:
+                raise SystemExit(f"watchdog_overhead.py {option} {item!r}: give NAME=PATH with a new NAME")
+            tree_path(path)
+            settings[name] = (timeout_s, os.path.abspath(path))
     extra = [name for name in settings if name not in SETTINGS]
     # (variant, bytes, dtype, shape or "tuned", setting) -> the times of the rounds
     times: dict[tuple[str, int, str, str, str], list[float]] = {}
@@ -110,11 +117,13 @@ def main() -> None:
     # programs per SM, and that costs bandwidth by itself.
     kernels: dict[tuple[str, int, str, str, str], dict] = {}
     device = backend = None
+    compiled_in: dict[str, bool] = {}  # setting -> whether its kernels had the watchdog compiled in
     for round_ in range(args.rounds):
         for setting, (value, tree) in settings.items():
             with tempfile.TemporaryDirectory() as tmp:
                 result = run_once(args, value, tree, tmp)
             device, backend = result["device"], result["backend"]
+            compiled_in[setting] = result["watchdog_compiled_in"]
             for point in result["points"]:
                 assert all(point["correct"].values()), point
                 for variant, us in point["times_us"].items():
@@ -174,7 +183,8 @@ def main() -> None:
                                   f"{'_' + args.tag if args.tag else ''}")
     with open(stem + ".json", "w") as f:
         json.dump({"ranks": args.ranks, "device": device, "backend": backend, "rounds": args.rounds,
-                   "trees": {name: settings[name][1] for name in extra}, "rows": rows}, f, indent=1)
+                   "trees": {name: settings[name][1] for name in extra}, "watchdog_compiled_in": compiled_in,
+                   "rows": rows}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     try:

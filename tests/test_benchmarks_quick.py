@@ -228,12 +228,12 @@ def test_ops_host_times_every_op(tmp_path):
 @pytest.mark.multirank
 @pytest.mark.once  # two launches of tile_collectives.py: the same interpreted code on every Triton line
 def test_watchdog_overhead_quick_records_times_and_kernels(tmp_path):
-    # One round of each setting plus an A/B tree (this checkout again), two tile shapes and two
+    # One round of each setting plus A/B trees (this checkout again, watchdog on and off), two tile shapes and two
     # dtypes: every row has the times of every setting and the kernel of each as launched (the
     # grid; registers on the GPU only), and each dtype a "tuned" row: per setting the faster shape.
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "watchdog_overhead.py"), "--quick", "--rounds", "1",
                            "--variants", "two_shot", "--shapes", "8x4,16x4", "--dtypes", "fp32,bf16",
-                           "--tree", f"again={ROOT}", "--out", str(tmp_path)],
+                           "--tree", f"again={ROOT}", "--tree-off", f"placebo={ROOT}", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "watchdog_overhead_2ranks_quick.json").read_text())
@@ -241,7 +241,10 @@ def test_watchdog_overhead_quick_records_times_and_kernels(tmp_path):
     assert set(rows) == {(d, s) for d in ("fp32", "bf16") for s in ("8x4", "16x4", "tuned")}, sorted(rows)
     for row in result["rows"]:
         assert row["variant"] == "two_shot" and len(row["bounded_us"]) == len(row["trees_us"]["again"]) == 1
-        assert set(row["kernels"]) == {"bounded", "compiled out", "again"}
+        assert set(row["kernels"]) == {"bounded", "compiled out", "again", "placebo"}
+    # --tree-off runs its tree with the watchdog compiled out, --tree with it compiled in
+    assert result["watchdog_compiled_in"] == {"bounded": True, "compiled out": False, "again": True,
+                                              "placebo": False}, result["watchdog_compiled_in"]
     for dtype in ("fp32", "bf16"):
         tuned = rows[(dtype, "tuned")]
         for setting, times in (("bounded", "bounded_us"), ("compiled out", "compiled_out_us")):

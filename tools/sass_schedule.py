@@ -4,13 +4,15 @@ instructions each variant has and in which order its bandwidth loop issues loads
     PYTHONPATH=<tree>/packages/iris-device/src:<tree>/packages/iris-runtime/src:<tree>/packages/iris-collectives/src \
         python tools/sass_schedule.py [--tag NAME] [--variants one_shot,two_shot,spinlock] [--dump DIR]
 
-    python tools/sass_schedule.py --compare NAME=TREE [NAME=TREE ...] [--jobs 2]
+    python tools/sass_schedule.py --compare NAME=TREE [NAME=TREE ...] [--off NAME=TREE ...] [--jobs 2]
 
 The second form compiles this checkout with the watchdog compiled out (``IRIS_TIMEOUT_S=0``) and
 each TREE (a copy of the repository, e.g. from tools/patched_tree.py; ``.`` is this checkout) at
 16 configurations (ranks 0 and 1 of 2 and of 4, fp32 and bf16, tile shapes 8x4 and 16x4) and
 prints, per build and variant, in how many the bandwidth loop is scheduled as in the compiled-out
-build and in how many the register count differs.
+build and in how many the register count differs. ``--off`` builds are compiled with the watchdog
+compiled out as well: a copy that changes something else (``tools/watchdog-ab.sh``'s ``placebo``)
+shows what a change that is not the watchdog does to the schedule.
 
 Why: code that a wait holds but never runs (the watchdog's report) changed the time of a 256 MiB
 all-reduce on an H200 by up to 20 us (benchmarks/NOTES.md), and the SASS is the cheap look before
@@ -121,17 +123,20 @@ def _compile_config(job: tuple) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def compare(builds: list[str], variants: str, jobs: int) -> None:
-    """The --compare table: each build's schedules against the compiled-out build's."""
+def compare(builds: list[str], variants: str, jobs: int, off_builds: list[str] = ()) -> None:
+    """The --compare table: each build's schedules against the compiled-out build's; ``off_builds``
+    are compiled with the watchdog compiled out too (a placebo: a change that is not the watchdog)."""
     from concurrent.futures import ThreadPoolExecutor
 
     here = Path(__file__).resolve().parent.parent
     trees = {"compiled out": (str(here), {"IRIS_TIMEOUT_S": "0"})}
-    for item in builds:
-        name, sep, tree = item.partition("=")
-        if not sep or not Path(tree, "packages").is_dir() or name in trees:
-            raise SystemExit(f"sass_schedule.py --compare {item!r}: give NAME=TREE, TREE a checkout with packages/")
-        trees[name] = (tree, {})
+    for option, items, env in (("--compare", builds, {}), ("--off", off_builds, {"IRIS_TIMEOUT_S": "0"})):
+        for item in items:
+            name, sep, tree = item.partition("=")
+            if not sep or not Path(tree, "packages").is_dir() or name in trees:
+                raise SystemExit(f"sass_schedule.py {option} {item!r}: give NAME=TREE, TREE a checkout with "
+                                 f"packages/")
+            trees[name] = (tree, env)
     work = [(name, tree, env, variants, config) for name, (tree, env) in trees.items() for config in CONFIGS]
     with ThreadPoolExecutor(jobs) as pool:
         results = [r for rows in pool.map(_compile_config, work) for r in rows]
@@ -166,10 +171,12 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of the table")
     p.add_argument("--dump", help="write each variant's SASS to DIR/<tag>-<variant>.sass")
     p.add_argument("--compare", nargs="+", metavar="NAME=TREE", help="the table of builds against compiled out")
+    p.add_argument("--off", nargs="+", default=[], metavar="NAME=TREE",
+                   help="with --compare: builds compiled with the watchdog compiled out as well (a placebo)")
     p.add_argument("--jobs", type=int, default=2, help="parallel compiles for --compare")
     args = p.parse_args()
-    if args.compare:
-        compare(args.compare, args.variants, args.jobs)
+    if args.compare or args.off:
+        compare(args.compare or [], args.variants, args.jobs, args.off)
         return
     for variant in args.variants.split(","):
         rows, warps = (int(x) for x in args.shape.split("x"))

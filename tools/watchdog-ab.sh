@@ -16,6 +16,10 @@
 #   two_words       one_word plus the call counter's address;
 #   no_location     the report keeps the call and flag ids, seen, target and the time waited, and
 #                   nothing that says where (no tile, peer, counter or flag address).
+#   placebo         timed with the watchdog compiled out (--tree-off): a store after each spinning
+#                   wait under a condition that never holds (a counter below -2^30). Not the
+#                   watchdog, the same kind of change: how far code that never runs moves the times
+#                   by itself, the compiler's share of any difference above.
 # The eleventh session read the SASS of one_word as no_report's and two_words' as shipped's and
 # guessed that values kept live across a wait perturb the hot loop's schedule. Compiled as the JIT
 # specialises a launch (tools/sass_schedule.py, twelfth session) it is the other way round at the
@@ -30,11 +34,13 @@ root=${AB_ROOT:-/tmp/iris-watchdog-ab}
 trees=()
 # change NAME FILE OLD NEW [FILE OLD NEW ...]: a copy of the packages with each OLD replaced by its
 # NEW in its FILE (exactly once)
-copies=" ${AB_COPIES:-rare_clock no_report no_host_thread one_word two_words no_location} "
+copies=" ${AB_COPIES:-rare_clock no_report no_host_thread one_word two_words no_location placebo} "
+off=" placebo "  # copies timed with the watchdog compiled out
 change() {
   local name=$1; shift
   [[ $copies == *" $name "* ]] || return 0
-  python3 tools/patched_tree.py "$root/$name" "$@" >/dev/null; trees+=(--tree "$name=$root/$name")
+  python3 tools/patched_tree.py "$root/$name" "$@" >/dev/null
+  if [[ $off == *" $name "* ]]; then trees+=(--tree-off "$name=$root/$name"); else trees+=(--tree "$name=$root/$name"); fi
 }
 change rare_clock packages/iris-device/src/iris/device/_watchdog.py \
   "tl.constexpr(4 if INTERPRETER else 1024)" "tl.constexpr(4 if INTERPRETER else 1 << 30)"
@@ -69,4 +75,10 @@ change no_location "$device" "$report" "        _put(record + _CALL, call_id)
         _put(record + _TARGET, target)
         _put(record + _WAITED, waited)
 "
+change placebo "$sync" "        if INTERPRETER:
+            # The interpreter polls with volatile loads: confirm with one acquire read." \
+  "        if seen < -1073741824:  # watchdog-ab.sh placebo: never true, the counters only grow from 0
+            tl.store(flag, seen)
+        if INTERPRETER:
+            # The interpreter polls with volatile loads: confirm with one acquire read."
 python3 benchmarks/watchdog_overhead.py --tag ab "${trees[@]}" "$@"
