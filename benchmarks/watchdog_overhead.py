@@ -24,7 +24,7 @@ the same rounds; the table gets its median and its difference from "compiled out
 NAME=PATH`` does the same with the watchdog compiled out: with a copy that changes something else
 (``tools/watchdog-ab.sh``'s ``placebo``), it measures how far a change that is not the watchdog
 moves the times, the compiler's share of any difference. ``--tag`` goes into the results' file
-names.
+names. ``--plot FILE.json`` redraws a results file's plot (no run).
 """
 
 from __future__ import annotations
@@ -82,6 +82,54 @@ def run_once(args, timeout_s: str | None, tree: str | None, out_dir: str) -> dic
         return json.load(f)
 
 
+def human_bytes(n: int) -> str:
+    """268435456 -> '256M', 1048576 -> '1M', 4096 -> '4K'."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def plot(rows: list[dict], path: str, title: str) -> str | None:
+    """Draw each row's times relative to its median compiled-out time: one column per row, the
+    settings side by side in it. Returns why no plot was drawn, or None."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no matplotlib: no plot"
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(rows)), 4.2))
+    # one line per column, turned: "two_shot 256M bf16 64x8" stays readable with 30 columns
+    # (files of the eleventh session have one dtype and shape and no A/B trees: no such keys)
+    labels = [f"{r['variant']} {human_bytes(r['bytes_per_rank'])} {r.get('dtype', '')} {r.get('shape', '')}".strip()
+              for r in rows]
+    # bounded red, compiled out blue, the A/B trees in colours neither of those uses
+    tree_colors = ["tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive"]
+    for i, r in enumerate(rows):
+        base = r["median_compiled_out_us"]
+        ax.scatter([i - 0.15] * len(r["bounded_us"]), [t / base for t in r["bounded_us"]], s=14,
+                   color="tab:red", label="bounded (shipped)" if i == 0 else None)
+        ax.scatter([i - 0.05] * len(r["compiled_out_us"]), [t / base for t in r["compiled_out_us"]], s=14,
+                   color="tab:blue", label="compiled out" if i == 0 else None)
+        for j, (name, t) in enumerate(r.get("trees_us", {}).items()):
+            ax.scatter([i + 0.05 + 0.1 * j] * len(t), [x / base for x in t], marker="x", s=14,
+                       color=tree_colors[j % len(tree_colors)], label=name if i == 0 else None)
+        if r.get("shape") == "tuned":
+            ax.axvspan(i - 0.4, i + 0.4, color="0.92", zorder=0)
+    ax.axhline(1.0, color="gray", lw=0.5)
+    ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=60, ha="right", rotation_mode="anchor")
+    ax.set_ylabel("time / median compiled out")
+    ax.set_title(title + ("; shaded: tuned (each setting's fastest shape)" if any(r.get("shape") == "tuned"
+                                                                                for r in rows) else ""), fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=2)
@@ -98,7 +146,15 @@ def main() -> None:
                         "is not the watchdog, shows how far any change moves the times")
     p.add_argument("--tag", default="", help="appended to the results' file names")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--plot", metavar="JSON", help="only redraw the plot of a results file (next to it), no run")
     args = p.parse_args()
+    if args.plot:
+        with open(args.plot) as f:
+            result = json.load(f)
+        path = os.path.splitext(args.plot)[0] + ".png"
+        why_not = plot(result["rows"], path, f"watchdog cost, {result['ranks']} ranks ({result['device']})")
+        print(why_not or f"wrote {path}", flush=True)
+        sys.exit(1 if why_not else 0)
     if args.quick:
         args.sizes = "4K"
     settings = dict(SETTINGS)
@@ -187,34 +243,9 @@ def main() -> None:
                    "rows": rows}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot", flush=True)
-        return
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.3 * len(rows)), 3.5))
-    many = len(rows) > 6  # several dtypes or shapes: name them under each point
-    labels = [f"{r['variant']}\n{r['bytes_per_rank'] >> 10} KiB" + (f"\n{r['dtype']} {r['shape']}" if many else "")
-              for r in rows]
-    for i, r in enumerate(rows):
-        ax.scatter([i - 0.1] * len(r["bounded_us"]), [t / r["median_compiled_out_us"] for t in r["bounded_us"]],
-                   color="tab:red", label="bounded" if i == 0 else None)
-        ax.scatter([i + 0.1] * len(r["compiled_out_us"]),
-                   [t / r["median_compiled_out_us"] for t in r["compiled_out_us"]], color="tab:blue",
-                   label="compiled out" if i == 0 else None)
-        for j, (name, t) in enumerate(r["trees_us"].items()):
-            ax.scatter([i + 0.2 + 0.1 * j] * len(t), [x / r["median_compiled_out_us"] for x in t], marker="x",
-                       color=f"C{2 + j}", label=name if i == 0 else None)
-    ax.axhline(1.0, color="gray", lw=0.5)
-    ax.set_xticks(range(len(rows)), labels, fontsize=7)
-    ax.set_ylabel("time / median compiled out")
-    ax.set_title(f"watchdog cost, {args.ranks} ranks ({device})", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(stem + ".png", dpi=120)
+    why_not = plot(rows, stem + ".png", f"watchdog cost, {args.ranks} ranks ({device})")
+    if why_not:
+        print(why_not, flush=True)
 
 
 if __name__ == "__main__":
