@@ -20,6 +20,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "benchmarks")
 
 
+def results_file(directory, pattern):
+    """The one file in ``directory`` matching ``pattern``: the benchmarks name their files after the
+    backend (``_cpu``) and the GPUs the ranks share (``_1gpu``), so a pattern fits every machine."""
+    found = sorted(directory.glob(pattern))
+    assert len(found) == 1, f"expected one file {pattern} in {directory}, found {[f.name for f in found]}"
+    return found[0]
+
+
 @pytest.mark.multirank
 def test_rma_bandwidth_quick(tmp_path):
     out = tmp_path / "rma"
@@ -55,24 +63,26 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
     table = tmp_path / "table" / "_table.py"
     proc = run_ranks(2, os.path.join(BENCH, "ccl.py"), "--quick", "--collectives", "all_reduce,all_gather", "--out",
                      str(tmp_path), "--write-table", "--table-out", str(table), timeout=600)
-    result = json.loads((tmp_path / "ccl_2ranks_quick.json").read_text())
+    stem = results_file(tmp_path, "ccl_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
     assert {p["collective"] for p in result["points"]} == {"all_reduce", "all_gather"}, proc.stdout
     assert all(all(p["correct"].values()) for p in result["points"]), result["points"]
-    assert "busbw" in (tmp_path / "ccl_2ranks_quick.md").read_text()
+    assert "busbw" in stem.with_suffix(".md").read_text()
+    backend, shared = result["backend"], result["ranks_per_gpu"]
     spec = importlib.util.spec_from_file_location("measured_table", table)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    measured = [r for r in module.TABLE if "measured" in r and r["backend"] == "cpu"]
+    measured = [r for r in module.TABLE if "measured" in r and r["backend"] == backend]
     assert {r["collective"] for r in measured} == {"all_reduce", "all_gather"}, module.TABLE
-    assert {(r["backend"], r["world_size"], r["ranks_per_gpu"]) for r in measured} == {("cpu", 2, 2)}, measured
-    assert any(r["backend"] == "cuda" for r in module.TABLE)  # other backends' rows are kept
+    assert {(r["backend"], r["world_size"], r["ranks_per_gpu"]) for r in measured} == {(backend, 2, shared)}, measured
+    assert any(r["backend"] != backend for r in module.TABLE)  # other backends' rows are kept
     # the fallback rows (any world size) are kept, after every measured row: the first match wins
     first_fallback = min(i for i, r in enumerate(module.TABLE) if r["world_size"] == 0)
     assert all(i < first_fallback for i, r in enumerate(module.TABLE) if "measured" in r), module.TABLE
 
     # --merge joins runs cut short: a later file's point replaces an earlier one, sizes are united,
     # and runs of different configurations are refused
-    first = json.loads((tmp_path / "ccl_2ranks_quick.json").read_text())
+    first = json.loads(stem.with_suffix(".json").read_text())
     later = json.loads(json.dumps(first))
     later["points"] = [p for p in later["points"] if p["collective"] == "all_reduce"]
     later["points"][0]["times_us"]["ccl"] = 12345.0
@@ -86,7 +96,7 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
     done = subprocess.run([sys.executable, os.path.join(BENCH, "ccl.py"), "--quick", "--merge", *runs,
                            "--out", str(merged_dir)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    merged = json.loads((merged_dir / "ccl_2ranks_quick.json").read_text())
+    merged = json.loads(results_file(merged_dir, "ccl_2ranks*_quick.json").read_text())
     keys = [(p["collective"], p["bytes"]) for p in merged["points"]]
     assert len(keys) == len(set(keys)) == len(first["points"]) + 1, keys
     replaced = next(p for p in merged["points"] if (p["collective"], p["bytes"]) == (moved["collective"],
@@ -157,9 +167,12 @@ def test_rma_short_gpu_calls_are_timed_in_batches(monkeypatch):
 
 @pytest.mark.once  # matplotlib redrawing a committed JSON: no kernel runs
 @pytest.mark.parametrize("script, results", [("mps_host_blocking.py", "mps_host_blocking.json"),
-                                             ("mps_residency.py", "mps_residency_8ranks.json")])
+                                             ("mps_residency.py", "mps_residency_8ranks.json"),
+                                             ("watchdog_overhead.py", "watchdog_overhead_2ranks_placebo.json"),
+                                             ("watchdog_overhead.py", "watchdog_overhead_2ranks.json")])
 def test_gpu_probes_draw_their_committed_results(tmp_path, script, results):
-    # The MPS probes need a GPU to measure; their --plot path redraws a committed GPU result anywhere.
+    # The MPS probes and the watchdog A/B need a GPU to measure; their --plot path redraws a
+    # committed GPU result anywhere (the watchdog's newest file layout and the eleventh session's).
     import shutil
     import subprocess
     import sys
@@ -179,13 +192,14 @@ def test_fused_ops_quick(tmp_path):
     # every op, fused and unfused (gloo stands in for nccl on the cpu backend, next to ccl), checked
     # against each other
     proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--quick", "--out", str(tmp_path), timeout=600)
-    result = json.loads((tmp_path / "fused_ops_2ranks_quick.json").read_text())
+    stem = results_file(tmp_path, "fused_ops_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
     assert {r["op"] for r in result["rows"]} == {"all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
                                                  "matmul_all_gather"}, result
     assert all(r["correct"] and r["times_s"]["fused"] > 0 and r["times_s"]["ideal"] > 0 for r in result["rows"])
     # the unfused baseline with this library's collective, and that collective alone
     assert all(r["times_s"]["unfused_ccl"] > 0 and r["times_s"]["ccl"] > 0 for r in result["rows"]), result
-    assert "f/ideal" in proc.stdout and "f/ideal" in (tmp_path / "fused_ops_2ranks_quick.md").read_text()
+    assert "f/ideal" in proc.stdout and "f/ideal" in stem.with_suffix(".md").read_text()
 
 
 def test_backends_comparison_joins_points_of_both_backends(tmp_path):
@@ -217,12 +231,13 @@ def test_backends_comparison_joins_points_of_both_backends(tmp_path):
 def test_ops_host_times_every_op(tmp_path):
     proc = run_ranks(2, os.path.join(BENCH, "ops_host.py"), "--calls", "50", "--rounds", "2", "--out", str(tmp_path),
                      timeout=600)
-    result = json.loads((tmp_path / "ops_host_2ranks_cpu.json").read_text())
+    stem = results_file(tmp_path, "ops_host_2ranks*.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
     names = [r["op"] for r in result["rows"]]
     assert names == ["matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather",
                      "gemm core"], names
     assert all(r["dispatch_median_us"] > 0 for r in result["rows"]), result["rows"]
-    assert "dispatch" in proc.stdout and "| gemm core |" in (tmp_path / "ops_host_2ranks_cpu.md").read_text()
+    assert "dispatch" in proc.stdout and "| gemm core |" in stem.with_suffix(".md").read_text()
 
 
 @pytest.mark.multirank
