@@ -82,14 +82,6 @@ def run_once(args, timeout_s: str | None, tree: str | None, out_dir: str) -> dic
         return json.load(f)
 
 
-def human_bytes(n: int) -> str:
-    """268435456 -> '256M', 1048576 -> '1M', 4096 -> '4K'."""
-    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
-
-
 def plot(rows: list[dict], path: str, title: str) -> str | None:
     """Draw each row's times relative to its median compiled-out time: one column per row, the
     settings side by side in it. Returns why no plot was drawn, or None."""
@@ -103,8 +95,8 @@ def plot(rows: list[dict], path: str, title: str) -> str | None:
     fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(rows)), 4.2))
     # one line per column, turned: "two_shot 256M bf16 64x8" stays readable with 30 columns
     # (files of the eleventh session have one dtype and shape and no A/B trees: no such keys)
-    labels = [f"{r['variant']} {human_bytes(r['bytes_per_rank'])} {r.get('dtype', '')} {r.get('shape', '')}".strip()
-              for r in rows]
+    size = [f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K" for n in (r["bytes_per_rank"] for r in rows)]
+    labels = [f"{r['variant']} {s} {r.get('dtype', '')} {r.get('shape', '')}".strip() for r, s in zip(rows, size)]
     # bounded red, compiled out blue, the A/B trees in colours neither of those uses
     tree_colors = ["tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive"]
     for i, r in enumerate(rows):
