@@ -24,7 +24,7 @@ the same rounds; the table gets its median and its difference from "compiled out
 NAME=PATH`` does the same with the watchdog compiled out: with a copy that changes something else
 (``tools/watchdog-ab.sh``'s ``placebo``), it measures how far a change that is not the watchdog
 moves the times, the compiler's share of any difference. ``--tag`` goes into the results' file
-names. ``--plot FILE.json`` redraws a results file's plot (no run).
+names. ``--plot FILE.json`` redraws a results file's table (``.md``) and plot (no run).
 """
 
 from __future__ import annotations
@@ -80,6 +80,46 @@ def run_once(args, timeout_s: str | None, tree: str | None, out_dir: str) -> dic
     name = next(f for f in os.listdir(out_dir) if f.endswith(".json"))
     with open(os.path.join(out_dir, name)) as f:
         return json.load(f)
+
+
+def markdown(result: dict) -> str:
+    """The results as printed: a row per variant, size, dtype and shape with the times of every
+    setting, then the kernels as launched. ``result`` is what the JSON holds (files of the eleventh
+    session have no dtype, shape, A/B trees or spills: those cells are left out or '-')."""
+    rows = result["rows"]
+    trees = list(rows[0].get("trees_us", {})) if rows else []
+    settings = list(rows[0]["kernels"]) if rows and "kernels" in rows[0] else ["bounded", "compiled out", *trees]
+    head = "".join(f" {name} (us, median; difference) |" for name in trees)
+    lines = [f"watchdog cost, {result['ranks']} ranks, {result['backend']} on {result['device']}, "
+             f"{result['rounds']} rounds each", "",
+             "| variant | bytes/rank | dtype | tile shape | bounded (us, median) | compiled out (us, median) | "
+             f"difference (us) | spread (us) | within noise |{head}", "| --- " * (9 + len(trees)) + "|"]
+    for r in rows:
+        cells = "".join(f" {statistics.median(t):.2f}; {statistics.median(t) - r['median_compiled_out_us']:+.2f} |"
+                        for t in r.get("trees_us", {}).values())
+        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r.get('dtype', 'fp32')} | {r.get('shape', '-')} | "
+                     f"{r['median_bounded_us']:.2f} | "
+                     f"{r['median_compiled_out_us']:.2f} | {r['difference_us']:+.2f} | {r['spread_us']:.2f} | "
+                     f"{'yes' if r['within_noise'] else 'NO'} |{cells}")
+    if not any(r.get("kernels") for r in rows):
+        return "\n".join(lines)  # the eleventh session's files: no kernels recorded
+    # spilled: Triton's n_spills, the kernel's local memory per thread in 4-byte words (what ptxas
+    # spills registers to). A build that spills where another does not is slower for that alone
+    # (the placebo's one-shot, benchmarks/NOTES.md, fourteenth session).
+    lines += ["", "kernels as launched (registers per thread / spilled 4-byte words per thread / programs per SM / "
+              "grid; the GPU only; with several shapes, the fastest shape's)", "",
+              "| variant | bytes/rank | dtype | tile shape |" + "".join(f" {name} |" for name in settings),
+              "| --- " * (4 + len(settings)) + "|"]
+    several = any(r.get("shape") == "tuned" for r in rows)
+    for r in rows:
+        if several and r["shape"] != "tuned":
+            continue  # the benchmark describes the kernel of each setting's fastest shape only
+        kernels = [r.get("kernels", {}).get(name, {}) for name in settings]
+        cells = "".join(f" {k['shape'] + ': ' if 'shape' in k else ''}{k.get('regs', '-')} / {k.get('spills', '-')} / "
+                        f"{k.get('resident_per_sm', '-')} / {k.get('grid', '-')} |" for k in kernels)
+        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r.get('dtype', 'fp32')} | {r.get('shape', '-')} |"
+                     f"{cells}")
+    return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: str, title: str) -> str | None:
@@ -138,14 +178,16 @@ def main() -> None:
                         "is not the watchdog, shows how far any change moves the times")
     p.add_argument("--tag", default="", help="appended to the results' file names")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--plot", metavar="JSON", help="only redraw the plot of a results file (next to it), no run")
+    p.add_argument("--plot", metavar="JSON", help="only redraw the table and plot of a results file (next to it)")
     args = p.parse_args()
     if args.plot:
         with open(args.plot) as f:
             result = json.load(f)
-        path = os.path.splitext(args.plot)[0] + ".png"
-        why_not = plot(result["rows"], path, f"watchdog cost, {result['ranks']} ranks ({result['device']})")
-        print(why_not or f"wrote {path}", flush=True)
+        stem = os.path.splitext(args.plot)[0]
+        with open(stem + ".md", "w") as f:
+            f.write(markdown(result) + "\n")
+        why_not = plot(result["rows"], stem + ".png", f"watchdog cost, {result['ranks']} ranks ({result['device']})")
+        print(why_not or f"wrote {stem}.md and .png", flush=True)
         sys.exit(1 if why_not else 0)
     if args.quick:
         args.sizes = "4K"
@@ -202,37 +244,16 @@ def main() -> None:
                      "difference_us": diff, "spread_us": spread, "within_noise": abs(diff) <= spread,
                      "trees_us": {name: times[(*key, name)] for name in extra},
                      "kernels": {name: kernels.get((*key, name), {}) for name in settings}})
-    head = "".join(f" {name} (us, median; difference) |" for name in extra)
-    lines = [f"watchdog cost, {args.ranks} ranks, {backend} on {device}, {args.rounds} rounds each",
-             "", "| variant | bytes/rank | dtype | tile shape | bounded (us, median) | compiled out (us, median) | "
-             f"difference (us) | spread (us) | within noise |{head}", "| --- " * (9 + len(extra)) + "|"]
-    for r in rows:
-        cells = "".join(f" {statistics.median(t):.2f}; {statistics.median(t) - r['median_compiled_out_us']:+.2f} |"
-                        for t in r["trees_us"].values())
-        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['dtype']} | {r['shape']} | "
-                     f"{r['median_bounded_us']:.2f} | "
-                     f"{r['median_compiled_out_us']:.2f} | {r['difference_us']:+.2f} | {r['spread_us']:.2f} | "
-                     f"{'yes' if r['within_noise'] else 'NO'} |{cells}")
-    lines += ["", "kernels as launched (registers per thread / programs per SM / grid; the GPU only; with several "
-              "shapes, the fastest shape's)", "",
-              "| variant | bytes/rank | dtype | tile shape |" + "".join(f" {name} |" for name in settings),
-              "| --- " * (4 + len(settings)) + "|"]
-    several = any(r["shape"] == "tuned" for r in rows)
-    for r in rows:
-        if several and r["shape"] != "tuned":
-            continue  # the benchmark describes the kernel of each setting's fastest shape only
-        cells = "".join(f" {k['shape'] + ': ' if 'shape' in k else ''}{k.get('regs', '-')} / "
-                        f"{k.get('resident_per_sm', '-')} / {k.get('grid', '-')} |" for k in r["kernels"].values())
-        lines.append(f"| {r['variant']} | {r['bytes_per_rank']} | {r['dtype']} | {r['shape']} |{cells}")
-    table = "\n".join(lines)
+    result = {"ranks": args.ranks, "device": device, "backend": backend, "rounds": args.rounds,
+              "trees": {name: settings[name][1] for name in extra}, "watchdog_compiled_in": compiled_in,
+              "rows": rows}
+    table = markdown(result)
     print(table)
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"watchdog_overhead_{args.ranks}ranks{'_quick' if args.quick else ''}"
                                   f"{'_' + args.tag if args.tag else ''}")
     with open(stem + ".json", "w") as f:
-        json.dump({"ranks": args.ranks, "device": device, "backend": backend, "rounds": args.rounds,
-                   "trees": {name: settings[name][1] for name in extra}, "watchdog_compiled_in": compiled_in,
-                   "rows": rows}, f, indent=1)
+        json.dump(result, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     why_not = plot(rows, stem + ".png", f"watchdog cost, {args.ranks} ranks ({device})")

@@ -185,6 +185,10 @@ def test_gpu_probes_draw_their_committed_results(tmp_path, script, results):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     png = copy.with_suffix(".png")
     assert png.exists() and png.stat().st_size > 10_000, proc.stdout
+    if script == "watchdog_overhead.py":  # its table is redrawn too; spills only where kernels were recorded
+        table = copy.with_suffix(".md").read_text()
+        assert "| compiled out (us, median) |" in table, table
+        assert ("spilled 4-byte words" in table) == (results == "watchdog_overhead_2ranks_placebo.json"), table
 
 
 @pytest.mark.multirank
