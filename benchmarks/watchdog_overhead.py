@@ -122,9 +122,10 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: str, title: str) -> str | None:
+def plot(result: dict, path: str) -> str | None:
     """Draw each row's times relative to its median compiled-out time: one column per row, the
-    settings side by side in it. Returns why no plot was drawn, or None."""
+    settings side by side in it. ``result`` is what the JSON holds. Returns why no plot was drawn,
+    or None."""
     try:
         import matplotlib
 
@@ -132,6 +133,7 @@ def plot(rows: list[dict], path: str, title: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "no matplotlib: no plot"
+    rows, title = result["rows"], f"watchdog cost, {result['ranks']} ranks ({result['device']})"
     fig, ax = plt.subplots(figsize=(max(7.0, 0.45 * len(rows)), 4.2))
     # one line per column, turned: "two_shot 256M bf16 64x8" stays readable with 30 columns
     # (files of the eleventh session have one dtype and shape and no A/B trees: no such keys)
@@ -186,7 +188,7 @@ def main() -> None:
         stem = os.path.splitext(args.plot)[0]
         with open(stem + ".md", "w") as f:
             f.write(markdown(result) + "\n")
-        why_not = plot(result["rows"], stem + ".png", f"watchdog cost, {result['ranks']} ranks ({result['device']})")
+        why_not = plot(result, stem + ".png")
         print(why_not or f"wrote {stem}.md and .png", flush=True)
         sys.exit(1 if why_not else 0)
     if args.quick:
@@ -256,7 +258,7 @@ def main() -> None:
         json.dump(result, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
-    why_not = plot(rows, stem + ".png", f"watchdog cost, {args.ranks} ranks ({device})")
+    why_not = plot(result, stem + ".png")
     if why_not:
         print(why_not, flush=True)
 
