@@ -46,7 +46,7 @@ for s in $stages; do
     ws_probe) step ws_probe python3 benchmarks/gemm_ws_probe.py --reps 10 ${PROBE_ARGS:-} ;;
     gemm_core) step gemm_core python3 benchmarks/fused_ops.py --gemm-only --reps 10 ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
-        step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py --heap --write-table --time-per-point 0.02 --graph 10 ${CCL_ARGS:-}
+        step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py --write-table ${CCL_ARGS:-}
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
     ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;

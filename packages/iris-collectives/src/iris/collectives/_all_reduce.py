@@ -30,14 +30,16 @@ from ._sync import (
     MUTEX,
     advance,
     check_wait_time,
+    enter_range,
     enter_tile,
     pause,
     peer_flag,
     signal,
     signal_all,
+    signal_and_wait_all,
     wait_at_least,
 )
-from ._views import TileView
+from ._views import Tile, TileView, is_range
 
 #: Reductions of the internal ``OP`` argument (a compile-time int; ``None`` means SUM). The public
 #: tile collectives sum; the host collectives (``iris.collectives.ccl``) pass the others.
@@ -245,9 +247,15 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     rank: bit-identical results everywhere), store the sum into this rank's ``dst_view``, then
     tell every peer "done reading yours" and wait until every peer is done reading this rank's.
 
+    ``tile`` may also be a :class:`TileRange`: the program's tiles, with one "ready" and one
+    "done" for all of them (this rank's values are then read from its ``src_view``, which must
+    hold every tile of the range before the call). A persistent kernel whose data is in place
+    before the call should pass its range: the synchronisation is paid once per program instead
+    of once per tile.
+
     Granularity: per program. Memory semantics: flags released and acquired at system scope.
     ``locks``: int32, ``LOCK_WORDS`` per tile (see :func:`lock_words`), symmetric, zeroed once
-    at allocation, used only by this collective with this tiling.
+    at allocation, used only by this collective with this tiling (and one form: tiles or ranges).
 
     Preconditions: this rank's ``src_view`` (symmetric heap, M x N) holds this rank's data at the
     tile (stored before the call, by this program or earlier kernels) and ``tile.data`` equals
@@ -262,40 +270,81 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
-def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr):
+def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr, mine_view=None):
     # all_reduce_one_shot's body with the reduction OP (see SUM); for iris.collectives.ccl.
+    # mine_view (ranges only): where this rank's own values are read (a local copy of src_view's
+    # data, e.g. the caller's tensor that src_view stages for the peers); default src_view.
     call: tl.constexpr = "iris.collectives.all_reduce_one_shot"
     check_lock_array(call, locks.dtype)
-    acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
-    dst_ptrs, mask = dst_view.frame(tile)
-    if ctx.tracing.enabled:
-        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
-    if ctx.world_size == 1:
-        tl.store(dst_ptrs, round_to(tile.data.to(acc_ty), dst_view.ptr.dtype.element_ty), mask=mask)
+    if is_range(tile):
+        _one_shot_range(ctx, tile, src_view, dst_view, locks, OP, mine_view, call)
     else:
-        t, record, epoch = enter_tile(tile, dst_view, locks, call)
-        signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
+        acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
+        dst_ptrs, mask = dst_view.frame(tile)
+        if ctx.tracing.enabled:
+            handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n,
+                                                    mask)
+        if ctx.world_size == 1:
+            tl.store(dst_ptrs, round_to(tile.data.to(acc_ty), dst_view.ptr.dtype.element_ty), mask=mask)
+        else:
+            t, record, epoch = enter_tile(tile, dst_view, locks, call)
+            signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
+            # no peer can leave this call before this rank's "done": their signatures hold
+            wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
+                          ctx.heap_bases, record + EPOCH, record)
+            acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty, OP)
+            tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
+            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
+            wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
+                          ctx.heap_bases, record + EPOCH)
+        if ctx.tracing.enabled:
+            ctx.tracing.record_event_end(handle)
+
+
+@triton.jit
+def _one_shot_range(ctx, tiles, src_view, dst_view, locks, OP: tl.constexpr, mine_view, call: tl.constexpr):
+    # The one-shot protocol once for every tile of the range: ready, every tile summed, done.
+    acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
+    dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
+    if ctx.world_size > 1:
+        slot, record, epoch = enter_range(tiles, dst_view, locks, call)
         # no peer can leave this call before this rank's "done": their signatures hold
-        wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
-                      ctx.heap_bases, record + EPOCH, record)
-        acc = _sum_in_rank_order(ctx, tile, src_view.frame(tile)[0], mask, acc_ty, OP)
-        tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)
-        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
-        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
-                      ctx.heap_bases, record + EPOCH)
-    if ctx.tracing.enabled:
-        ctx.tracing.record_event_end(handle)
+        signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+    for t in range(tiles.first, tiles.stop, tiles.step):
+        view = tiles.tile(t)
+        src_ptrs, mask = src_view.frame(view)
+        dst_ptrs = dst_view.frame(view)[0]
+        if ctx.tracing.enabled:
+            handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, view.pid_m, view.pid_n,
+                                                    mask)
+        if mine_view is None:
+            mine = tl.load(src_ptrs, mask=mask, other=0)
+        else:
+            mine = mine_view.load(view)
+        acc = _sum_in_rank_order(ctx, Tile(view.pid_m, view.pid_n, tiles.BLOCK_M, tiles.BLOCK_N, mine), src_ptrs,
+                                 mask, acc_ty, OP)
+        tl.store(dst_ptrs, round_to(acc, dst_ty), mask=mask)
+        if ctx.tracing.enabled:
+            ctx.tracing.record_event_end(handle)
+    if ctx.world_size > 1:
+        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
 @triton.jit
 def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, dst_ty: tl.constexpr,
-                         OP: tl.constexpr = None):
+                         OP: tl.constexpr = None, local_src=None, local_dst=None):
     # Sum the share over every rank's src_view in rank order (bit-identical on every rank), then
     # store it into every rank's dst_view, starting with the next rank so that the ranks'
     # stores spread over the destinations instead of all hitting rank 0 first. OP: see SUM.
+    # local_src / local_dst: pointers at the same elements of this rank's own copy of the input
+    # and of the output (e.g. the caller's tensors that src_view and dst_view stand in for on the
+    # heap): this rank's term is read there and its result stored there.
     acc = tl.zeros(src_ptrs.shape, acc_ty)
     for p in tl.static_range(ctx.world_size):
-        x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
+        if p == ctx.rank and local_src is not None:
+            x = tl.load(local_src, mask=mine, other=0).to(acc_ty)
+        else:
+            x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
         if _is_sum(OP):
             acc = acc + x
         else:
@@ -304,7 +353,21 @@ def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, ds
         acc = _finish(acc, ctx.world_size)
     result = round_to(acc, dst_ty)
     for i in tl.static_range(ctx.world_size):
-        store(dst_ptrs, result, ctx.rank, (ctx.rank + i + 1) % ctx.world_size, ctx.heap_bases, mask=mine)
+        target = (ctx.rank + i + 1) % ctx.world_size  # a compile-time value: rank and i are
+        if target == ctx.rank and local_dst is not None:
+            tl.store(local_dst, result, mask=mine)
+        else:
+            store(dst_ptrs, result, ctx.rank, target, ctx.heap_bases, mask=mine)
+
+
+@triton.jit
+def own_share_rows(tile_id, BLOCK_M: tl.constexpr, rank: tl.constexpr, world_size: tl.constexpr):
+    """``[BLOCK_M]`` booleans: the rows of tile ``tile_id`` whose sum this rank computes in
+    :func:`all_reduce_two_shot` (its share: ``(rank + tile_id) % world_size``, in blocks of
+    ``ceil(BLOCK_M / world_size)`` rows). Per program, no memory access."""
+    rows_per_share: tl.constexpr = (BLOCK_M + world_size - 1) // world_size
+    share = (rank + tile_id) % world_size
+    return (tl.arange(0, BLOCK_M) // rows_per_share) == share
 
 
 @triton.jit
@@ -321,10 +384,15 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     of the world size: a share is then a tile of ``BLOCK_M / W`` rows that all threads work on
     (otherwise the full tile is masked down to the share, and most threads idle).
 
-    Granularity: per program. ``tile``: a :class:`Tile` or a :class:`TileView`. Memory
+    ``tile`` may also be a :class:`TileRange`: the program's tiles, with one "ready" and one
+    "done" for all of them, which is what a persistent kernel whose data is in place before the
+    call should pass (the synchronisation is paid once per program instead of once per tile).
+
+    Granularity: per program. ``tile``: a :class:`Tile`, a :class:`TileView` or a
+    :class:`TileRange`. Memory
     semantics: flags released and acquired at system scope. ``locks``: int32, ``LOCK_WORDS`` per
     tile (see :func:`lock_words`), symmetric, zeroed once at allocation, used only by this
-    collective with this tiling.
+    collective with this tiling (and one form: tiles or ranges).
 
     Preconditions: this rank's ``src_view`` (symmetric heap) holds its data at the tile, stored
     before the call (by this program or earlier kernels). ``tile.data`` is not read: every share
@@ -341,41 +409,70 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
-def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr):
+def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr, mine_src=None, mine_dst=None):
     # all_reduce_two_shot's body with the reduction OP (see SUM); for iris.collectives.ccl.
+    # mine_src / mine_dst (ranges only): this rank's own copy of the input and the output, where
+    # its own share is read and its result stored (see _reduce_share_to_all); default the views.
     call: tl.constexpr = "iris.collectives.all_reduce_two_shot"
     check_lock_array(call, locks.dtype)
     acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
     dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
-    dst_ptrs, mask = dst_view.frame(tile)
-    src_ptrs = src_view.frame(tile)[0]
-    if ctx.tracing.enabled:
-        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
-    if ctx.world_size == 1:
-        tl.store(dst_ptrs, round_to(tl.load(src_ptrs, mask=mask, other=0).to(acc_ty), dst_ty), mask=mask)
+    if is_range(tile):
+        if ctx.world_size > 1:
+            slot, record, epoch = enter_range(tile, dst_view, locks, call)
+            # no peer can leave this call before this rank's "done": their signatures hold
+            signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+        for t in range(tile.first, tile.stop, tile.step):
+            _two_shot_tile(ctx, tile.tile(t), t, src_view, dst_view, acc_ty, dst_ty, OP, mine_src, mine_dst)
+        if ctx.world_size > 1:
+            signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+    elif ctx.world_size == 1:
+        _two_shot_tile(ctx, tile, 0, src_view, dst_view, acc_ty, dst_ty, OP, None, None)
     else:
         t, record, epoch = enter_tile(tile, dst_view, locks, call)
         signal_all(record + ARRIVE, ctx.rank, ctx.world_size, ctx.heap_bases)
         # no peer can leave this call before this rank's "done": their signatures hold
         wait_at_least(record + ARRIVE, epoch * (ctx.world_size - 1), call, "ready", ctx.rank, -1, t,
                       ctx.heap_bases, record + EPOCH, record)
-        share = (ctx.rank + t) % ctx.world_size
-        if tile.BLOCK_M % ctx.world_size == 0:
-            # Equal shares: a share is itself a tile of BLOCK_M / W rows, so every thread of the
-            # program has elements of it (masking the full tile instead would leave (W-1)/W of
-            # the threads idle and cut the bytes in flight per program by W).
-            part = TileView(tile.pid_m * ctx.world_size + share, tile.pid_n, tile.BLOCK_M // ctx.world_size,
-                            tile.BLOCK_N)
-            part_dst, part_mask = dst_view.frame(part)
-            _reduce_share_to_all(ctx, src_view.frame(part)[0], part_dst, part_mask, acc_ty, dst_ty, OP)
-        else:
-            # Ragged shares (W does not divide BLOCK_M): the full tile, masked to the share's
-            # rows. The mask is constant along each row, so accesses keep their vector width.
-            rows_per_share: tl.constexpr = (tile.BLOCK_M + ctx.world_size - 1) // ctx.world_size
-            mine = mask & ((tl.arange(0, tile.BLOCK_M) // rows_per_share) == share)[:, None]
-            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty, OP)
+        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)
         signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)
         wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, "done", ctx.rank, -1, t,
                       ctx.heap_bases, record + EPOCH)
+
+
+@triton.jit
+def _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty: tl.constexpr, dst_ty: tl.constexpr, OP: tl.constexpr,
+                   mine_src, mine_dst):
+    # This rank's share of tile t (row-major id t), reduced over every rank and written to every
+    # rank (with one rank, the whole tile: its own share).
+    dst_ptrs, mask = dst_view.frame(tile)
+    if ctx.tracing.enabled:
+        handle = ctx.tracing.record_event_start(TraceEvent().collective, -1, dst_ptrs, tile.pid_m, tile.pid_n, mask)
+    if ctx.world_size == 1:
+        local = src_view.frame(tile)[0] if mine_src is None else mine_src.frame(tile)[0]
+        data = round_to(tl.load(local, mask=mask, other=0).to(acc_ty), dst_ty)
+        if mine_dst is None:
+            tl.store(dst_ptrs, data, mask=mask)
+        else:
+            tl.store(mine_dst.frame(tile)[0], data, mask=mask)
+    elif tile.BLOCK_M % ctx.world_size == 0:
+        # Equal shares: a share is itself a tile of BLOCK_M / W rows, so every thread of the
+        # program has elements of it (masking the full tile instead would leave (W-1)/W of
+        # the threads idle and cut the bytes in flight per program by W).
+        share = (ctx.rank + t) % ctx.world_size
+        part = TileView(tile.pid_m * ctx.world_size + share, tile.pid_n, tile.BLOCK_M // ctx.world_size,
+                        tile.BLOCK_N)
+        part_dst, part_mask = dst_view.frame(part)
+        local_src = None if mine_src is None else mine_src.frame(part)[0]
+        local_dst = None if mine_dst is None else mine_dst.frame(part)[0]
+        _reduce_share_to_all(ctx, src_view.frame(part)[0], part_dst, part_mask, acc_ty, dst_ty, OP, local_src,
+                             local_dst)
+    else:
+        # Ragged shares (W does not divide BLOCK_M): the full tile, masked to the share's
+        # rows. The mask is constant along each row, so accesses keep their vector width.
+        mine = mask & own_share_rows(t, tile.BLOCK_M, ctx.rank, ctx.world_size)[:, None]
+        local_src = None if mine_src is None else mine_src.frame(tile)[0]
+        local_dst = None if mine_dst is None else mine_dst.frame(tile)[0]
+        _reduce_share_to_all(ctx, src_view.frame(tile)[0], dst_ptrs, mine, acc_ty, dst_ty, OP, local_src, local_dst)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

@@ -377,6 +377,32 @@ def enter_tile(tile, dst_view, locks, call: tl.constexpr = None):
 
 
 @triton.jit
+def enter_range(tiles, dst_view, locks, call: tl.constexpr = None):
+    """:func:`enter_tile` for a :class:`~iris.collectives.TileRange`: the range's lock record is
+    its first tile's (``tiles.first``), so one record serves every tile of it. Returns the record's
+    index, the record and this rank's call count on it. Per program."""
+    slot = tiles.first
+    record = locks + slot * LOCK_WORDS_C
+    epoch = advance(record + EPOCH, 1) + 1
+    if DEBUG:
+        publish_signature(record, epoch, call, dst_view.M, dst_view.N, tiles.BLOCK_M, tiles.BLOCK_N)
+    return slot, record, epoch
+
+
+@triton.jit
+def signal_and_wait_all(ctx, record, FLAG: tl.constexpr, epoch, call: tl.constexpr, what: tl.constexpr, index,
+                        check_record=None):
+    """Signal flag word ``FLAG`` of the lock record ``record`` on every other rank, then wait until
+    every other rank has signalled this rank's for call ``epoch`` (the count reaches ``epoch *
+    (world_size - 1)``). Per program; release and acquire at system scope (:func:`signal_all`,
+    :func:`wait_at_least`). ``check_record`` (debug mode): compare the peers' signatures there
+    while waiting, where no peer can finish the call without this rank."""
+    signal_all(record + FLAG, ctx.rank, ctx.world_size, ctx.heap_bases)
+    wait_at_least(record + FLAG, epoch * (ctx.world_size - 1), call, what, ctx.rank, -1, index, ctx.heap_bases,
+                  record + EPOCH, check_record)
+
+
+@triton.jit
 def next_epoch(counter):
     """Add 1 to this rank's private call counter at ``counter`` and return the new value (1 for
     the first call), the same in every thread of the program (see :func:`advance`)."""

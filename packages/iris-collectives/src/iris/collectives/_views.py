@@ -131,6 +131,54 @@ class Tile(_TilePosition):
 
 
 @aggregate
+class TileRange:
+    """The tiles one program handles, for the range form of the collectives:
+    ``TileRange(first, stop, step, num_tiles_n, BLOCK_M, BLOCK_N)`` is the row-major tile ids
+    ``first, first + step, ...`` below ``stop`` of a tensor ``num_tiles_n`` tiles wide, each
+    ``BLOCK_M x BLOCK_N`` (compile-time powers of two).
+
+    Passed to a collective in place of a tile, it makes one synchronisation with the peers cover
+    every tile of the range (one "ready" and one "done" per program and call instead of one per
+    tile): what a persistent kernel wants when its data is all there before the call. The range
+    must hold at least one tile (``first < stop``), and its lock record is ``first``'s. Example,
+    a persistent grid over a view::
+
+        tiles = TileRange(tl.program_id(0), view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0),
+                          view.num_tiles_n(BLOCK_N), BLOCK_M, BLOCK_N)
+        ctx.all_reduce_two_shot(tiles, src_view, dst_view, locks)
+    """
+
+    first: _INDEX
+    stop: _INDEX
+    step: _INDEX
+    num_tiles_n: _INDEX
+    BLOCK_M: tl.constexpr
+    BLOCK_N: tl.constexpr
+
+    @triton.constexpr_function
+    def __init__(self, first, stop, step, num_tiles_n, BLOCK_M, BLOCK_N):
+        self.first = _index(first)
+        self.stop = _index(stop)
+        self.step = _index(step)
+        self.num_tiles_n = _index(num_tiles_n)
+        self.BLOCK_M = tl.constexpr(BLOCK_M)
+        self.BLOCK_N = tl.constexpr(BLOCK_N)
+
+    @triton.jit
+    def tile(self, tile_id):
+        """The :class:`TileView` of the range's tile ``tile_id`` (a row-major id). No memory access."""
+        pid_m = tile_id // self.num_tiles_n
+        # not "%": under the interpreter an int has no "%" with a constexpr
+        return TileView(pid_m, tile_id - pid_m * self.num_tiles_n, self.BLOCK_M, self.BLOCK_N)
+
+
+@triton.constexpr_function
+def is_range(tile):
+    """Whether ``tile`` is a :class:`TileRange` (at compile time): the collectives take a tile or a range."""
+    return isinstance(tile, TileRange)
+
+
+@aggregate
 class TensorView:
     """A 2-D tensor in memory: ``TensorView(ptr, M, N, stride_m, stride_n=1)``.
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import weakref
 
+import torch
+
 from ..ops import _workspace
 
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
@@ -104,10 +106,15 @@ def workspace(ctx, key: tuple, make):
 
 
 def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict):
-    """A callable that launches ``kernel`` with the run-time arguments it is given (``args``'s
-    kinds) and ``constexprs``, for a call of ``tiles`` tiles: a persistent grid of at most
-    ``cfg.grid`` programs, the tiles, and what is resident (``ctx.resident_grid``, collective and
-    compiling on the GPU, found once per workspace and compiled variant, for its capacity)."""
+    """The launch of ``kernel`` for a call of ``tiles`` tiles whose run-time arguments are
+    ``args`` (the call's own tensors and values, in the kernel's order), with ``constexprs``: a
+    persistent grid of at most ``cfg.grid`` programs, the tiles, and what is resident
+    (``ctx.resident_grid``, collective and compiling on the GPU, found once per workspace and
+    compiled variant, for its capacity).
+
+    The result is called with the arguments of each call (``launch(*args)``); once its ``fast``
+    attribute is set (on the GPU, from the second call on), ``launch.fast()`` enqueues the same
+    launch with no arguments at all: a plan's arguments are fixed by its key."""
     options = dict(constexprs, num_warps=cfg.num_warps)
     variant = tuple(sorted(constexprs.items()))
     resident = ws.grids.get(variant)
@@ -116,37 +123,53 @@ def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, cons
         resident = ws.grids[variant] = ctx.resident_grid(cap_tiles, compiled)
     grid = min(resident, tiles, cfg.grid or tiles)
     if ctx.device.type == "cuda" and DIRECT_LAUNCH:
-        return DirectLaunch(kernel, grid, options, ctx.device)
-    run = kernel[(grid,)]
-    return lambda *args: run(*args, **options)
+        addresses = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
+        return DirectLaunch(kernel, grid, options, ctx.device, addresses)
+    return TritonLaunch(kernel, grid, options)
+
+
+class TritonLaunch:
+    """``kernel[(grid,)](*args, **options)``: every call through Triton's launcher (the cpu
+    backend's interpreter, or ``IRIS_CCL_DIRECT_LAUNCH=0``)."""
+
+    fast = fast_with = None
+
+    def __init__(self, kernel, grid: int, options: dict):
+        self.run, self.options = kernel[(grid,)], options
+
+    def __call__(self, *args):
+        self.run(*args, **self.options)
 
 
 class DirectLaunch:
-    """``kernel[(grid,)](*args, **options)`` for the ``args`` of each call, cheaper from the
-    second call on.
+    """``kernel[(grid,)](*args, **options)`` for a plan's fixed arguments, cheaper from the second
+    call on.
 
-    Through Triton's launcher a launch binds and specialises every argument and looks the compiled
-    kernel up: tens of microseconds of host time, more than a 4 KiB collective takes on the GPU.
-    The first call goes through it (compiling); later calls hand the same compiled kernel to its
-    launcher directly, on torch's current stream of the moment (so a CUDA graph capture records
-    them on the capture stream). That is only right while the arguments specialise the same way:
-    a plan's key fixes every size and the 16-byte alignment of the caller's tensors, the buffers
-    are the plan's own, and ``root`` is not specialised (``do_not_specialize``). Launch hooks
-    (profilers) send every call through Triton's launcher."""
+    Through Triton's launcher a launch binds and specialises every argument, looks the compiled
+    kernel up, and for each tensor asks the driver what its pointer is: tens of microseconds of
+    host time, more than a 4 KiB collective takes on the GPU. The first call goes through it
+    (compiling); then ``fast()`` hands the same compiled kernel to the launcher's C entry point
+    directly, with the arguments as integers (``addresses``: the plan's tensors' addresses, which
+    its key fixes), on torch's current stream of the moment (so a CUDA graph capture records it
+    on the capture stream). That is only right while the arguments specialise the same way: a
+    plan's key fixes every address and size, the buffers are the plan's own, and ``root`` is not
+    specialised (``do_not_specialize``; broadcast passes it per call, see ``fast_with``). Launch
+    hooks (profilers) send every call through Triton's launcher."""
 
-    def __init__(self, kernel, grid: int, options: dict, device):
+    def __init__(self, kernel, grid: int, options: dict, device, addresses: tuple):
         self.kernel, self.grid, self.options, self.device = kernel, grid, options, device
-        self.fast = None
+        self.addresses = addresses
+        self.fast = self.fast_with = None
 
     def __call__(self, *args):
-        if self.fast is not None:
-            self.fast(args)
-            return
         compiled = self.kernel[(self.grid,)](*args, **self.options)
         try:
-            self.fast = self._fast(compiled, len(args))
+            self.fast_with = self._fast(compiled, len(args))
         except Exception:  # another Triton: keep its launcher
-            self.fast = None
+            self.fast_with = None
+        if self.fast_with is not None:
+            enqueue, addresses = self.fast_with, self.addresses
+            self.fast = lambda: enqueue(addresses)
 
     def _fast(self, compiled, given: int):
         from triton import knobs
@@ -159,8 +182,30 @@ class DirectLaunch:
         tail = tuple(self.options[p.name] for p in self.kernel.params[given:])
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
         stream_of, index, grid = driver.active.get_current_stream, self.device.index or 0, self.grid
+        c_launch = _c_entry(run)
+        if c_launch is not None:
+            # the launcher's C function itself: no scratch buffers to allocate, no Python frame
+            coop, pdl = run.launch_cooperative_grid, run.launch_pdl
 
-        def fast(args):
-            run(grid, 1, 1, stream_of(index), function, packed, None, None, None, *args, *tail)
+            def fast(args):
+                c_launch(grid, 1, 1, stream_of(index), function, coop, pdl, None, None, packed, None, None, None,
+                         *args, *tail)
+        else:
+            def fast(args):
+                run(grid, 1, 1, stream_of(index), function, packed, None, None, None, *args, *tail)
 
         return fast
+
+
+def _c_entry(run):
+    """The C entry point behind Triton's ``CudaLauncher`` ``run`` when calling it directly is what
+    ``run`` would do (Triton 3.6's layout: no global or profile scratch to allocate), else None."""
+    import triton
+
+    if not triton.__version__.startswith("3.6."):
+        return None
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    if not all(hasattr(run, name) for name in ("launch", "launch_cooperative_grid", "launch_pdl")):
+        return None
+    return run.launch

@@ -39,9 +39,14 @@ def _plan_pull(ctx, name: str, out, inp, m: int, config):
                       BLOCK_N=width)
     args = (context, inp, inp if stage is None else stage, out, locks, m, stride, 0)
     run = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs)
+    fixed = getattr(run, "addresses", args)[:-1]  # all but root, which each call passes
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, root)
+        fast = run.fast_with
+        if fast is not None:
+            fast((*fixed, root))
+        else:
+            run(context, inp, inp if stage is None else stage, out, locks, m, stride, root)
 
     return plan
 

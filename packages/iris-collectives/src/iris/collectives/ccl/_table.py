@@ -8,12 +8,11 @@ and ``ranks_per_gpu`` (ranks sharing one device, 1: one rank per GPU) is the con
 (absent: 0). Its ``config`` fills the fields of :class:`~iris.collectives.ccl.Config` the caller
 left ``None``.
 
-Rows with a ``measured`` entry were written by ``benchmarks/ccl.py --write-table`` (one run per
-world size and ranks per GPU: it replaces that run's rows and keeps the others; the last was
-8 ranks, 8 per GPU, NVIDIA H200, on 2026-12-02).
-The rows for any world size (0) come last: the fallback reasoned from the tile collectives'
-measurements, one-shot all-reduce up to 1 MiB and two-shot above, 4096-element tiles up to
-1 MiB and 8192 above. Rerun the benchmark to measure another machine.
+Rows with a ``measured`` entry (date, device, dtype) were written by ``benchmarks/ccl.py
+--write-table``: one run per world size and ranks per GPU replaces that configuration's rows and
+keeps the others. The rows for any world size (0) come last: the fallback where nothing was
+measured (one-shot all-reduce up to 1 MiB and two-shot above; small tiles for small messages).
+Rerun the benchmark to measure another machine.
 """
 
 TABLE = [{'backend': 'cuda',
