@@ -45,13 +45,14 @@ def empty_kernel(x):
     pass
 
 
-def bench_cases():
-    """``benchmarks/ccl.py``'s ``Case`` (each collective's tensors and call, checked there), loaded
-    by path: that benchmark is a script, not a package module."""
+def ccl_bench():
+    """``benchmarks/ccl.py`` (its ``Case``: each collective's tensors and call, checked there; its
+    ``Peer``: torch symm_mem or NCCL), loaded by path: that benchmark is a script, not a package
+    module."""
     spec = importlib.util.spec_from_file_location("ccl_bench", os.path.join(HERE, "ccl.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.Case
+    return module
 
 
 def host_us(fn, calls: int, cuda: bool) -> float:
@@ -75,18 +76,15 @@ class NoLaunch:
         return None
 
     @staticmethod
-    def fast():
-        return None
-
-    @staticmethod
-    def fast_with(args):
+    def fast(*args):
         return None
 
 
 def run(args) -> dict:
     ctx = iris.runtime.iris(heap_size=1 << 24)
     cuda = ctx.device.type == "cuda"
-    Case, rows = bench_cases(), []
+    bench, rows = ccl_bench(), []
+    Case = bench.Case
     for heap in (False, True):
         for name in COLLECTIVES:
             case = Case(ctx, name, 4096, torch.float32, heap=heap)
@@ -113,11 +111,26 @@ def run(args) -> dict:
             del fn
             case.free()
             rows.append(row)
-    floor = None
+    floor = direct = None
+    peer_rows = []
     if cuda:
         x = torch.zeros(1, device=ctx.device)
         run_empty = empty_kernel[(1,)]
         floor = [host_us(lambda: run_empty(x), min(args.calls, 2000), True) for _ in range(args.rounds)]
+        # the same empty kernel through the launch path the plans use (integer arguments, the C entry)
+        launch = _launch.DirectLaunch(empty_kernel, 1, {}, ctx.device, (x.data_ptr(),))
+        launch(x)
+        if launch.fast is not None:
+            direct = [host_us(lambda: launch.fast(None, None), min(args.calls, 2000), True) for _ in range(args.rounds)]
+        # what the peer's call costs the host (torch's C++ dispatch and launch), on the same data
+        peer = bench.Peer(ctx, True)
+        case = Case(ctx, "all_reduce", 4096, torch.float32)
+        for label, fn in peer.calls(case).items():
+            fn()
+            ctx.barrier()
+            peer_rows.append({"label": label, "enqueue_us": [host_us(fn, min(args.calls, 2000), True)
+                                                             for _ in range(args.rounds)]})
+        ctx.barrier()
     from mpi4py import MPI
 
     def slowest(values: list[float]) -> float:
@@ -127,10 +140,14 @@ def run(args) -> dict:
         row["dispatch_median_us"] = slowest(row["dispatch_us"])
         if "enqueue_us" in row:
             row["enqueue_median_us"] = slowest(row["enqueue_us"])
+    for row in peer_rows:
+        row["enqueue_median_us"] = slowest(row["enqueue_us"])
     result = {"world_size": ctx.world_size, "backend": ctx.device.type, "calls": args.calls, "rounds": args.rounds,
               "device": torch.cuda.get_device_name(ctx.device) if cuda else "cpu (interpreter)",
-              "triton": triton.__version__, "torch": torch.__version__, "rows": rows,
-              "empty_triton_launch_us": slowest(floor) if floor else None, "date": datetime.date.today().isoformat()}
+              "triton": triton.__version__, "torch": torch.__version__, "rows": rows, "peer_rows": peer_rows,
+              "empty_triton_launch_us": slowest(floor) if floor else None,
+              "empty_direct_launch_us": slowest(direct) if direct else None,
+              "date": datetime.date.today().isoformat()}
     ctx.barrier()
     ctx.close()
     return result
@@ -147,6 +164,11 @@ def table(result: dict) -> str:
                      f"| {enqueue} |")
     if result["empty_triton_launch_us"] is not None:
         lines.append(f"| empty Triton kernel, Triton's launcher | - | - | {result['empty_triton_launch_us']:.1f} |")
+    if result.get("empty_direct_launch_us") is not None:
+        direct = result["empty_direct_launch_us"]
+        lines.append(f"| empty Triton kernel, the plans' direct launch | - | - | {direct:.1f} |")
+    for row in result.get("peer_rows", []):
+        lines.append(f"| all_reduce, {row['label']} (the peer) | symmetric | - | {row['enqueue_median_us']:.1f} |")
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
 # [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [ops_host] [watchdog] [watchdog_ab] [mrs_ab] [fused] (no argument: rma
 # collectives trace examples; the others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
-# CCL_WORLDS the host collectives', FUSED_RANKS the fused ops' world size, WATCHDOG_ARGS more watchdog_overhead.py arguments). Results go to benchmarks/results/ and docs/tracing/; logs to
+# CCL_WORLDS the host collectives' (CCL_TUNE=0: no --write-table), FUSED_RANKS the fused ops' world size, WATCHDOG_ARGS more watchdog_overhead.py arguments). Results go to benchmarks/results/ and docs/tracing/; logs to
 # $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
 # "Pending measurements"):
 #   CCL_WORLDS=2 bash tools/gpu-bench.sh ccl fused            # two H200s, one rank per GPU
@@ -46,7 +46,7 @@ for s in $stages; do
     ws_probe) step ws_probe python3 benchmarks/gemm_ws_probe.py --reps 10 ${PROBE_ARGS:-} ;;
     gemm_core) step gemm_core python3 benchmarks/fused_ops.py --gemm-only --reps 10 ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
-        step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py --write-table ${CCL_ARGS:-}
+        step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
     ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;

@@ -46,7 +46,7 @@ from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
 from ._ring import RING_MAX_TILES, all_reduce_ring
 from ._sync import BARRIER_WORDS, LOCK_WORDS, device_barrier, signal, wait_at_least
 from ._version import __version__
-from ._views import TensorView, Tile, TileView, cdiv, tile_coords, tile_id_of
+from ._views import TensorView, Tile, TileRange, TileView, cdiv, tile_coords, tile_id_of
 
 __all__ = [
     "BARRIER_WORDS",
@@ -58,6 +58,7 @@ __all__ = [
     "IrisWaitTimeoutError",
     "TensorView",
     "Tile",
+    "TileRange",
     "TileView",
     "__version__",
     "all_gather",

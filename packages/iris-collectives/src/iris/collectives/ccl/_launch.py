@@ -1,7 +1,7 @@
 """The host path of a collective call: a cache of launch plans, and building a plan on a miss.
 
-A call's *key* (collective, op, config, and each tensor's address, shape, dtype, device and
-contiguity; see :func:`call_key`) decides everything the launch needs: the checks it
+A call's *key* (collective, op, config, and each tensor's address, shape, dtype and contiguity;
+see :func:`call_key`) decides everything the launch needs: the checks it
 passed, the chosen :class:`Config`, the workspace (lock records and staging buffers, from the
 fused ops' per-context cache, :mod:`iris.collectives.ops._workspace`), the grid and the
 compile-time arguments. A hit therefore costs a dict lookup and the kernel launch; only a miss
@@ -22,16 +22,20 @@ from ..ops import _workspace
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
 DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
 
-# ctx -> (the context's workspace dict when the plans were made, {key: plan}). A plan made
-# before clear_workspaces() freed its buffers is dropped: the workspace dict is then another one.
+# ctx -> (the workspace generation the plans were made in, {key: plan}). Plans made before
+# clear_workspaces() freed their buffers are dropped: the generation has moved on.
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The context looked up last (a weak reference) and its entry: most programs have one context,
+# and a weak dictionary lookup costs more than the rest of a hit.
+_LAST: list = [None, None]
 
 
 def call_key(name, config, out, inp):
     """The key of a call (see the module docstring), or None when an argument is not a tensor (the
     checks of a miss then say what is wrong). ``name`` names the collective (with its op).
 
-    It holds what the caller passed as it is (addresses, shapes, dtypes, devices, contiguity),
+    It holds what the caller passed as it is (addresses, shapes, dtypes, contiguity; the device
+    is implied by the address, since CUDA gives every device and the host their own ranges),
     not what the plan derives from it (which tensors are on the heap, how ``out`` and ``inp``
     alias, their 16-byte alignment, which Triton specialises the kernel on): those are functions
     of the addresses and sizes, so the same key always derives the same, and building the key
@@ -39,8 +43,8 @@ def call_key(name, config, out, inp):
     microseconds before). The price: each new address is a miss, which is why the plans of a
     context are capped (:data:`MAX_PLANS`); a miss re-derives, and finds its workspace cached."""
     try:
-        return (name, config, inp.data_ptr(), inp.shape, inp.dtype, inp.device, inp.is_contiguous(), out.data_ptr(),
-                out.shape, out.dtype, out.device, out.is_contiguous())
+        return (name, config, inp.data_ptr(), inp.shape, inp.dtype, inp.is_contiguous(), out.data_ptr(), out.shape,
+                out.dtype, out.is_contiguous())
     except (AttributeError, TypeError):
         return None
 
@@ -62,10 +66,24 @@ def plan_for(ctx, key, make):
     return plan
 
 
+def _entry(ctx):
+    # The (generation, plans) entry of ctx if it is current, else None.
+    last = _LAST
+    if last[0] is not None and last[0]() is ctx:
+        entry = last[1]
+    else:
+        entry = _PLANS.get(ctx)
+        if entry is not None:
+            last[0], last[1] = weakref.ref(ctx), entry
+    if entry is None or entry[0] != _workspace.generation:
+        return None
+    return entry
+
+
 def lookup(ctx, key):
     """The plan cached for ``key`` on ``ctx`` (a callable), or None."""
-    entry = _PLANS.get(ctx)
-    if entry is None or _workspace._CACHES.get(ctx) is not entry[0]:
+    entry = _entry(ctx)
+    if entry is None:
         return None
     try:
         return entry[1].get(key)
@@ -74,11 +92,12 @@ def lookup(ctx, key):
 
 
 def remember(ctx, key, plan) -> None:
-    """Cache ``plan`` for ``key`` on ``ctx`` (after its workspace exists)."""
-    caches = _workspace._CACHES.get(ctx)
-    entry = _PLANS.get(ctx)
-    if entry is None or entry[0] is not caches:
-        entry = _PLANS[ctx] = (caches, {})
+    """Cache ``plan`` for ``key`` on ``ctx`` (after its workspace exists), in place of what was
+    cached for it."""
+    entry = _entry(ctx)
+    if entry is None:
+        entry = _PLANS[ctx] = (_workspace.generation, {})
+        _LAST[0], _LAST[1] = weakref.ref(ctx), entry
     plans = entry[1]
     try:
         plans[key] = plan
@@ -88,9 +107,18 @@ def remember(ctx, key, plan) -> None:
         del plans[next(iter(plans))]  # the oldest (dicts keep insertion order)
 
 
+def promote(ctx, key, launch) -> None:
+    """After a plan's launch has run once: cache its fast form (``launch.fast``, when there is
+    one) for ``key`` in place of the plan, so that later calls enqueue with no Python between
+    the lookup and the launcher."""
+    if launch.fast is not None and key is not None:
+        remember(ctx, key, launch.fast)
+
+
 def forget(ctx) -> None:
     """Drop every plan of ``ctx``."""
     _PLANS.pop(ctx, None)
+    _LAST[0] = _LAST[1] = None
 
 
 def capacity(tiles: int) -> int:
@@ -105,16 +133,18 @@ def workspace(ctx, key: tuple, make):
     return _workspace.workspace(ctx, key, make)
 
 
-def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict):
+def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict, root_last=False):
     """The launch of ``kernel`` for a call of ``tiles`` tiles whose run-time arguments are
     ``args`` (the call's own tensors and values, in the kernel's order), with ``constexprs``: a
     persistent grid of at most ``cfg.grid`` programs, the tiles, and what is resident
     (``ctx.resident_grid``, collective and compiling on the GPU, found once per workspace and
     compiled variant, for its capacity).
 
-    The result is called with the arguments of each call (``launch(*args)``); once its ``fast``
-    attribute is set (on the GPU, from the second call on), ``launch.fast()`` enqueues the same
-    launch with no arguments at all: a plan's arguments are fixed by its key."""
+    The result is called with the arguments of each call (``launch(*args)``). Once that has
+    compiled the kernel, its ``fast`` attribute (on the GPU) is a callable that enqueues the same
+    launch again from ``fast(out, inp)``, ignoring them (a plan's key fixes every address), or
+    with ``root_last``, from ``fast(out, inp, root)``, with ``root`` as the kernel's last argument:
+    the plans replace themselves with it."""
     options = dict(constexprs, num_warps=cfg.num_warps)
     variant = tuple(sorted(constexprs.items()))
     resident = ws.grids.get(variant)
@@ -124,7 +154,7 @@ def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, cons
     grid = min(resident, tiles, cfg.grid or tiles)
     if ctx.device.type == "cuda" and DIRECT_LAUNCH:
         addresses = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
-        return DirectLaunch(kernel, grid, options, ctx.device, addresses)
+        return DirectLaunch(kernel, grid, options, ctx.device, addresses, root_last)
     return TritonLaunch(kernel, grid, options)
 
 
@@ -132,7 +162,7 @@ class TritonLaunch:
     """``kernel[(grid,)](*args, **options)``: every call through Triton's launcher (the cpu
     backend's interpreter, or ``IRIS_CCL_DIRECT_LAUNCH=0``)."""
 
-    fast = fast_with = None
+    fast = None
 
     def __init__(self, kernel, grid: int, options: dict):
         self.run, self.options = kernel[(grid,)], options
@@ -148,28 +178,25 @@ class DirectLaunch:
     Through Triton's launcher a launch binds and specialises every argument, looks the compiled
     kernel up, and for each tensor asks the driver what its pointer is: tens of microseconds of
     host time, more than a 4 KiB collective takes on the GPU. The first call goes through it
-    (compiling); then ``fast()`` hands the same compiled kernel to the launcher's C entry point
+    (compiling); then ``fast`` hands the same compiled kernel to the launcher's C entry point
     directly, with the arguments as integers (``addresses``: the plan's tensors' addresses, which
     its key fixes), on torch's current stream of the moment (so a CUDA graph capture records it
     on the capture stream). That is only right while the arguments specialise the same way: a
     plan's key fixes every address and size, the buffers are the plan's own, and ``root`` is not
-    specialised (``do_not_specialize``; broadcast passes it per call, see ``fast_with``). Launch
-    hooks (profilers) send every call through Triton's launcher."""
+    specialised (``do_not_specialize``). Launch hooks (profilers) send every call through
+    Triton's launcher."""
 
-    def __init__(self, kernel, grid: int, options: dict, device, addresses: tuple):
+    def __init__(self, kernel, grid: int, options: dict, device, addresses: tuple, root_last: bool = False):
         self.kernel, self.grid, self.options, self.device = kernel, grid, options, device
-        self.addresses = addresses
-        self.fast = self.fast_with = None
+        self.addresses, self.root_last = addresses, root_last
+        self.fast = None
 
     def __call__(self, *args):
         compiled = self.kernel[(self.grid,)](*args, **self.options)
         try:
-            self.fast_with = self._fast(compiled, len(args))
+            self.fast = self._fast(compiled, len(args))
         except Exception:  # another Triton: keep its launcher
-            self.fast_with = None
-        if self.fast_with is not None:
-            enqueue, addresses = self.fast_with, self.addresses
-            self.fast = lambda: enqueue(addresses)
+            self.fast = None
 
     def _fast(self, compiled, given: int):
         from triton import knobs
@@ -186,13 +213,28 @@ class DirectLaunch:
         if c_launch is not None:
             # the launcher's C function itself: no scratch buffers to allocate, no Python frame
             coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+            head = (grid, 1, 1)
+            middle = (function, coop, pdl, None, None, packed, None, None, None)
+            if self.root_last:
+                front = (*middle, *self.addresses[:-1])
 
-            def fast(args):
-                c_launch(grid, 1, 1, stream_of(index), function, coop, pdl, None, None, packed, None, None, None,
-                         *args, *tail)
+                def fast(out, inp, root):
+                    c_launch(*head, stream_of(index), *front, root, *tail)
+            else:
+                rest = (*middle, *self.addresses, *tail)
+
+                def fast(out, inp):
+                    c_launch(*head, stream_of(index), *rest)
+        elif self.root_last:
+            front = self.addresses[:-1]
+
+            def fast(out, inp, root):
+                run(grid, 1, 1, stream_of(index), function, packed, None, None, None, *front, root, *tail)
         else:
-            def fast(args):
-                run(grid, 1, 1, stream_of(index), function, packed, None, None, None, *args, *tail)
+            rest = (*self.addresses, *tail)
+
+            def fast(out, inp):
+                run(grid, 1, 1, stream_of(index), function, packed, None, None, None, *rest)
 
         return fast
 

@@ -14,7 +14,7 @@ from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, barrier_kernel, pull_kernel
 _MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value}
 
 
-def _plan_pull(ctx, name: str, out, inp, m: int, config):
+def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller)."""
     W = ctx.world_size
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
@@ -38,15 +38,12 @@ def _plan_pull(ctx, name: str, out, inp, m: int, config):
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BLOCK_M=block // width,
                       BLOCK_N=width)
     args = (context, inp, inp if stage is None else stage, out, locks, m, stride, 0)
-    run = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs)
-    fixed = getattr(run, "addresses", args)[:-1]  # all but root, which each call passes
+    # root is each call's own (broadcast): the last argument of the fast launch
+    run = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs, root_last=True)
 
     def plan(out, inp, root=0):
-        fast = run.fast_with
-        if fast is not None:
-            fast((*fixed, root))
-        else:
-            run(context, inp, inp if stage is None else stage, out, locks, m, stride, root)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, root)
+        _launch.promote(ctx, key, run)
 
     return plan
 
@@ -70,9 +67,13 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         call = "iris.collectives.ccl.all_gather"
         _checked(ctx, call, out, inp)
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
-        return _plan_pull(ctx, "all_gather", out, inp, inp.numel(), config)
+        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config)
 
-    _launch.plan_for(ctx, _launch.call_key("all_gather", config, out, inp), make)(out, inp)
+    key = _launch.call_key("all_gather", config, out, inp)
+    plan = _launch.lookup(ctx, key)
+    if plan is None:
+        plan = _launch.plan_for(ctx, key, make)
+    plan(out, inp, 0)
     return out
 
 
@@ -93,9 +94,13 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         if out.shape != inp.shape:
             raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass an out "
                                  f"of inp's shape")
-        return _plan_pull(ctx, "all_to_all", out, inp, inp.numel() // W, config)
+        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config)
 
-    _launch.plan_for(ctx, _launch.call_key("all_to_all", config, out, inp), make)(out, inp)
+    key = _launch.call_key("all_to_all", config, out, inp)
+    plan = _launch.lookup(ctx, key)
+    if plan is None:
+        plan = _launch.plan_for(ctx, key, make)
+    plan(out, inp, 0)
     return out
 
 
@@ -114,9 +119,13 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         return tensor
     def make():
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
-        return _plan_pull(ctx, "broadcast", tensor, tensor, tensor.numel(), config)
+        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config)
 
-    _launch.plan_for(ctx, _launch.call_key("broadcast", config, tensor, tensor), make)(tensor, tensor, src)
+    key = _launch.call_key("broadcast", config, tensor, tensor)
+    plan = _launch.lookup(ctx, key)
+    if plan is None:
+        plan = _launch.plan_for(ctx, key, make)
+    plan(tensor, tensor, src)
     return tensor
 
 

@@ -35,12 +35,14 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     ``two_shot``) or tiling; see docs/ccl.md.
     """
     key = _launch.call_key(("all_reduce", op), config, out, inp)
-    plan = _launch.plan_for(ctx, key, lambda: _plan_all_reduce(ctx, out, inp, op, config))
+    plan = _launch.lookup(ctx, key)
+    if plan is None:
+        plan = _launch.plan_for(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config))
     plan(out, inp)
     return out
 
 
-def _plan_all_reduce(ctx, out, inp, op, config):
+def _plan_all_reduce(ctx, key, out, inp, op, config):
     call = "iris.collectives.ccl.all_reduce"
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
@@ -89,11 +91,8 @@ def _plan_all_reduce(ctx, out, inp, op, config):
     run = _launch.launcher(ctx, ws, all_reduce_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        fast = run.fast
-        if fast is not None:
-            fast()
-        else:
-            run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
+        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
+        _launch.promote(ctx, key, run)
 
     return plan
 
@@ -107,12 +106,14 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     ``inp``. Collective.
     """
     key = _launch.call_key(("reduce_scatter", op), config, out, inp)
-    plan = _launch.plan_for(ctx, key, lambda: _plan_reduce_scatter(ctx, out, inp, op, config))
+    plan = _launch.lookup(ctx, key)
+    if plan is None:
+        plan = _launch.plan_for(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config))
     plan(out, inp)
     return out
 
 
-def _plan_reduce_scatter(ctx, out, inp, op, config):
+def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     call = "iris.collectives.ccl.reduce_scatter"
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
@@ -146,10 +147,7 @@ def _plan_reduce_scatter(ctx, out, inp, op, config):
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        fast = run.fast
-        if fast is not None:
-            fast()
-        else:
-            run(context, inp, inp if stage is None else stage, out, locks, m, stride)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride)
+        _launch.promote(ctx, key, run)
 
     return plan

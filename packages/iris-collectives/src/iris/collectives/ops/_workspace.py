@@ -30,6 +30,9 @@ import torch
 from iris.runtime import IrisUsageError
 
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Counts :func:`clear` calls: what was derived from a freed workspace (the host collectives'
+#: launch plans) is stale once it moves.
+generation = 0
 _ALLOCATOR_SET = False
 _LOCK = threading.Lock()
 
@@ -68,6 +71,8 @@ def clear(ctx) -> None:
     """Free every workspace of ``ctx`` (collective: every rank must call it, in the same order
     as its other allocations, and only once no rank's kernel still uses them, e.g. after
     ``ctx.barrier()``). The next call of an op allocates again, with fresh counters."""
+    global generation
+    generation += 1
     for ws in _CACHES.pop(ctx, {}).values():
         for t in ws.buffers.values():
             ctx.free(t)
