@@ -70,15 +70,19 @@ FLOOR_FROM = 16 * MiB
 TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "packages",
                           "iris-collectives", "src", "iris", "collectives", "ccl", "_table.py")
 
-#: What --write-table tries, per backend and collective family: (variant, block, width, warps).
+#: What --write-table tries, per backend and collective family: (variant, block, width, warps[, chunk]).
+#: A chunk (elements per round, for tensors off the heap) keeps the staging buffers in L2.
 CANDIDATES = {
     "cuda": {
         "all_reduce": [("one_shot", 1024, 1024, 4), ("one_shot", 4096, 1024, 4), ("one_shot", 16384, 1024, 8),
-                       ("two_shot", 4096, 1024, 4), ("two_shot", 16384, 1024, 8), ("two_shot", 32768, 1024, 16)],
+                       ("two_shot", 4096, 1024, 4), ("two_shot", 16384, 1024, 8), ("two_shot", 32768, 1024, 16),
+                       ("two_shot", 32768, 1024, 16, 1 << 20), ("two_shot", 32768, 1024, 16, 1 << 21),
+                       ("two_shot", 32768, 1024, 16, 1 << 22)],
         "pull": [("pull", 1024, 1024, 4), ("pull", 4096, 1024, 4), ("pull", 16384, 1024, 8),
                  ("pull", 32768, 1024, 16)],
     },
-    "cpu": {"all_reduce": [("one_shot", 1024, 64, 4), ("two_shot", 1024, 64, 4)], "pull": [("pull", 1024, 64, 4)]},
+    "cpu": {"all_reduce": [("one_shot", 1024, 64, 4), ("two_shot", 1024, 64, 4, 2048)],
+            "pull": [("pull", 1024, 64, 4)]},
 }
 
 
@@ -337,12 +341,23 @@ def copy_seconds(ctx, timer, nbytes: int) -> float:
 def candidates(backend: str, name: str) -> list:
     """Configs --write-table tries for ``name``."""
     family = "all_reduce" if name == "all_reduce" else "pull"
-    return [ccl.Config(variant=v, block=b, width=w, num_warps=n)
-            for v, b, w, n in CANDIDATES.get(backend, CANDIDATES["cuda"])[family]]
+    return [ccl.Config(variant=c[0], block=c[1], width=c[2], num_warps=c[3], chunk=c[4] if len(c) > 4 else None)
+            for c in CANDIDATES.get(backend, CANDIDATES["cuda"])[family]]
 
 
 def config_text(cfg) -> str:
-    return f"{cfg.variant}/{cfg.block}x{cfg.width}/{cfg.num_warps}w"
+    """``variant/blockxwidth/warps w[/chunk]``, e.g. ``two_shot/32768x1024/16w/2097152``."""
+    return f"{cfg.variant}/{cfg.block}x{cfg.width}/{cfg.num_warps}w" + (f"/{cfg.chunk}" if cfg.chunk else "")
+
+
+def parse_config_text(text: str) -> dict:
+    """The ``Config`` fields of :func:`config_text`'s ``text``."""
+    variant, tiling, warps, *chunk = text.split("/")
+    block, width = tiling.split("x")
+    fields = {"variant": variant, "block": int(block), "width": int(width), "num_warps": int(warps.rstrip("w"))}
+    if chunk:
+        fields["chunk"] = int(chunk[0])
+    return fields
 
 
 def time_calls(timer, args, point: dict, label: str, fn) -> None:
@@ -448,25 +463,24 @@ def best_rows(result: dict) -> list[dict]:
                 else:
                     runs.append([best, p["message_bytes"]])
             for i, (label, upto) in enumerate(runs):
-                variant, tiling, warps = label.split("/")
-                block, width = tiling.split("x")
                 for dt in dtypes:
                     rows.append({"backend": result["backend"], "collective": name,
                                  "max_bytes": None if i == len(runs) - 1 else upto, "dtype": dt,
                                  "world_size": result["world_size"], "ranks_per_gpu": result["ranks_per_gpu"],
-                                 "config": {"variant": variant, "block": int(block), "width": int(width),
-                                            "num_warps": int(warps.rstrip("w"))}, "measured": where})
+                                 "config": parse_config_text(label), "measured": where})
     # specific dtypes before "*": the first matching row wins
     return sorted(rows, key=lambda r: r["dtype"] == "*")
 
 
 def write_table(path: str, rows: list[dict], result: dict) -> None:
     """Rewrite the selection table with the measured ``rows`` in place of the earlier rows of the
-    same backend, world size and ranks per GPU; every other row is kept, the rows for any world
-    size (the reasoned fallbacks) after all measured ones, since the first matching row wins."""
+    same backend, world size, ranks per GPU and collective; every other row is kept, the rows for
+    any world size (the fallbacks) after all measured ones, since the first matching row wins."""
+    measured_here = {p["collective"] for p in result["points"]}
+
     def same(r):
         return (r["backend"] == result["backend"] and r["world_size"] == result["world_size"]
-                and r.get("ranks_per_gpu", 0) == result["ranks_per_gpu"])
+                and r.get("ranks_per_gpu", 0) == result["ranks_per_gpu"] and r["collective"] in measured_here)
 
     kept = [r for r in _table.TABLE if not same(r)]
     measured = [r for r in kept if r["world_size"] != 0]
@@ -580,6 +594,7 @@ def save(args, result: dict, final: bool) -> None:
     W, shared = result["world_size"], result.get("ranks_per_gpu", 1)
     gpus = f"_{W // shared}gpu" if result["backend"] == "cuda" and shared > 1 else ""
     stem = os.path.join(args.out, f"ccl_{W}ranks{gpus}{'_quick' if args.quick else ''}")
+    result = with_earlier_points(result, stem + ".json")
     notes = list(result["notes"])
     if not final:
         notes.append(f"partial: sizes {', '.join(human(s) for s in result['sizes_done'])} of "
@@ -596,6 +611,29 @@ def save(args, result: dict, final: bool) -> None:
         print(text)
     print(f"wrote {stem}.json{' and ' + args.table_out if args.write_table else ''}"
           f"{'' if final else ' (partial)'}", flush=True)
+
+
+def with_earlier_points(result: dict, path: str) -> dict:
+    """``result`` plus the points of an earlier results file of the same configuration for the
+    collectives and dtypes this run did not measure (``--collectives`` reruns a few and keeps the
+    rest of the file)."""
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        return result
+    key = ("world_size", "ranks_per_gpu", "backend")
+    if any(earlier.get(k) != result[k] for k in key):
+        return result
+    measured = {(p["collective"], p["dtype"]) for p in result["points"]}
+    kept = [p for p in earlier.get("points", []) if (p["collective"], p["dtype"]) not in measured]
+    if not kept:
+        return result
+    order = {name: i for i, name in enumerate(COLLECTIVES)}
+    points = sorted(result["points"] + kept, key=lambda p: (order.get(p["collective"], 99), p["bytes"]))
+    dtypes = list(dict.fromkeys([*result["dtypes"], *earlier.get("dtypes", [])]))
+    note = f"points of {', '.join(sorted({p['collective'] for p in kept}))} from the run of {earlier.get('date')}"
+    return dict(result, points=points, dtypes=dtypes, notes=[*result["notes"], note])
 
 
 def main(argv=None) -> None:

@@ -44,9 +44,9 @@ def cases():
             for stage, copy in ((False, False), (True, two_shot)):
                 variant = "two_shot" if two_shot else "one_shot"
                 yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
-                       sig("inp src dst out locks", dt, "n"),
+                       sig("inp src dst out locks", dt, "n chunk"),
                        dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
-                            **TILE), ("inp", "src", "dst", "out", "n"))
+                            **TILE), ("inp", "src", "dst", "out", "n", "chunk"))
     for dt in ("fp32", "bf16"):
         yield (f"reduce_scatter/{dt}", K.reduce_scatter_kernel, sig("inp src out locks", dt, "m src_stride"),
                dict(rank=0, world_size=4, OP=0, STAGE_IN=True, **TILE), ("inp", "src", "out", "m", "src_stride"))

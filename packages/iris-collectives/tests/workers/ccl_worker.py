@@ -173,6 +173,17 @@ def scenario_broadcast(ctx):
                       heap=src % 2 == 1)
 
 
+def scenario_all_reduce_in_rounds(ctx):
+    # config.chunk: tensors off the heap reduced in rounds of 2 tiles through buffers of one round
+    # (4 rounds, the last ragged); in place, out of place, and with one side on the heap
+    for i, variant in enumerate(("one_shot", "two_shot")):
+        config = ccl.Config(variant=variant, block=64, width=16, chunk=128)
+        for j, (heap_in, heap_out, in_place) in enumerate(((False, False, False), (False, False, True),
+                                                           (True, False, False), (False, True, False))):
+            run_all_reduce(ctx, 450, torch.bfloat16 if j % 2 else torch.float32, "sum", 9000 + 10 * i + j, config,
+                           heap_in=heap_in, heap_out=heap_out, in_place=in_place)
+
+
 def scenario_back_to_back(ctx):
     # 100 calls with new data and no barrier between them: one tile each, the flags' counters only
     # grow; the staging buffer is overwritten by the next call while peers may still be in this one
@@ -241,6 +252,8 @@ def scenario_argument_errors(ctx):
     expect_error(lambda: ccl.all_reduce(ctx, big[4:12], big[0:8]), IrisUsageError, ar, "overlap", "out=inp")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=48)), IrisUsageError, ar,
                  "config.block=48", "power of two")
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=64, chunk=96)), IrisUsageError, ar,
+                 "config.chunk=96", "multiple of config.block=64")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(variant="ring")), IrisUsageError, ar,
                  "config.variant='ring'", "one_shot")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config={"block": 64}), IrisUsageError, ar,

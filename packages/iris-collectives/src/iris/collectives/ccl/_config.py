@@ -32,6 +32,9 @@ class Config:
       two dividing ``block``; ``block // width`` rows per tile).
     - ``grid``: programs per rank (a persistent grid), at most the tiles and what is resident.
     - ``num_warps``: Triton's launch option.
+    - ``chunk`` (``all_reduce``): elements per round (a multiple of ``block``) when a tensor is
+      not on the heap: the call runs in rounds whose staging buffers are reused, small enough
+      to stay in L2. ``None``: one round.
     """
 
     variant: str | None = None
@@ -39,6 +42,7 @@ class Config:
     width: int | None = None
     grid: int | None = None
     num_warps: int | None = None
+    chunk: int | None = None
 
 
 def _pow2(value) -> bool:
@@ -65,7 +69,7 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
     where = f"iris.collectives.ccl.{collective}"
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"{where}: config={config!r} must be an iris.collectives.ccl.Config or None")
-    fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4}
+    fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4, "chunk": None}
     for row in _table.TABLE if table is None else table:
         if _row_matches(row, backend, collective, nbytes, dtype, world_size, ranks_per_gpu):
             fields.update({k: v for k, v in row["config"].items() if v is not None})
@@ -82,8 +86,11 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
     if not _pow2(chosen.width) or chosen.width > chosen.block:
         raise IrisUsageError(f"{where}: config.width={chosen.width!r} must be a power of two <= config.block="
                              f"{chosen.block} (columns per tile row)")
-    for name in ("grid", "num_warps"):
+    for name in ("grid", "num_warps", "chunk"):
         value = getattr(chosen, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise IrisUsageError(f"{where}: config.{name}={value!r} must be a positive int")
+    if chosen.chunk is not None and chosen.chunk % chosen.block:
+        raise IrisUsageError(f"{where}: config.chunk={chosen.chunk} must be a multiple of config.block={chosen.block} "
+                             f"(whole tiles per round)")
     return chosen

@@ -62,15 +62,39 @@ def _tile_offsets(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def all_reduce_kernel(context, inp, src, dst, out, locks, n, rank: tl.constexpr, world_size: tl.constexpr,
+def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, rank: tl.constexpr, world_size: tl.constexpr,
                       OP: tl.constexpr, TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)``, ``n`` elements, through ``all_reduce_one_shot`` or
     ``all_reduce_two_shot`` on the program's range of tiles. ``src``: what peers read (``inp``
     itself when it is on the heap and not ``out``, else a heap staging buffer this kernel fills:
     ``STAGE_IN``). Two-shot writes into every rank's ``dst`` (``out`` on the heap, or a heap
-    buffer whose peers' shares are copied to ``out`` after the call: ``COPY_OUT``)."""
+    buffer whose peers' shares are copied to ``out`` after the call: ``COPY_OUT``).
+
+    The tensor is reduced in rounds of ``chunk`` elements (a multiple of the tile; ``n`` or more:
+    one round), each a complete call of the collective on that part, whose staging buffers hold
+    one round and are reused by the next: small enough, they stay in L2, and a tensor that is not
+    on the heap costs little more memory traffic than one that is."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    for base in range(0, n, chunk):
+        # the heap buffers of this round: the staging buffers start over, the caller's tensors move on
+        if STAGE_IN:
+            round_src = src
+        else:
+            round_src = src + base
+        if COPY_OUT:
+            round_dst = dst
+        else:
+            round_dst = dst + base
+        _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, tl.minimum(chunk, n - base), OP,
+                          TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_SHOT: tl.constexpr,
+                      STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # One call's worth of all_reduce_kernel on n elements.
+    rank, world_size = ctx.rank, ctx.world_size
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     if STAGE_IN:
         for t in range(tiles.first, tiles.stop, tiles.step):

@@ -70,7 +70,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
         # heap, src must be a staging copy.
         stage_in, copy_out = not sym_in or same, False
     block, width = cfg.block, cfg.width
-    tiles = _tiles(n, block)
+    # rounds of `chunk` elements (whole tiles) reuse the staging buffers; heap tensors need none
+    chunk = n if cfg.chunk is None or not (stage_in or copy_out) else min(cfg.chunk, n)
+    tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
     ws_key = ("ccl.all_reduce", inp.dtype, W, cfg.variant, block, width, cap, stage_in, copy_out)
 
@@ -87,11 +89,11 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     stage, result = ws.buffers.get("stage"), ws.buffers.get("result")
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
                       COPY_OUT=copy_out, BLOCK_M=block // width, BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
+    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk)
     run = _launch.launcher(ctx, ws, all_reduce_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n)
+        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk)
         _launch.promote(ctx, key, run)
 
     return plan
