@@ -380,6 +380,8 @@ def run(args, on_size=None) -> dict:
         notes.append(peer.reason)
     if backend != "cuda":
         notes.append("cpu backend (Triton's interpreter): times show the code path works, not performance")
+    if args.write_table:
+        notes.append("ccl: the configuration that the table written by this run chooses, timed as a candidate here")
     result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtypes": args.dtypes,
               "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
               "peer": peer.kind, "graph_calls": args.graph, "date": datetime.date.today().isoformat(),
@@ -589,7 +591,7 @@ def save(args, result: dict, final: bool) -> None:
     if args.write_table:
         rows = best_rows(result)
         write_table(args.table_out, rows, result)
-        result["table_rows"] = rows
+        result = dict(result, table_rows=rows, points=[as_chosen(p, rows, result) for p in result["points"]])
     os.makedirs(args.out, exist_ok=True)
     W, shared = result["world_size"], result.get("ranks_per_gpu", 1)
     gpus = f"_{W // shared}gpu" if result["backend"] == "cuda" and shared > 1 else ""
@@ -611,6 +613,20 @@ def save(args, result: dict, final: bool) -> None:
         print(text)
     print(f"wrote {stem}.json{' and ' + args.table_out if args.write_table else ''}"
           f"{'' if final else ' (partial)'}", flush=True)
+
+
+def as_chosen(point: dict, rows: list[dict], result: dict) -> dict:
+    """``point`` with its ``ccl`` times those of the candidate that the table written from this
+    run chooses for it (the same configuration, measured in the same run): the results show the
+    table a user gets. Points of no candidate are returned as they are."""
+    dtype = str(DTYPES[point["dtype"]]).removeprefix("torch.")
+    cfg = ccl.choose(point["collective"], point["message_bytes"], dtype, result["world_size"], result["backend"],
+                     table=rows, ranks_per_gpu=result["ranks_per_gpu"])
+    label = config_text(cfg)
+    if label not in point["eager_us"]:
+        return point
+    times = {key: dict(point[key], ccl=point[key][label]) for key in ("eager_us", "graph_us") if label in point[key]}
+    return dict(point, **times, correct=dict(point["correct"], ccl=point["correct"][label]), chosen=label)
 
 
 def with_earlier_points(result: dict, path: str) -> dict:
