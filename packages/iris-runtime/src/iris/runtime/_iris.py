@@ -13,7 +13,8 @@ from iris.device._watchdog import timeout_from_env
 
 from . import _backend
 from ._allocator import SymmetricAllocator, format_bytes
-from ._bootstrap import add_abort_hook, remove_abort_hook, start_bootstrap
+from ._bootstrap import add_abort_hook, remove_abort_hook
+from ._bootstrap_start import start_bootstrap
 from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
