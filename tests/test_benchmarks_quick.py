@@ -123,15 +123,6 @@ def test_trace_overhead_quick(tmp_path):
     assert "tracing=False == untraced" in proc.stdout + table, proc.stdout
 
 
-@pytest.mark.multirank
-def test_trace_demo_writes_trace_summary_and_picture(tmp_path):
-    proc = run_ranks(2, os.path.join(BENCH, "trace_demo.py"), "--out", str(tmp_path), "--iters", "1", timeout=600)
-    trace = json.loads((tmp_path / "example_trace.json").read_text())
-    assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}, proc.stdout
-    assert "dropped: 0" in (tmp_path / "example_summary.txt").read_text()
-    assert (tmp_path / "example_timeline.png").stat().st_size > 0
-
-
 def test_rma_short_gpu_calls_are_timed_in_batches(monkeypatch):
     # A 38 us kernel timed alone is known only to ~2 % (event resolution); time_ms must time
     # enough back-to-back calls per sample and divide. do_bench is replaced by a fake GPU clock.

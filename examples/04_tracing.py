@@ -1,7 +1,8 @@
-"""A traced multi-rank workload and its trace: a Perfetto JSON file, a text summary and a timeline PNG.
+"""A traced multi-rank exchange and its trace: a Perfetto JSON file, a text summary and a timeline PNG.
 
-    mpiexec -n 4 python -m mpi4py benchmarks/trace_demo.py --out docs/tracing          # CPU or GPU
-    mpirun -n 4 python -m mpi4py benchmarks/trace_demo.py --out docs/tracing --grid 16  # GPU, under MPS
+    mpirun -n 4 python -m mpi4py examples/04_tracing.py                           # into a new temporary folder
+    mpirun -n 4 python -m mpi4py examples/04_tracing.py --out docs/tracing        # the docs' example trace
+    mpirun -n 4 python -m mpi4py examples/04_tracing.py --out docs/tracing --grid 16  # GPU, under MPS
 
 Every program of every rank, per iteration (one kernel launch):
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -88,7 +90,8 @@ def expected_tile(rank: int, n: int, iters: int, device) -> torch.Tensor:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="docs/tracing", help="folder for the trace, summary and picture")
+    parser.add_argument("--out", default=None,
+                        help="folder for the trace, summary and picture (default: a new temporary folder)")
     parser.add_argument("--grid", type=int, default=None, help="programs per rank (default: 4 on cpu, 16 on a GPU)")
     parser.add_argument("--block", type=int, default=None, help="elements per tile (default: 64 cpu, 4096 GPU)")
     parser.add_argument("--iters", type=int, default=2, help="traced launches")
@@ -135,13 +138,14 @@ def main() -> int:
         oks = ctx.comm.gather(ok, root=0)
 
         if rank == 0:
+            args.out = args.out or tempfile.mkdtemp(prefix="iris-trace-")
             os.makedirs(args.out, exist_ok=True)
-        ctx.barrier()
+        args.out = ctx.broadcast(args.out if rank == 0 else None)
         path = ctx.tracing.export(os.path.join(args.out, "example_trace.json"))
         if rank == 0:
             trace = trace_tools.load_trace(path)
             summary = trace_tools.summarize(trace)
-            header = (f"# trace_demo.py: {world} ranks, backend {ctx.backend}, grid {grid} x {block} float32, "
+            header = (f"# tracing: {world} ranks, backend {ctx.backend}, grid {grid} x {block} float32, "
                       f"{args.iters} traced launches in {elapsed * 1e3:.1f} ms\n")
             with open(os.path.join(args.out, "example_summary.txt"), "w") as f:
                 f.write(header + summary + "\n")
@@ -149,7 +153,7 @@ def main() -> int:
             try:
                 png = trace_tools.plot_timeline(
                     trace, os.path.join(args.out, "example_timeline.png"),
-                    title=f"trace_demo: {world} ranks on {ctx.backend}, {args.iters} launches")
+                    title=f"04_tracing: {world} ranks on {ctx.backend}, {args.iters} launches")
                 print(f"wrote {path}, {png} and example_summary.txt; open the JSON in https://ui.perfetto.dev")
             except iris.runtime.IrisError as exc:
                 print(f"wrote {path}; no picture: {exc}")
