@@ -30,7 +30,7 @@ for s in $stages; do
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
     collectives) for w in ${COLL_WORLDS:-2 4 8}; do step "collectives_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/tile_collectives.py ${COLL_ARGS:-}; done ;;
     trace) step trace_example $MPI -n 4 python3 -m mpi4py examples/04_tracing.py --out docs/tracing
-           step trace_overhead python3 benchmarks/trace_overhead.py --out benchmarks/results/trace_overhead.md ;;
+           step trace_overhead python3 benchmarks/trace_overhead.py ;;
     examples) for w in ${EX_WORLDS:-2 4 8}; do
         want 00 && step "ex00_$w" $MPI -n "$w" python3 -m mpi4py examples/00_hello_heap.py --n 1048576
         want 01 && step "ex01_$w" $MPI -n "$w" python3 -m mpi4py examples/01_message_passing.py --n 1048576 --block 8192 --rounds 20
