@@ -171,3 +171,12 @@ def test_multinode_model_writes_its_tables(tmp_path):
     assert {r["nodes"] for r in result["allreduce"]} == {1, 2, 4, 16}, result["allreduce"]
     assert all(r["fused_us"] <= r["unfused_us"] * 1.1 for r in result["fused"]), result["fused"]
     assert "Hierarchical all-reduce" in (tmp_path / "multinode_model.md").read_text()
+
+
+@pytest.mark.multirank
+def test_ccl_host_times_the_python_of_a_call(tmp_path):
+    proc = run_ranks(2, os.path.join(BENCH, "ccl_host.py"), "--calls", "50", "--rounds", "2", "--out", str(tmp_path),
+                     timeout=600)
+    stem = results_file(tmp_path, "ccl_host_2ranks*.json").with_suffix("")
+    assert json.loads(stem.with_suffix(".json").read_text()), proc.stdout
+    assert stem.with_suffix(".md").read_text().strip(), proc.stdout
