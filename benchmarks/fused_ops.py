@@ -1,4 +1,4 @@
-"""Fused GEMM + communication (``iris.collectives.ops``) against what users run today, side by side.
+"""Does fusing pay? GEMM + communication (``iris.collectives.ops``) against what users run today.
 
 For each op and each M (tokens) of a tensor-parallel MLP layer of a 70B-class model (hidden 8192,
 intermediate 28672 split over the W ranks, bf16), in one run:
@@ -12,26 +12,18 @@ intermediate 28672 split over the W ranks, bf16), in one run:
 - ``collective`` / ``ccl``: the nccl / ccl collective alone: the communication floor;
 - ``ideal``: max(gemm_cublas, the faster collective), what perfect overlap would reach.
 
-When the ranks share a GPU (several ranks on one GPU under MPS), NCCL refuses to run: the nccl
-columns are empty, and so are torch's fused ops (their symmetric-memory rendezvous refuses a shared
-GPU); the torch group is gloo, and speedups are against ``unfused_ccl``. Such runs share the SMs between the
-ranks, so they compare implementations, not overlap.
-
-Shapes per rank (W ranks, I = intermediate / W):
-
-| op | a | b | out |
-| --- | --- | --- | --- |
-| all_gather_matmul (column-parallel up projection) | [M/W, hidden] | [hidden, I] | [M, I] |
-| matmul_reduce_scatter (row-parallel down projection) | [M, I] | [I, hidden] | [M/W, hidden] |
-| matmul_all_reduce (row-parallel down projection) | [M, I] | [I, hidden] | [M, hidden] |
-| matmul_all_gather (down projection of a row shard, gathered) | [M/W, I] | [I, hidden] | [M, hidden] |
+When ranks share a GPU (under MPS), NCCL and torch's fused ops refuse to run: their columns are
+empty, the torch group is gloo, speedups are against ``unfused_ccl``, and as the ranks share the
+SMs such runs compare implementations, not overlap. Shapes per rank (I = intermediate / W):
+all_gather_matmul [M/W, hidden] x [hidden, I] -> [M, I] (column-parallel up projection);
+matmul_reduce_scatter and matmul_all_reduce [M, I] x [I, hidden] -> [M/W, hidden] and [M, hidden]
+(row-parallel down projection); matmul_all_gather [M/W, I] x [I, hidden] -> [M, hidden].
 
 Timing: CUDA events around each call, after warm-up, median over ``--reps`` back-to-back calls
-queued without waiting (no barrier between fused calls: they need none; a call's host time counts
-only where it exceeds the GPU's); ranks line up with a barrier before each series.
-Each fused result is checked against the unfused one. Prints a table (ms, TFLOP/s per rank,
-speedup vs unfused, fused/ideal) and writes ``benchmarks/results/fused_ops_<W>ranks.json``, a
-Markdown table and a plot (when matplotlib is installed).
+queued without waiting (a call's host time counts only where it exceeds the GPU's); ranks line up
+with a barrier before each series. Each fused result is checked against the unfused one. Prints a
+table (ms, TFLOP/s per rank, speedup vs unfused, fused/ideal) and writes
+``fused_ops_<W>ranks[_<G>gpu].{json,md,png}`` into ``--out`` (default ``benchmarks/results``).
 
     mpirun -n 2 python benchmarks/fused_ops.py                  # one rank per GPU (2 x H200)
     mpirun -n 2 python benchmarks/fused_ops.py --m 4096,8192 --ops matmul_all_reduce
@@ -39,6 +31,7 @@ Markdown table and a plot (when matplotlib is installed).
     mpirun -n 2 python benchmarks/fused_ops.py --quick          # CPU smoke test (tiny shapes)
 
 Keep NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1; set here).
+Results: docs/performance.md.
 """
 
 from __future__ import annotations

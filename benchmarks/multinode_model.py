@@ -3,10 +3,11 @@
     python benchmarks/multinode_model.py [--out benchmarks/results] [--net-efficiency 0.85]
                                          [--net-step-us 7.5] [--overlap 1.1]
 
-No multi-node job has been run for this project. This script turns what was measured on one node
-(2 x H200 over NVLink) and published link speeds into predictions for jobs of 1, 2, 4 and 16 nodes
-of 8 GPUs, so that a first multi-node run has numbers to be checked against. Every input is a named
-constant below, marked *measured* (this project's earlier runs), *published* (vendor figures) or
+What would a job of several nodes take? No multi-node job has been measured yet: this script turns
+what was measured on one node (2 x H200 over NVLink) and published link speeds into predictions for
+jobs of 1, 2, 4 and 16 nodes of 8 GPUs, so that a first multi-node run has numbers to be checked
+against. Every input is a named
+constant below, marked *measured* (on 2 x H200, 2026-11-30), *published* (vendor figures) or
 *assumed* (a guess, to be replaced by a measurement); every number printed is computed from them.
 
 Model (per GPU, all GPUs of the job at once, phases one after the other, no pipelining):
@@ -25,6 +26,7 @@ Model (per GPU, all GPUs of the job at once, phases one after the other, no pipe
   overlap factor.
 
 Writes ``multinode_model.{json,md,png}`` into ``--out`` (the plot when matplotlib is installed).
+Results: docs/performance.md and docs/multinode.md.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ NVLINK_GBPS = 450.0  # NVLink 4 on H100/H200 SXM: 18 links, 900 GB/s both ways p
 NIC_GBPS = 50.0  # InfiniBand NDR (ConnectX-7): 400 Gb/s per port = 50 GB/s per direction; one NIC (rail) per GPU
 BF16_PEAK_TFLOPS = 990.0  # H100/H200 SXM dense bf16 peak, only to show how close cuBLAS runs to it
 
-# --- measured: this project's earlier runs on 2 x H200 (NVLink, one rank per GPU) ------------------
+# --- measured on 2 x H200 (NVLink, one rank per GPU), 2026-11-30 ------------------------------------
 MEASURED_GPUS = 2
 # Best tile all-reduce of iris.collectives (benchmarks/tile_collectives.py), fp32, bytes per rank -> us.
 TILE_ALLREDUCE_US = {64 * KiB: 8.4, 1 * MiB: 7.4, 4 * MiB: 15.6, 16 * MiB: 54.6, 64 * MiB: 203.9, 256 * MiB: 790.8}

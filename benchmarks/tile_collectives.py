@@ -1,56 +1,44 @@
-"""Tile all-reduce benchmark: every iris.collectives all-reduce variant against PyTorch's symmetric
-memory all-reduces and against the bytes-moved floor, several ranks on one GPU.
+"""How fast is a tile all-reduce? Every iris.collectives all-reduce variant against PyTorch's
+symmetric-memory all-reduces (the peer) and the bytes-moved floor.
 
-    mpirun --allow-run-as-root --oversubscribe -n 4 python3 -m mpi4py benchmarks/tile_collectives.py
-    mpirun -n 2 python3 -m mpi4py benchmarks/tile_collectives.py --quick      # CPU backend, tiny
+    mpirun -n 4 python3 -m mpi4py benchmarks/tile_collectives.py                # GPU(s), under MPS when shared
+    mpirun -n 4 python3 -m mpi4py benchmarks/tile_collectives.py --graph 20     # launches replayed from CUDA graphs
+    mpirun -n 2 python3 -m mpi4py benchmarks/tile_collectives.py --quick        # CPU backend, tiny
 
 Each variant is one kernel over an M x N tensor (rows of ``--row-bytes`` bytes, tiles of a few
-rows, a persistent grid) whose programs load their tile of the input and call the collective on it.
-Times are per call: every rank launches ``iters`` calls back to back (the collectives synchronise
-among themselves through their flags), the slowest rank's average counts. The variants in
-``--tune`` (two-shot by default) are measured at every tile shape of ``--shapes`` (rows per tile x
-warps) and the fastest counts; the table names it. ``--calls-per-launch K`` runs K all-reduces in
-each launch, one after another, as a kernel that reduces several tensors would: the time per
-all-reduce without the launch. On the GPU the iris kernels are launched as programmatic dependent
-launches (Hopper; ``--no-pdl`` for plain ones): a launch waits on the GPU (``gdc_wait``) until the
-previous one on the stream is complete before it touches memory, and lets the next one start once
-its programs are past their last tile (``gdc_launch_dependents``), so the next launch is set up
-while this one ends. The time of an empty kernel launched back to back by every rank is printed
-too: with several ranks on one GPU under MPS every launch costs about that much. ``--graph N``
-captures N launches in one CUDA graph and times its replays: the host then launches nothing per
-call (the empty launch shows what is left on the GPU).
+rows, a persistent grid) whose programs load their tile of the input and call the collective on
+it. Times are per call, the slowest rank's: every rank launches calls back to back (the
+collectives synchronise through their flags). The variants in ``--tune`` (two-shot by default)
+are measured at every tile shape of ``--shapes`` (rows x warps) and the fastest counts.
+``--calls-per-launch K`` runs K all-reduces per launch (the time of an all-reduce without its
+launch); ``--graph N`` replays N launches from one CUDA graph (no host launch per call). On Hopper
+the kernels are programmatic dependent launches (``--no-pdl``: plain ones). The time of an empty
+kernel launched back to back by every rank is printed too: what every launch costs at least.
 
-Peers on the same GPU (``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``, a gloo process group):
-``torch.ops.symm_mem.one_shot_all_reduce_out`` and ``two_shot_all_reduce_``. The floor is the least
-memory traffic of an all-reduce of S bytes per rank with W ranks on one GPU: every input read once
-and every output written once, ``2 * W * S`` bytes, at the copy bandwidth torch reaches on this GPU
-(measured here, read + write bytes per second).
+Peer: ``torch.ops.symm_mem`` one-shot and two-shot all-reduce on the same ranks (a gloo group;
+``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1`` lets ranks share a GPU; not with ``--graph``).
+Floor, ranks on one GPU: every input read once and every output written once, ``2 * W * S`` bytes
+at the copy bandwidth torch reaches on this GPU (measured at the start). With one rank per GPU the
+links bound the time instead, and the floor column does not apply.
 
-Writes ``benchmarks/results/tile_collectives_<W>ranks.json`` (``..._x<K>`` with
-``--calls-per-launch K``, ``..._graph<N>`` with ``--graph N``, ``..._quick`` with ``--quick``), a
-Markdown table and a plot next to it (when matplotlib is installed), and prints the table. Run it
-under MPS on one GPU: without MPS the ranks' kernels take turns and the flags make every call wait
-for a time slice.
-Every rank's programs must be resident at the same time (a program waits for the same tile's
-program on the other ranks): the default grid starts from ``ctx.resident_grid`` (every SM full
-for one rank per GPU, one program per SM among the ranks that share one), and is then balanced
-over the tiles (``--grid``); ``--programs``, ``--shapes``
-and ``--row-bytes`` tune it further. Launches after the first go
-straight to the compiled kernel (see ``Launch``): through Triton's launcher a launch costs more
-host time than a small all-reduce takes on the GPU.
+The grid starts from ``ctx.resident_grid`` (every rank's programs must be resident at once: every
+SM full with one rank per GPU, one program per SM among ranks that share a GPU) and is balanced
+over the tiles (``--grid``). Launches after the first go straight to the compiled kernel
+(``Launch``): Triton's launcher costs more host time than a small all-reduce takes.
+
+Writes ``tile_collectives_<W>ranks[_<G>gpus][_x<K>][_graph<N>][_quick].{json,md,png}`` into
+``--out`` (default ``benchmarks/results``; no plot without matplotlib) and prints the table.
+Results and what they say: docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import inspect
 import json
 import os
-import signal
 import socket
 import sys
-import threading
 import time
 
 os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
@@ -232,38 +220,22 @@ def parse_args(argv=None):
     p.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS), help=",".join(VARIANTS))
     p.add_argument("--dtypes", type=lambda s: s.split(","), default=list(DTYPES), help="fp32,bf16")
     p.add_argument("--quick", action="store_true", help="tiny sizes, few iterations (runs on the CPU backend)")
-    p.add_argument("--row-bytes", type=int, default=4096,
-                   help="bytes per row (the tensor is M x N with N = row-bytes / element size, so fp32 and bf16 "
-                        "tiles of the same rows hold the same bytes)")
+    p.add_argument("--row-bytes", type=int, default=4096, help="bytes per row (fp32 and bf16 rows hold the same bytes)")
     p.add_argument("--shapes", type=parse_shapes, default=parse_shapes("8x4,16x4,32x8,64x8,64x16"),
-                   help="tile shapes as ROWSxWARPS (rows per tile, num_warps), comma-separated; every variant in "
-                        "--tune is measured at each and the fastest counts, the others use the first")
+                   help="tile shapes ROWSxWARPS; the variants in --tune try each, the others take the first")
     p.add_argument("--tune", type=lambda s: s.split(",") if s else [], default=["two_shot"],
                    help="variants measured at every shape of --shapes (default two_shot; '' for none)")
     p.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=True,
-                   help="GPU: launch the iris kernels as programmatic dependent launches (Hopper; default): the "
-                        "next launch on the stream is set up while this one runs, its programs start as this "
-                        "one's finish and wait on the GPU until it is complete. --no-pdl: plain launches")
+                   help="GPU: programmatic dependent launches (Hopper; default); --no-pdl: plain launches")
     p.add_argument("--calls-per-launch", type=int, default=1,
-                   help="all-reduces per kernel launch, one after another (times are per all-reduce); above 1 "
-                        "it shows a collective's cost inside a kernel that runs several, without the launch")
+                   help="all-reduces per kernel launch, one after another (times are per all-reduce)")
     p.add_argument("--graph", type=int, default=0, metavar="LAUNCHES",
-                   help="GPU: capture this many launches in one CUDA graph and time its replays (what a program "
-                        "that replays graphs pays per launch); 0 (default): every launch from the host")
-    p.add_argument("--capture-barrier", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --graph: every rank finishes its capture before any rank replays (default, so "
-                        "that no rank times while another compiles or captures). With grids sized for full SMs, "
-                        "8 ranks on one H200 stalled without it in 5 of 5 runs; with resident_grid's one "
-                        "waiting program per SM among ranks that share a GPU, 3 of 3 ran clean without it "
-                        "(benchmarks/NOTES.md)")
+                   help="GPU: time replays of a CUDA graph of this many launches; 0 (default): host launches")
     p.add_argument("--programs", type=int, default=None,
-                   help="programs per rank (default: as many as stay resident with every rank's kernel on the GPU "
-                        "at once, i.e. programs per SM x SMs / world size). A program waits for the same tile's "
-                        "program on the other ranks, so world size x programs must fit on the GPU")
+                   help="programs per rank (default: from resident_grid; every rank's programs must fit at once)")
     p.add_argument("--grid", choices=("balanced", "resident"), default="balanced",
-                   help="with the default --programs: 'resident' launches as many programs as stay resident; "
-                        "'balanced' the fewest that need the same number of rounds over the tiles, so every "
-                        "program gets the same number of tiles (no last round run by a few programs alone)")
+                   help="default --programs: all that stay resident, or the fewest that take as many rounds "
+                        "over the tiles (balanced)")
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     p.add_argument("--no-torch", action="store_true", help="skip the torch symm_mem peer")
@@ -284,66 +256,6 @@ def parse_args(argv=None):
     return args
 
 
-class Watchdog:
-    """Ends the job with a report when this rank makes no progress for ``seconds``, wherever it is.
-
-    ``finish_or_exit`` guards the calls it waits for; a rank stuck anywhere else (a barrier that
-    synchronises the device, a graph capture, a host call that waits for the GPU) would hang the
-    job in silence. A thread checks the time since the last :meth:`step`; past the limit it prints
-    the step, every thread's Python stack and the step's flags (the lock array, read on a side
-    stream so that the spinning kernel does not block the read), then exits with status 3.
-    ``kill -USR1`` dumps the stacks at any time without ending the job.
-    """
-
-    def __init__(self, rank: int, seconds: float):
-        self.rank, self.seconds = rank, seconds
-        self.what, self.since, self.flags = "start-up", time.monotonic(), None
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
-        if seconds > 0:
-            threading.Thread(target=self._watch, name="iris-bench-watchdog", daemon=True).start()
-
-    def step(self, what: str, flags=None) -> None:
-        """This rank starts ``what`` (and waits on ``flags``, a device tensor, if given)."""
-        self.what, self.since, self.flags = what, time.monotonic(), flags
-
-    def _watch(self) -> None:
-        while time.monotonic() - self.since <= self.seconds:
-            time.sleep(min(1.0, self.seconds / 4))
-        print(f"rank {self.rank}: no progress for {self.seconds:.0f} s in: {self.what}; ending the job. "
-              f"Python stacks of this rank:", file=sys.stderr, flush=True)
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        if self.flags is not None:
-            print(f"rank {self.rank}: flags of {self.what}: {self._read(self.flags)}", file=sys.stderr, flush=True)
-        if self.rank == 0:  # what else runs on this machine (other jobs share the GPU under MPS)
-            import subprocess
-
-            for cmd in (["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
-                        ["ps", "-eo", "pid,etimes,stat,args", "--sort=start_time"]):
-                try:
-                    out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
-                except (OSError, subprocess.TimeoutExpired) as exc:
-                    out = f"{cmd[0]}: {exc}"
-                print(f"rank 0: {' '.join(cmd[:2])}:\n{out[-4000:]}", file=sys.stderr, flush=True)
-        time.sleep(5)  # the other ranks' watchdogs report too before this exit tears the job down
-        os._exit(3)
-
-    @staticmethod
-    def _read(flags, timeout: float = 10.0) -> str:
-        """The flags as a short string, copied on a side stream; gives up after ``timeout``."""
-        box = []
-
-        def copy():
-            with torch.cuda.stream(torch.cuda.Stream(flags.device)):
-                values = flags.flatten()[:256].to("cpu").tolist()
-            nonzero = [(i, v) for i, v in enumerate(values) if v]
-            box.append(f"{flags.numel()} words; first 256 hold {len(nonzero)} non-zero: {nonzero[:48]}")
-
-        reader = threading.Thread(target=copy, daemon=True)
-        reader.start()
-        reader.join(timeout)
-        return box[0] if box else f"(the copy did not finish within {timeout:.0f} s)"
-
-
 class Timer:
     """Seconds per call of ``fn``, the slowest rank's, with every rank calling back to back."""
 
@@ -352,8 +264,6 @@ class Timer:
         self.cuda = heap.device.type == "cuda"
         self.hang_seconds = hang_seconds
         self.host_seconds = 0.0
-        # the interpreter is slow and cannot spin on the GPU: the watchdog only guards GPU runs
-        self.watchdog = Watchdog(heap.rank, hang_seconds if self.cuda else 0)
 
     def sync(self):
         if self.cuda:
@@ -376,10 +286,8 @@ class Timer:
                 os._exit(3)
             time.sleep(0.001)
 
-    def __call__(self, fn, iters: int, what: str = "a timed call", flags=None) -> float:
-        self.watchdog.step(f"{what}: barrier before timing (waits for this rank's GPU work)", flags)
+    def __call__(self, fn, iters: int, what: str = "a timed call") -> float:
         self.heap.barrier()
-        self.watchdog.step(f"{what}: timed {iters} times", flags)
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -398,18 +306,15 @@ class Timer:
             seconds = (time.perf_counter() - t0) / iters
         return self.heap.comm.allreduce(seconds, op=max_op())
 
-    def calibrated(self, fn, budget: float, quick: bool, what: str = "a timed call",
-                   flags=None) -> tuple[float, int]:
-        """Warm up, pick an iteration count that fills ``budget`` seconds, measure. ``flags``: the
-        device words the calls wait on (shown if the watchdog fires)."""
-        self.watchdog.step(f"{what}: warm-up call", flags)
+    def calibrated(self, fn, budget: float, quick: bool, what: str = "a timed call") -> tuple[float, int]:
+        """Warm up, pick an iteration count that fills ``budget`` seconds, measure."""
         fn()
         if quick:
-            return self(fn, 1, what, flags), 1
-        once = self(fn, 2, what, flags)
+            return self(fn, 1, what), 1
+        once = self(fn, 2, what)
         iters = int(min(max(budget / max(once, 1e-7), 5), 500))
         iters = self.heap.comm.allreduce(iters, op=max_op())  # the same count on every rank
-        return self(fn, iters, what, flags), iters
+        return self(fn, iters, what), iters
 
 
 def empty_launch_seconds(heap, timer, args) -> float:
@@ -589,13 +494,9 @@ def measure_variant(heap, timer, args, variant: str, src, block_m: int, block_n:
             programs = balanced_grid(tiles, programs)
     grid = (min(tiles, programs),)
     call = Launch(all_reduce_bench, grid, launch_args, launch_kwargs)
-    step = timer.watchdog.step
-    step(f"{what} {block_m}x{warps}: barrier before the checked launch")
     heap.barrier()
-    step(f"{what} {block_m}x{warps}: checked launch", locks)
     call()  # one checked launch on a zeroed destination
     timer.finish_or_exit(what, args.hang_seconds)
-    step(f"{what} {block_m}x{warps}: checking the result")
     heap.barrier()
     want = expected_sum(M * N, W, out_dtype, dev).view(M, N) * (args.calls_per_launch if adds else 1)
     ok = heap.comm.allreduce(int(not torch.equal(dst, want))) == 0  # on every rank
@@ -603,15 +504,12 @@ def measure_variant(heap, timer, args, variant: str, src, block_m: int, block_n:
     # spinlock): the values are not checked there and the work is the same.
     launches = graph_launches(args, heap)
     if launches > 1:
-        step(f"{what} {block_m}x{warps}: capturing {launches} launches in a CUDA graph")
         timed = call.graphed(launches)
-        if args.capture_barrier:  # see --capture-barrier: no rank replays while another captures
-            step(f"{what} {block_m}x{warps}: barrier after the capture")
-            heap.barrier()
+        heap.barrier()  # no rank times its replays while another still captures
     else:
         timed = call
     seconds, iters = timer.calibrated(timed, args.time_per_point, args.quick, f"{what} {block_m}x{warps}" +
-                                      (f" in CUDA graphs of {launches} launches" if launches > 1 else ""), locks)
+                                      (f" in CUDA graphs of {launches} launches" if launches > 1 else ""))
     out.update(us=seconds * 1e6 / args.calls_per_launch / launches, correct=ok, iters=iters, grid=grid[0],
                launch="direct" if call.direct is not None else "triton", host_us=timer.host_seconds * 1e6)
     heap.barrier()
@@ -706,8 +604,6 @@ def run(args) -> dict:
             if cuda and "triton" in point["launch"].values() and not any("Triton's launcher" in n for n in notes):
                 notes.append("some launches went through Triton's launcher (the direct launch did not fit this "
                              "Triton): tens of microseconds of host time each, so small sizes are host-bound")
-            if rank == 0:  # what is measured so far survives a hang later on (finish_or_exit)
-                write_json(result_of(rows), partial_path(args, result_of(rows)))
             heap.barrier()
             heap.free(src)
     heap.close()
@@ -722,10 +618,6 @@ def result_stem(args, result: dict) -> str:
     calls += f"_graph{result['graph_launches']}" if result.get("graph_launches", 1) > 1 else ""
     quick = "_quick" if args.quick else ""
     return os.path.join(args.out, f"tile_collectives_{result['world_size']}ranks{gpus}{calls}{quick}")
-
-
-def partial_path(args, result: dict) -> str:
-    return result_stem(args, result) + ".partial.json"
 
 
 def write_json(result: dict, path: str) -> None:
@@ -819,9 +711,6 @@ def main(argv=None) -> None:
     if why_no_plot:
         result["notes"].append(why_no_plot)
     write_json(result, stem + ".json")
-    partial = partial_path(args, result)
-    if os.path.exists(partial):
-        os.remove(partial)
     text = table(result)
     with open(stem + ".md", "w") as f:  # the docs show it as the results table
         f.write(f"Tile all-reduce, {result['world_size']} ranks on {devices(result)} "

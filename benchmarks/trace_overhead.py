@@ -1,40 +1,40 @@
-"""What device tracing costs: one copy kernel through ``ctx.load``/``ctx.store``, three builds.
+"""What does device tracing cost? One copy kernel through ``ctx.load``/``ctx.store``, three builds.
 
-    python benchmarks/trace_overhead.py                    # GPU: 256 MiB float32 copy, 1 rank
-    mpirun -n 2 python -m mpi4py benchmarks/trace_overhead.py   # each rank copies into the next one's heap
-    python benchmarks/trace_overhead.py --quick            # CPU smoke test (Triton's interpreter, tiny)
+    python benchmarks/trace_overhead.py                          # GPU: 256 MiB float32 copy, 1 rank
+    mpirun -n 2 python -m mpi4py benchmarks/trace_overhead.py    # each rank copies into the next one's heap
+    python benchmarks/trace_overhead.py --quick                  # CPU smoke test (Triton's interpreter, tiny)
 
 Variants of the same kernel (each program copies one BLOCK: a load from this rank, a store to
 the next rank):
 
-- ``off``: ``tracing=False``, i.e. compiled out. Its PTX is compared with a twin kernel that never
-  mentions tracing: they must be identical (modulo the kernel name), so "off" costs nothing;
+- ``off``: ``tracing=False``, i.e. compiled out (the peer every other row is compared with): its
+  PTX is that of a kernel that never mentions tracing (packages/iris-runtime/tests/test_tracing.py
+  checks it), so "off" costs nothing;
 - ``idle``: ``tracing=True`` but the host has tracing disabled (a few loads and a branch per
   event, no slot claimed);
 - ``on``: ``tracing=True`` and enabled: 2 events per program (load, store), each one a slot claim
   (atomic), a record store and two clock reads.
 
-Prints the median time of each, its bandwidth and the slowdown against ``off``; with ``--out``
-also writes a Markdown table. The PTX comparison runs in a child process with Triton's
-interpreter off (it needs no GPU).
+The floor is torch's own device copy of the same bytes (``dst.copy_(src)`` on this rank). Prints
+the median time of each, its bandwidth and the change against ``off``, and writes
+``trace_overhead[_cpu][_quick].{json,md,png}`` into ``--out`` (default ``benchmarks/results``; no
+plot without matplotlib). Results: docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
-import subprocess
 import sys
 
-PTX_ONLY = "--ptx-only" in sys.argv
-if not PTX_ONLY:
-    import iris.runtime  # first: picks the backend and switches Triton's interpreter on for cpu
+import iris.runtime  # first: picks the backend and switches Triton's interpreter on for cpu
 
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+# isort: split
+import triton
+import triton.language as tl
 
-from iris.device import DeviceContext  # noqa: E402
+from iris.device import DeviceContext
 
 EVENTS_PER_PROGRAM = 2
 
@@ -50,41 +50,63 @@ def copy_kernel(context, src, dst, n, rank: tl.constexpr, world_size: tl.constex
     ctx.store(dst + offs, values, to_rank=(rank + 1) % world_size, mask=mask)
 
 
-@triton.jit
-def copy_kernel_untraced(context, src, dst, n, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr,
-                         TRACE: tl.constexpr):
-    """The same copy written without any mention of tracing (the PTX reference)."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    values = ctx.load(src + offs, from_rank=rank, mask=mask)
-    ctx.store(dst + offs, values, to_rank=(rank + 1) % world_size, mask=mask)
+def median_seconds(fn, reps: int, on_gpu: bool, before=lambda: None) -> float:
+    """Median seconds of ``fn`` over ``reps`` calls after one warm-up (CUDA events on a GPU, the
+    host clock on the CPU); ``before()`` runs ahead of each call, untimed."""
+    import time
+
+    import torch
+
+    before()
+    fn()
+    times = []
+    for _ in range(reps):
+        before()
+        if on_gpu:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / 1e3)
+        else:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
-def ptx_report(block: int) -> int:
-    """Child-process mode: compile both kernels for sm_90 and compare (prints one line)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def table(result: dict) -> str:
+    """The results as Markdown: one row per variant, the change against ``off``, the PTX check."""
+    base = result["us"]["off"]
+    lines = [f"trace_overhead: {result['world_size']} rank(s), backend {result['backend']}, {result['device']}, "
+             f"{result['mib']:.3g} MiB per launch, BLOCK {result['block']}, {result['programs']} programs, "
+             f"{EVENTS_PER_PROGRAM} events per program ({result['events_per_launch']} per launch), median of "
+             f"{result['reps']}", "",
+             "| variant | time (us) | GB/s (read+write) | change vs off |", "| --- | ---: | ---: | ---: |"]
+    for name, t in result["us"].items():
+        lines.append(f"| {name} | {t:.1f} | {result['GBps'][name]:.1f} | {100 * (t / base - 1):+.1f}% |")
+    return "\n".join(lines)
 
-    def ptx(kernel, trace):
-        signature = {"context": "*i64", "src": "*fp32", "dst": "*fp32", "n": "i32", "rank": "constexpr",
-                     "world_size": "constexpr", "BLOCK": "constexpr", "TRACE": "constexpr"}
-        source = ASTSource(fn=kernel, signature=signature,
-                           constexprs={"rank": 0, "world_size": 2, "BLOCK": block, "TRACE": trace},
-                           attrs={(i,): [["tt.divisibility", 16]] for i in range(3)})
-        text = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
-        text = text.split("\n\t.section\t.debug", 1)[0]
-        lines = [line.rstrip() for line in text.splitlines()
-                 if not line.strip().startswith((".loc", ".file", "//"))
-                 and not re.fullmatch(r"\$L__(tmp|func_begin|func_end)\d+:", line.strip())]
-        return re.sub(rf"\b{kernel.__name__}(?=\b|_param)", "KERNEL", "\n".join(lines))
 
-    off, plain, on = ptx(copy_kernel, False), ptx(copy_kernel_untraced, False), ptx(copy_kernel, True)
-    same = off == plain
-    print(f"PTX sm_90: tracing=False {'==' if same else '!='} untraced kernel ({len(off)} vs {len(plain)} chars); "
-          f"tracing=True: {len(on)} chars, {on.count('%globaltimer')} clock reads, "
-          f"{len(re.findall(r'atom[.]global[.]gpu[.]relaxed[.]add[.]u64', on))} slot claims")
-    return 0 if same else 1
+def plot(result: dict, path: str) -> str:
+    """A bar per variant (us); returns what was written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plot"
+    names = list(result["us"])
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar(names, [result["us"][k] for k in names], color=["C0", "C1", "C3", "0.6"][:len(names)])
+    ax.set_ylabel("us per launch (median)")
+    ax.set_title(f"tracing cost, {result['mib']:.3g} MiB copy, {result['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"wrote {path}"
 
 
 def main() -> int:
@@ -93,11 +115,9 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=256, help="MiB copied per launch")
     parser.add_argument("--block", type=int, default=4096, help="elements per program")
     parser.add_argument("--reps", type=int, default=50, help="timed launches per variant")
-    parser.add_argument("--out", default=None, help="write a Markdown table here (rank 0)")
-    parser.add_argument("--ptx-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
+                        help="folder for the JSON, Markdown table and plot (rank 0)")
     args = parser.parse_args()
-    if args.ptx_only:
-        return ptx_report(args.block)
 
     import torch
 
@@ -114,75 +134,48 @@ def main() -> int:
         context = ctx.get_device_context()
         on_gpu = ctx.device.type == "cuda"
 
-        def run(trace: bool) -> float:
-            """One launch; seconds it took (CUDA events on a GPU, wall clock on the CPU)."""
-            if trace:
-                ctx.tracing.reset()  # a fresh buffer each time, so every event is written (not timed)
-            if on_gpu:
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                copy_kernel[grid](context, src, dst, n, rank, world, args.block, trace)
-                end.record()
-                end.synchronize()
-                return begin.elapsed_time(end) / 1e3
-            import time
-
-            start = time.perf_counter()
-            copy_kernel[grid](context, src, dst, n, rank, world, args.block, trace)
-            return time.perf_counter() - start
-
-        def measure(name: str, trace: bool, enabled: bool) -> float:
+        def measure(trace: bool, enabled: bool) -> float:
             if enabled:
                 ctx.tracing.enable(max_events=events)
             elif ctx.tracing.buffer is not None:
                 ctx.tracing.disable()
-            run(trace)  # warm-up / compile
             ctx.barrier()
-            times = sorted(run(trace) for _ in range(args.reps))
+            # a fresh trace buffer before each launch, so that every event is written (not timed)
+            seconds = median_seconds(lambda: copy_kernel[grid](context, src, dst, n, rank, world, args.block, trace),
+                                     args.reps, on_gpu, ctx.tracing.reset if trace else (lambda: None))
             ctx.barrier()
-            return times[len(times) // 2]
+            return seconds
 
         results = {
-            "off": measure("off", trace=False, enabled=True),
-            "idle": measure("idle", trace=True, enabled=False),
-            "on": measure("on", trace=True, enabled=True),
+            "off": measure(trace=False, enabled=True),
+            "idle": measure(trace=True, enabled=False),
+            "on": measure(trace=True, enabled=True),
         }
         recorded, dropped = ctx.tracing.recorded()
         assert recorded.shape[0] == events and dropped == 0, (recorded.shape, dropped)
         prev = (rank - 1) % world
         assert torch.equal(dst, torch.arange(n, dtype=torch.float32, device=ctx.device) + prev), "copy is wrong"
+        results["torch copy_"] = median_seconds(lambda: dst.copy_(src), args.reps, on_gpu)  # the floor
         all_results = ctx.comm.gather(results, root=0)
 
         if rank == 0:
-            # Compiled mode, explicitly: without a GPU, iris.device would otherwise pick the interpreter.
-            env = {k: v for k, v in os.environ.items() if k != "IRIS_BACKEND"}
-            env["TRITON_INTERPRET"] = "0"
-            env["IRIS_DEBUG"] = "0"
-            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--ptx-only", "--block",
-                                    str(args.block)], capture_output=True, text=True, env=env, timeout=600)
-            ptx_line = child.stdout.strip() or f"PTX check failed: {child.stderr.strip()[-2000:]}"
             nbytes = 2 * n * 4  # read + write
-            base = sorted(r["off"] for r in all_results)[world // 2]
-            lines = [f"trace_overhead: {world} rank(s), backend {ctx.backend}, {n * 4 / 2**20:.3g} MiB per launch, "
-                     f"BLOCK {args.block}, {grid[0]} programs, {EVENTS_PER_PROGRAM} events per program "
-                     f"({events} per launch), median of {args.reps}",
-                     "",
-                     "| variant | time (us) | GB/s (read+write) | slowdown vs off |",
-                     "| --- | ---: | ---: | ---: |"]
-            for name in ("off", "idle", "on"):
-                t = sorted(r[name] for r in all_results)[world // 2]  # median over ranks
-                lines.append(f"| {name} | {t * 1e6:.1f} | {nbytes / t / 1e9:.1f} | {100 * (t / base - 1):+.1f}% |")
-            lines += ["", ptx_line]
-            text = "\n".join(lines)
+            us = {name: sorted(r[name] for r in all_results)[world // 2] * 1e6 for name in results}  # median of ranks
+            device = torch.cuda.get_device_name(ctx.device) if on_gpu else "cpu"
+            result = {"world_size": world, "backend": ctx.backend, "device": device, "mib": n * 4 / 2**20,
+                      "block": args.block, "programs": grid[0], "events_per_launch": events, "reps": args.reps,
+                      "us": us, "GBps": {k: nbytes / v / 1e3 for k, v in us.items()}}
+            text = table(result)
             print(text)
-            if args.out:
-                with open(args.out, "w") as f:
-                    f.write(text + "\n")
-            ok = child.returncode == 0
-        else:
-            ok = True
-        ok = ctx.broadcast(ok if rank == 0 else None)
-    return 0 if ok else 1
+            stem = os.path.join(args.out, "trace_overhead" + ("" if on_gpu else "_cpu") + ("_quick" if args.quick
+                                                                                            else ""))
+            os.makedirs(args.out, exist_ok=True)
+            with open(stem + ".json", "w") as f:
+                json.dump(result, f, indent=1)
+            with open(stem + ".md", "w") as f:
+                f.write(text + "\n")
+            print(plot(result, stem + ".png"))
+    return 0
 
 
 if __name__ == "__main__":

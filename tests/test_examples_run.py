@@ -39,6 +39,13 @@ CASES = {
                                               for m in ("collective", "stores")]
         + [rf"(?m)^  dim 0, {m} +correct " for m in ("op_matmul_all_gather", "op_all_gather_matmul")],
     ),
+    # One traced launch into a temporary folder: every rank's events merged, none dropped (the
+    # picture needs matplotlib, which the GPU image lacks: not required here).
+    "04_tracing.py": (
+        ["--iters", "1"],
+        [r"# tracing: {n} ranks", r"(?m)^ +{last} += all .* dropped: 0$", r"{n} ranks, \d+ events, 0 dropped",
+         r"wrote \S+example_trace\.json", r"results: correct on every rank"],
+    ),
 }
 
 

@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
-# GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
-# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [peer] [trace] [examples]
-# [gemm] [ws_probe] [gemm_core] [ccl] [ccl_host] [ops_host] [watchdog] [watchdog_ab] [mrs_ab] [fused] (no argument: rma
-# collectives trace examples; the others only when named; EX_WORLDS and EX_ONLY pick the examples' world sizes and numbers,
-# CCL_WORLDS the host collectives' (CCL_TUNE=0: no --write-table), FUSED_RANKS the fused ops' world size, WATCHDOG_ARGS more watchdog_overhead.py arguments). Results go to benchmarks/results/ and docs/tracing/; logs to
-# $OUT if set. What the open issues still need measured, one device call per line (benchmarks/NOTES.md,
-# "Pending measurements"):
-#   CCL_WORLDS=2 bash tools/gpu-bench.sh ccl fused            # two H200s, one rank per GPU
-#   bash tools/gpu-tests.sh                                   # one H200: the GPU test suite
-#   bash tools/gpu-bench.sh ops_host watchdog                 # one H200, 2 ranks under MPS
+# The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
+# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples] [gemm_core]
+# [ccl] [ccl_host] [fused] (no argument: rma collectives trace examples; the others only when
+# named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS and FUSED_RANKS set the world sizes, EX_ONLY a subset
+# of the examples ("02 03"), RMA_ARGS, COLL_ARGS, CCL_ARGS and FUSED_ARGS more arguments of each
+# benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0. Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each
+# benchmark measures, and the commands behind the committed results: docs/performance.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -26,40 +23,32 @@ stages=${*:-rma collectives trace examples}
 want() { [[ " ${EX_ONLY:-00 01 02 03} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
 status=0
 summary=()
-# A step past STEP_TIMEOUT gets SIGUSR1 first (mpirun passes it to the ranks; the benchmarks dump
-# their Python stacks on it), and SIGKILL 10 s later.
-step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout -s USR1 -k 10 "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; summary+=("$(printf '%-16s %4s %5s s' "$name" "$rc" "$((SECONDS - t0))")"); [ "$rc" = 0 ] || { status=1; restart_mps; }; }
+# A step past STEP_TIMEOUT gets SIGTERM (mpirun passes it to the ranks), and SIGKILL 10 s later.
+step() { local name=$1; shift; echo "=== $name: $*"; local t0=$SECONDS; timeout -k 10 "${STEP_TIMEOUT:-300}" "$@" 2>&1 | tee -a "$LOG/$name.log"; local rc=${PIPESTATUS[0]}; echo "=== $name rc=$rc $((SECONDS - t0)) s"; summary+=("$(printf '%-16s %4s %5s s' "$name" "$rc" "$((SECONDS - t0))")"); [ "$rc" = 0 ] || { status=1; restart_mps; }; }
 for s in $stages; do
   case $s in
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
     collectives) for w in ${COLL_WORLDS:-2 4 8}; do step "collectives_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/tile_collectives.py ${COLL_ARGS:-}; done ;;
-    peer) for w in ${COLL_WORLDS:-2 4 8}; do step "peer_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/peer_traffic.py ${PEER_ARGS:-}; done ;;
-    trace) step trace_demo $MPI -n 4 python3 -m mpi4py benchmarks/trace_demo.py --out docs/tracing
-           step trace_overhead python3 benchmarks/trace_overhead.py --out benchmarks/results/trace_overhead.md ;;
+    trace) step trace_example $MPI -n 4 python3 -m mpi4py examples/04_tracing.py --out docs/tracing
+           step trace_overhead python3 benchmarks/trace_overhead.py ;;
     examples) for w in ${EX_WORLDS:-2 4 8}; do
         want 00 && step "ex00_$w" $MPI -n "$w" python3 -m mpi4py examples/00_hello_heap.py --n 1048576
         want 01 && step "ex01_$w" $MPI -n "$w" python3 -m mpi4py examples/01_message_passing.py --n 1048576 --block 8192 --rounds 20
         want 02 && step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
       done ;;
-    gemm) step gemm_ws python3 benchmarks/gemm_tune.py --candidates ws --m 2048,8192 --reps 10 ;;
-    ws_probe) step ws_probe python3 benchmarks/gemm_ws_probe.py --reps 10 ${PROBE_ARGS:-} ;;
     gemm_core) step gemm_core python3 benchmarks/fused_ops.py --gemm-only --reps 10 ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
-    ops_host) step ops_host $MPI -n 2 python3 -m mpi4py benchmarks/ops_host.py ;;
-    watchdog) IRIS_MPIEXEC="$MPI" step watchdog python3 benchmarks/watchdog_overhead.py --ranks 2 --rounds ${WATCHDOG_ROUNDS:-5} ${WATCHDOG_ARGS:-} ;;
-    watchdog_ab) IRIS_MPIEXEC="$MPI" step watchdog_ab bash tools/watchdog-ab.sh --ranks 2 --rounds ${WATCHDOG_ROUNDS:-3} ${WATCHDOG_ARGS:-} ;;
-    mrs_ab) IRIS_MPIEXEC="$MPI" step mrs_ab bash tools/mrs-order-ab.sh ;;
     fused) step "fused_${FUSED_RANKS:-2}" $MPI -n "${FUSED_RANKS:-2}" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac
 done
 echo; printf '%-16s %4s %7s\n' step rc time; printf '%s\n' "${summary[@]}"  # 124/137: timed out
-# The device tool brings back a limited number of files from $OUT: pack every result the steps
-# wrote or changed (and a rewritten selection table) into one archive, to unpack at the repository root.
+# Pack every result the steps wrote or changed (and a rewritten selection table) into one archive
+# under $OUT, to unpack at the repository root of the checkout the results belong to.
 if [ -n "${OUT:-}" ] && git rev-parse --git-dir >/dev/null 2>&1; then
   git ls-files -m -o --exclude-standard benchmarks/results docs packages | tar czf "$OUT/results.tgz" -T - \
     && echo "packed $(tar tzf "$OUT/results.tgz" | wc -l) changed files into \$OUT/results.tgz"

@@ -2,10 +2,10 @@
 # GPU test command for a machine without network where torch, triton, mpi4py, cuda-bindings and
 # pytest are preinstalled (see FACTS.md): runs every package's multi-rank tests on the cuda
 # backend, several ranks on one GPU under MPS. Usage: bash tools/gpu-tests.sh [pytest args]
-# GPU_TESTS_DEADLINE_S=540 ends pytest with SIGINT once it has run that long: it kills the job it is
-# running (a session of its own) and prints the summary of what ran, so that a device call with a
-# time limit still brings back a result. Without it, a call whose command a plain `timeout` ended
-# came back empty after its whole limit: the ranks kept the output pipe open (2026-12-03).
+# GPU_TESTS_DEADLINE_S=540 ends pytest with SIGINT once it has run that long: it kills the MPI job
+# it is running (in a process group of its own) and prints the summary of what ran, so that a run
+# under an outer time limit still reports. A plain `timeout` around this script ends the shell but
+# not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"

@@ -8,7 +8,9 @@
 2. ``<!-- results-gallery: PATH -->`` in a page is replaced, when the page is read, by what
    the folder ``PATH`` (relative to the repository root) holds at build time: pictures shown,
    Markdown inlined, CSV as tables, text as literal blocks, anything else as a download link.
-   The benchmarks and tracing pages use it, so new results appear without editing the pages.
+   ``<!-- results: STEM -->`` shows one benchmark's results the same way: ``STEM.md`` inlined,
+   ``STEM.png`` shown, ``STEM.json`` as a download. The performance and tracing pages use them,
+   so a new run's results appear without editing the pages.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 JIT_MARK = "__iris_device_function__"
 PACKAGES = ("iris.device", "iris.runtime", "iris.collectives")
 GALLERY = re.compile(r"^<!--\s*results-gallery:\s*(\S+)\s*-->\s*$", re.MULTILINE)
+RESULTS = re.compile(r"^<!--\s*results:\s*(\S+)\s*-->\s*$", re.MULTILINE)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -158,10 +161,8 @@ def gallery_markdown(folder: str, docdir: str) -> str:
         if ext in (".png", ".svg", ".jpg", ".jpeg", ".gif"):
             parts += [f"```{{image}} {rel}", ":width: 100%", f":alt: {name}", "```", ""]
         elif ext == ".md":
-            text = open(path, encoding="utf-8").read()
-            # Demote headings by three levels so the file's sections sit under its own.
-            text = re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 3) + " ", text, flags=re.MULTILINE)
-            parts += [RESULT_FENCE.sub(results_block, text).rstrip(), ""]
+            # Headings demoted by three levels so that the file's sections sit under its own.
+            parts += [inlined_markdown(path, 3), ""]
         elif ext == ".csv":
             with open(path, newline="", encoding="utf-8") as fh:
                 rows = list(csv.reader(fh))
@@ -180,14 +181,39 @@ def gallery_markdown(folder: str, docdir: str) -> str:
     return "\n".join(parts) + "\n"
 
 
+def inlined_markdown(path: str, levels: int) -> str:
+    """A results Markdown file for inlining: headings demoted by ``levels``, text fences as results."""
+    text = open(path, encoding="utf-8").read()
+    text = re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + levels) + " ", text, flags=re.MULTILINE)
+    return RESULT_FENCE.sub(results_block, text).rstrip()
+
+
+def stem_markdown(stem: str, docdir: str) -> str:
+    """MyST text showing one benchmark's results ``stem.{md,png,json}`` (absolute ``stem``)."""
+    parts: list[str] = []
+    name = os.path.basename(stem)
+    if os.path.isfile(stem + ".md"):
+        parts += [inlined_markdown(stem + ".md", 4), ""]
+    if os.path.isfile(stem + ".png"):
+        rel = os.path.relpath(stem + ".png", docdir).replace(os.sep, "/")
+        parts += [f"```{{image}} {rel}", ":width: 100%", f":alt: {name}", "```", ""]
+    if os.path.isfile(stem + ".json"):
+        rel = os.path.relpath(stem + ".json", docdir).replace(os.sep, "/")
+        parts += [f"Data: {{download}}`{name}.json <{rel}>`", ""]
+    return "\n".join(parts) + "\n" if parts else f"*(no results in {name}.* yet)*\n"
+
+
 def expand_galleries(app, docname, source) -> None:
-    """``source-read`` handler: replace each gallery marker by the folder's contents."""
-    docdir = os.path.dirname(app.env.doc2path(docname))
+    """``source-read`` handler: replace each gallery and results marker by what it names."""
+    docdir = str(os.path.dirname(app.env.doc2path(docname)))
 
-    def replace(match):
-        return gallery_markdown(os.path.normpath(os.path.join(ROOT, match.group(1))), str(docdir))
+    def gallery(match):
+        return gallery_markdown(os.path.normpath(os.path.join(ROOT, match.group(1))), docdir)
 
-    source[0] = GALLERY.sub(replace, source[0])
+    def results(match):
+        return stem_markdown(os.path.normpath(os.path.join(ROOT, match.group(1))), docdir)
+
+    source[0] = RESULTS.sub(results, GALLERY.sub(gallery, source[0]))
 
 
 def setup(app):

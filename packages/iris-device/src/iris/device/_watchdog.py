@@ -5,7 +5,8 @@ call, launched another grid, died), the spin would never end and the job would h
 So every wait of iris.collectives is bounded, in production too, by the timeout that the runtime
 writes into the context tensor (``IRIS_TIMEOUT_S``, default 300 s; see ``iris.runtime.iris``).
 
-How, at a small cost (measured in benchmarks/NOTES.md, tenth session):
+How, at a small cost (measured on an H200, 2026-12-02 and -03: docs/performance.md, "What the
+watchdog costs"):
 
 - a wait that finds its flag already set never reaches this code, and its code is what it is with
   the watchdog compiled out: every thread polls on its own, and the check is a small branch of
@@ -16,7 +17,7 @@ How, at a small cost (measured in benchmarks/NOTES.md, tenth session):
   of the process that stops writes one short report (rank, call, flag, tile, peer, values, the
   address of its call counter) into host-visible memory whose address is in the context tensor
   (:func:`watchdog_thread_stop`). The device side ends there, on purpose small: code inlined at
-  every wait costs time even where it never runs (measured on an H200, benchmarks/NOTES.md);
+  every wait costs time even where it never runs (measured on an H200, docs/performance.md);
 - the runtime's watchdog thread watches the report from the host (plain reads of pinned memory,
   no CUDA call, so it works while kernels spin or a graph is being captured). After a timeout it
   raises every rank's drain word, so that every rank's waits stop and report what they waited
@@ -260,7 +261,7 @@ def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen,
     after a timeout raises every rank's drain word, so that every rank's waits stop and report too;
     then it prints the report and ends the job. The device side is kept this small on purpose: a
     larger report inlined at each wait made a two-shot all-reduce of 256 MiB 13 % slower on an H200
-    (benchmarks/NOTES.md).
+    (docs/performance.md).
 
     Granularity: per thread, no CTA barrier (see :func:`watchdog_thread_check`). Memory semantics:
     the report's words are fenced at system scope before its state word. Scope: this process.

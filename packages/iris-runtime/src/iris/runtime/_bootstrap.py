@@ -5,22 +5,20 @@ Everything the runtime says to the other ranks on the host (heap handle exchange
 broadcasts, the watchdog's end of the job, tracing's gather) goes through one :class:`Bootstrap`.
 Two implementations, one module each: MPI (``_bootstrap_mpi``, under ``mpirun`` and for a plain
 ``python app.py``, a world of one) and torch.distributed (``_bootstrap_torch``, under
-``torchrun`` or with a process group the program made). :mod:`._launcher` decides which.
+``torchrun`` or with a process group the program made). :mod:`._launcher` decides which, and
+:mod:`._bootstrap_start` starts it (a module of its own, so that the two implementations import
+this one and nothing imports them back).
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import os
 import sys
 import traceback
 from typing import NoReturn
 
 import numpy as np
-import torch
-
-from . import _launcher
 
 #: Names of the reductions :meth:`Bootstrap.allreduce` takes.
 REDUCTIONS = ("sum", "min", "max")
@@ -106,33 +104,6 @@ class Bootstrap(abc.ABC):
                 f"allreduce(op={op!r}): the {self.name} bootstrap reduces with one of {REDUCTIONS}; pass the name "
                 f"(mpi4py's MPI.SUM/MIN/MAX objects only work on an mpi4py communicator)")
         return op
-
-
-def group_initialised() -> bool:
-    """True when torch.distributed has a default process group (torch already imports
-    torch.distributed, so asking costs nothing)."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-def start_bootstrap(requested: str | None = None, comm=None, backend: str = "cpu") -> Bootstrap:
-    """The bootstrap of this process: ``requested`` is ``"auto"``, ``"mpi"`` or ``"torch"``
-    (None reads ``IRIS_BOOTSTRAP``, default auto); ``comm`` an mpi4py communicator (MPI only);
-    ``backend`` the Iris backend (which torch backend a default group made here gets).
-    Collective. Installs :func:`install_abort_on_exception` when there are several ranks."""
-    if requested is None:
-        requested = os.environ.get("IRIS_BOOTSTRAP", "auto")
-    kind = _launcher.choose_bootstrap(requested, os.environ, group_initialised(), comm is not None)
-    if kind == "torch":
-        from ._bootstrap_torch import TorchBootstrap
-
-        boot = TorchBootstrap.start(backend)
-    else:
-        from ._bootstrap_mpi import MpiBootstrap
-
-        boot = MpiBootstrap.start(comm)
-    if boot.world_size > 1:
-        install_abort_on_exception(boot)
-    return boot
 
 
 _installed = False

@@ -13,7 +13,8 @@ from iris.device._watchdog import timeout_from_env
 
 from . import _backend
 from ._allocator import SymmetricAllocator, format_bytes
-from ._bootstrap import add_abort_hook, remove_abort_hook, start_bootstrap
+from ._bootstrap import add_abort_hook, remove_abort_hook
+from ._bootstrap_start import start_bootstrap
 from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
@@ -142,7 +143,7 @@ class Iris(TensorFactories):
         ranks on one GPU it is one program per SM shared out among them (``SMs //
         ranks_on_device``), which makes a stall impossible whatever MPS does with the blocks of
         several processes (the argument is in ``iris.runtime._residency``; grids sized for full SMs
-        stalled on an H200 with 8 ranks, benchmarks/NOTES.md). Capped at ``num_work`` (e.g. the
+        stalled on an H200 with 8 ranks: docs/performance.md, "the residency rule"). Capped at ``num_work`` (e.g. the
         tile count): loop over the work in the kernel (a persistent grid). Launch such kernels of a
         rank on one stream: two of them waiting at once on different streams count twice.
         On the cpu backend the interpreter runs a launch's programs one after another, so any

@@ -9,17 +9,17 @@ the GPU packs identical programs as tightly as their registers, warps and shared
 the grid may fill every SM (``programs_per_sm`` x SMs).
 
 Several ranks on one GPU (MPS): the programs of different processes do not pack like programs of
-one launch. Measured on an H200 with 8 ranks (benchmarks/NOTES.md), grids of 49 programs each
-(392 of the 396 that the per-SM arithmetic allows) stalled after 8 to 300 back-to-back calls: some
-ranks' kernels did not start while the others' programs spun, though the arithmetic said they
-fit. How MPS places blocks of several clients on an SM (shared-memory carve-outs, per-client
-state) is not documented well enough to rely on, so the grid is sized by an argument that needs
-none of it: at most ``SMs // ranks_on_device`` programs per rank. Then the waiting programs of
-all the ranks on the GPU number at most one per SM, so while any of them is not yet resident
-some SM holds no waiting program; the work on that SM (other kernels, which do not wait) ends,
-and an empty SM takes any program that fits on an SM at all. No placement policy can deadlock
-that. A cap set with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` shrinks the SM count each process
-sees, and the same argument holds inside each process's share.
+one launch. Measured on an H200 with 8 ranks (2026-12-01, docs/performance.md), grids of 49
+programs each (392 of the 396 that the per-SM arithmetic allows) stalled after 8 to 300
+back-to-back calls: some ranks' kernels did not start while the others' programs spun, though the
+arithmetic said they fit. How MPS places blocks of several clients on an SM (shared-memory
+carve-outs, per-client state) is not documented well enough to rely on, so the grid is sized by an
+argument that needs none of it: at most ``SMs // ranks_on_device`` programs per rank. Then the
+waiting programs of all the ranks on the GPU number at most one per SM, so while any of them is not
+yet resident some SM holds no waiting program; the work on that SM (other kernels, which do not
+wait) ends, and an empty SM takes any program that fits on an SM at all. No placement policy can
+deadlock that. A cap set with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` shrinks the SM count each
+process sees, and the same argument holds inside each process's share.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Choosing is data, not code: :data:`DEFAULTS` is a small table keyed by (backend, op, shape class,
 world size); :func:`choose` looks a call up in it and fills in what the caller left as ``None``.
-The GPU rows are measured on an H200 for bf16 (``benchmarks/gemm_tune.py`` for the GEMM core, the
-fused ops at 2 ranks on one GPU for the strategies' tile); the two-GPU measurement of the fused
-ops (``benchmarks/fused_ops.py``) may refine them; the cpu rows use small tiles so that Triton's
-interpreter, which runs every program in turn, stays fast.
+The GPU rows are measured on an H200 for bf16 (tilings of the GEMM core against cuBLAS, and the
+fused ops at 2 ranks on one GPU for the strategies' tile; docs/performance.md); the two-GPU
+measurement of the fused ops (``benchmarks/fused_ops.py``) may refine them; the cpu rows use small
+tiles so that Triton's interpreter, which runs every program in turn, stays fast.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Config:
       then launches 12 warps, one program per SM, the tile stored through a descriptor: with a
       pointer store the specialised kernel wrote wrong tiles under Triton 3.6 on an H200). GEMM core
       only, off by default: on an H200 it was no faster than the 8-warp default
-      (``benchmarks/results/gemm_ws_layers.md``). The fused ops ignore it. Triton 3.6-3.9 refuse to
+      (docs/performance.md, "the GEMM core against cuBLAS"). The fused ops ignore it. Triton 3.6-3.9 refuse to
       specialise a persistent loop whose body waits (a compile error) and, where they do
       specialise one with a signal after the tile, drop its atomic (seen in the TTGIR), so a
       fused op's flags would be lost. Ignored without tensor descriptors.
@@ -72,7 +72,7 @@ DEFAULTS: list[tuple[tuple[str, str, str, int], dict]] = [
     (("cuda", "*", "small", 0), dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4,
                                     use_tma=True)),
     # 128 x 256 x 64, 8 warps, 4 stages: the best of 8 tilings for the GEMM core alone at the
-    # layers' shapes (benchmarks/results/gemm_tune.md), and faster than 128 x 128 for every fused
+    # layers' shapes (2026-12-01, docs/performance.md), and faster than 128 x 128 for every fused
     # op and strategy at M = 4096 (2 ranks on one H200: 3-14 %).
     (("cuda", "*", "*", 0), dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4,
                                 use_tma=True)),

@@ -69,7 +69,7 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config)
     # Under warp specialisation the tile goes out through a descriptor store: with the masked
-    # pointer store, Triton 3.6's specialised kernel wrote wrong tiles on an H200 (gemm_ws_probe.md).
+    # pointer store, Triton 3.6's specialised kernel wrote wrong tiles on an H200 (docs/performance.md).
     out_tma = tma_ok(cfg, a, b, out)
     warp_specialize = cfg.warp_specialize and out_tma
     tma_store = (tma_store or warp_specialize) and out_tma
