@@ -494,29 +494,17 @@ def write_table(path: str, rows: list[dict], result: dict) -> None:
 
 # --- output ---------------------------------------------------------------------------------------------
 
-def _best(times: dict, prefix: str) -> float | None:
-    values = [v for k, v in times.items() if k.startswith(prefix)]
+def _peer(times: dict) -> float | None:
+    values = [v for k, v in times.items() if k.startswith(("torch", "nccl"))]
     return min(values) if values else None
 
 
-def ratios(point: dict) -> dict:
-    """The goal ratios of one point (None where a side is missing)."""
-    e, g = point["eager_us"], point["graph_us"]
-    peer_e, peer_g = _best(e, "torch") or _best(e, "nccl"), _best(g, "torch") or _best(g, "nccl")
-
-    def div(a, b):
-        return a / b if a is not None and b else None
-
-    big = point["bytes"] >= FLOOR_FROM
-    return {"ccl/peer": div(e.get("ccl"), peer_e), "graph ccl/peer": div(g.get("ccl"), peer_g),
-            "ccl/floor": div(e.get("ccl"), point["floor_us"]) if big else None,
-            "heap/floor": div(e.get("heap"), point["floor_us"]) if big else None,
-            "plain/heap": div(e.get("ccl"), e.get("heap")) if big else None}
+def _div(a, b):
+    return a / b if a is not None and b else None
 
 
 def table(result: dict) -> str:
-    W = result["world_size"]
-    peer = result["peer"] or "peer"
+    W, peer = result["world_size"], result["peer"] or "peer"
     lines = [f"{W} ranks, {result['device']} ({result['ranks_per_gpu']} per GPU), {result['date']}; size = the larger "
              f"buffer per rank; us per call, slowest rank (* = wrong result); graph = in a CUDA graph of "
              f"{result['graph_calls']} calls; peer = {peer}; floor = every rank moving its bytes once (a copy)"]
@@ -530,25 +518,18 @@ def table(result: dict) -> str:
             lines += ["", f"{name}, {dname}" + ("" if name == "all_reduce" or result["peer"] == "nccl" else
                                                  f" ({peer} has no op for it: compare with the floor)"), head]
             for p in points:
-                e, g = p["eager_us"], p["graph_us"]
-
-                def cell(v, bad=False):
-                    return f"{'-':>8}" if v is None else f"{v:>7.1f}{'*' if bad else ' '}"
-
-                def rcell(v):
-                    return f"{'-':>8}" if v is None else f"{v:>8.2f}"
-
-                r = ratios(p)
-                lines.append(
-                    f"{human(p['bytes']):>9} {cell(e.get('ccl'), not p['correct'].get('ccl'))}"
-                    f"{cell(g.get('ccl'))}{cell(e.get('heap'), not p['correct'].get('heap', True))}"
-                    f"{cell(g.get('heap'))}"
-                    f"{cell(_best(e, 'torch') or _best(e, 'nccl'))}{cell(_best(g, 'torch') or _best(g, 'nccl'))}"
-                    f"{cell(p['floor_us'] if p['bytes'] >= FLOOR_FROM else None)}"
-                    f"{rcell(r['ccl/peer'])}{rcell(r['graph ccl/peer'])}{rcell(r['ccl/floor'])}{rcell(r['heap/floor'])}"
-                    f"{rcell(r['plain/heap'])}  {p['chosen']}")
-    for note in result["notes"]:
-        lines.append(f"note: {note}")
+                e, g, ok, big = p["eager_us"], p["graph_us"], p["correct"], p["bytes"] >= FLOOR_FROM
+                floor = p["floor_us"] if big else None
+                times = [(e.get("ccl"), ok.get("ccl")), (g.get("ccl"), True), (e.get("heap"), ok.get("heap", True)),
+                         (g.get("heap"), True), (_peer(e), True), (_peer(g), True), (floor, True)]
+                ratio = [_div(e.get("ccl"), _peer(e)), _div(g.get("ccl"), _peer(g)), _div(e.get("ccl"), floor),
+                         _div(e.get("heap"), floor), _div(e.get("ccl"), e.get("heap")) if big else None]
+                lines.append(f"{human(p['bytes']):>9} "
+                             + "".join(f"{'-':>8}" if v is None else f"{v:>7.1f}{' ' if good else '*'}"
+                                       for v, good in times)
+                             + "".join(f"{'-':>8}" if v is None else f"{v:>8.2f}" for v in ratio)
+                             + f"  {p['chosen']}")
+    lines += [f"note: {note}" for note in result["notes"]]
     return "\n".join(lines)
 
 

@@ -202,39 +202,33 @@ def plot(result: dict, path: str) -> str | None:
     return None
 
 
-def run_benchmark(name: str, doc: str, run_fn, table_fn, plot_fn, default_calls: int, argv=None) -> None:
-    """The command line of a host-cost benchmark (``doc``: its module docstring, whose first
-    paragraph is the help text): ``run_fn(args)`` on every rank, then on rank 0
-    the table ``table_fn(result)`` printed and ``results/<name>_<W>ranks[_cpu].{json,md,png}``
-    written (``plot_fn(result, path)`` draws, or says why not). ``ops_host.py`` uses it too."""
-    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    p.add_argument("--calls", type=int, default=default_calls, help="calls per measurement")
+def main(argv=None) -> None:
+    """Every rank measures; rank 0 prints the table and writes
+    ``results/ccl_host_<W>ranks[_cpu].{json,md,png}``."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=5000, help="calls per measurement")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
-    result = run_fn(args)
+    result = run(args)
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_rank() != 0:
         return
-    text = table_fn(result)
+    text = table(result)
     print(text)
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{name}_{result['world_size']}ranks"
+    stem = os.path.join(args.out, f"ccl_host_{result['world_size']}ranks"
                         + ("" if result["backend"] == "cuda" else f"_{result['backend']}"))
-    why_no_plot = plot_fn(result, stem + ".png")
+    why_no_plot = plot(result, stem + ".png")
     if why_no_plot:
         print(why_no_plot)
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)
     with open(stem + ".md", "w") as f:
-        f.write(f"{text}\n\n`mpirun -n {result['world_size']} python3 -m mpi4py benchmarks/{name}.py "
+        f.write(f"{text}\n\n`mpirun -n {result['world_size']} python3 -m mpi4py benchmarks/ccl_host.py "
                 f"--calls {result['calls']} --rounds {result['rounds']}` ({result['date']})\n")
     print(f"wrote {stem}.json, .md and .png", flush=True)
-
-
-def main(argv=None) -> None:
-    run_benchmark("ccl_host", __doc__, run, table, plot, 5000, argv)
 
 
 if __name__ == "__main__":

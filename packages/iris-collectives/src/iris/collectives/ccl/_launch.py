@@ -55,6 +55,14 @@ def call_key(name, config, out, inp):
 MAX_PLANS = 1024
 
 
+def call(ctx, key, make, *args) -> None:
+    """Run the plan cached for ``key`` with ``args``; on a miss ``make()`` builds it first."""
+    plan = lookup(ctx, key)
+    if plan is None:
+        plan = plan_for(ctx, key, make)
+    plan(*args)
+
+
 def plan_for(ctx, key, make):
     """The plan cached for ``key``, else ``make()`` (which checks the call and builds the plan),
     cached under ``key`` unless it is None."""

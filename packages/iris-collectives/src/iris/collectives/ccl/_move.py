@@ -70,10 +70,7 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config)
 
     key = _launch.call_key("all_gather", config, out, inp)
-    plan = _launch.lookup(ctx, key)
-    if plan is None:
-        plan = _launch.plan_for(ctx, key, make)
-    plan(out, inp, 0)
+    _launch.call(ctx, key, make, out, inp, 0)
     return out
 
 
@@ -97,10 +94,7 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config)
 
     key = _launch.call_key("all_to_all", config, out, inp)
-    plan = _launch.lookup(ctx, key)
-    if plan is None:
-        plan = _launch.plan_for(ctx, key, make)
-    plan(out, inp, 0)
+    _launch.call(ctx, key, make, out, inp, 0)
     return out
 
 
@@ -122,10 +116,7 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config)
 
     key = _launch.call_key("broadcast", config, tensor, tensor)
-    plan = _launch.lookup(ctx, key)
-    if plan is None:
-        plan = _launch.plan_for(ctx, key, make)
-    plan(tensor, tensor, src)
+    _launch.call(ctx, key, make, tensor, tensor, src)
     return tensor
 
 

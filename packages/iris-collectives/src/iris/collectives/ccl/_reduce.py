@@ -35,10 +35,7 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     ``two_shot``) or tiling; see docs/ccl.md.
     """
     key = _launch.call_key(("all_reduce", op), config, out, inp)
-    plan = _launch.lookup(ctx, key)
-    if plan is None:
-        plan = _launch.plan_for(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config))
-    plan(out, inp)
+    _launch.call(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config), out, inp)
     return out
 
 
@@ -108,10 +105,7 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     ``inp``. Collective.
     """
     key = _launch.call_key(("reduce_scatter", op), config, out, inp)
-    plan = _launch.lookup(ctx, key)
-    if plan is None:
-        plan = _launch.plan_for(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config))
-    plan(out, inp)
+    _launch.call(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config), out, inp)
     return out
 
 
