@@ -1,0 +1,36 @@
+"""Promises that small integers, two ranks and short runs cannot show, one launch per world size of
+workers/promises_worker.py: the fused ops and the host collectives sum in rank order and round once
+to nearest even (random floats in fp32, bf16 and fp16, bit for bit against a host reference summed
+in rank order and across ranks); ``device_barrier`` waits for the generation given as ``epoch=``
+when the caller keeps its own count in the slot; one-shot and two-shot called back to back in one
+kernel, the source overwritten as soon as a call returns.
+
+World sizes: ``IRIS_TEST_WORLD_SIZES`` without 1, else 3 and 4 (the order of a sum shows from three
+ranks on; CI's lowest Triton line asks for 2). ``IRIS_TIMEOUT_S`` (default here 120) bounds a wait
+whose peers never come: a barrier that counted for itself would wait for a generation that never
+comes. ``python tools/mutations.py --quick`` breaks each promise and checks that a scenario fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from iris.runtime.testing import run_ranks, world_sizes
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "workers", "promises_worker.py")
+with open(WORKER) as _f:
+    SCENARIOS = re.findall(r"^def scenario_(\w+)\(", _f.read(), re.M)
+
+
+@pytest.mark.multirank
+@pytest.mark.parametrize("nranks", [n for n in world_sizes("3,4") if n >= 2])
+def test_promises(nranks):
+    # A bound on hangs, not a budget (4 interpreted ranks on 2 cores take about 20 s).
+    env = {"MPIEXEC_TIMEOUT": "380", "IRIS_TIMEOUT_S": os.environ.get("IRIS_TIMEOUT_S", "120")}
+    proc = run_ranks(nranks, WORKER, timeout=400, env=env)
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
+    assert f", {nranks} ranks, " in proc.stdout
