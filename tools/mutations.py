@@ -1,15 +1,20 @@
 """Break a promise on purpose and check that a test notices.
 
-    python tools/mutations.py                 # every mutation, on the cpu backend (about 20 minutes)
+    python tools/mutations.py                 # every mutation, on the cpu backend (about 25 minutes)
     python tools/mutations.py --list          # the mutations and the checks that must fail
+    python tools/mutations.py --check         # only that every mutation still applies (seconds)
+    python tools/mutations.py --quick         # the QUICK subset (what ``nox -s mutations`` runs)
     python tools/mutations.py frame-strides   # some of them, by name
     python tools/mutations.py --baseline ...  # first run the same checks unmutated: they must pass
 
 Each mutation copies ``packages/`` to a temporary folder, replaces one piece of the library's
 source (the text must occur exactly as often as stated, so a mutation that no longer applies
-fails loudly instead of testing nothing), and runs the checks that guard the promise against
-that copy. A mutation is *caught* when every one of its checks fails. The repository itself is
-never changed. Prints a table: mutation, promise, check, outcome.
+fails loudly instead of testing nothing: every chosen mutation is checked before any test runs,
+and the tool exits non-zero naming each one that is stale), and runs the checks that guard the
+promise against that copy. A mutation is *caught* when every one of its checks fails, with the
+mutation's ``expect`` text in its output where one is given (so that a check failing for another
+reason, say a mutation that does not compile, is not taken for a catch). The repository itself
+is never changed. Prints a table: mutation, promise, check, outcome.
 """
 
 from __future__ import annotations
@@ -34,8 +39,11 @@ class Mutation:
     name: str
     promise: str
     edits: list[tuple[str, str, str, int]]  # (file under packages/, old, new, occurrences)
-    checks: list[tuple[str, ...]]  # ("pytest", node...) or ("worker", nranks, scenario..., [ENV=VALUE...])
+    # ("pytest", node...) or ("worker", nranks, [worker file under iris-collectives' tests/workers, default
+    # collectives_worker.py], scenario..., [ENV=VALUE...])
+    checks: list[tuple[str, ...]]
     env: dict[str, str] = field(default_factory=dict)
+    expect: str = ""  # a text every failing check's output must hold for a catch
 
 
 MUTATIONS = [
@@ -50,8 +58,9 @@ MUTATIONS = [
              [(f"{COLL}/_sync.py", "    \"\"\"\n    tl.debug_barrier()\n    if DEBUG and CHECKED:", "    \"\"\"\n    if DEBUG and CHECKED:", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_compile.py")]),
     Mutation("no-barrier-after-wait", "wait_at_least: a CTA barrier after the acquire",
-             [(f"{COLL}/_sync.py", "        seen = tl.atomic_add(flag, 0, sem=\"acquire\", scope=\"sys\")\n    tl.debug_barrier()\n",
-               "        seen = tl.atomic_add(flag, 0, sem=\"acquire\", scope=\"sys\")\n", 1)],
+             [(f"{COLL}/_sync.py", "            seen = tl.atomic_add(flag, 0, sem=\"acquire\", scope=\"sys\")\n"
+               "        tl.debug_barrier()\n",
+               "            seen = tl.atomic_add(flag, 0, sem=\"acquire\", scope=\"sys\")\n", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_compile.py")]),
     Mutation("unlock-acquires", "the spinlock's unlock releases",
              [(f"{COLL}/_all_reduce.py", "tl.atomic_xchg(peer_flag(mutex, rank, peer, heap_bases), 0, sem=\"release\", scope=\"sys\")",
@@ -77,28 +86,117 @@ MUTATIONS = [
                "return 10 * float(os.environ.get(\"IRIS_DEBUG_TIMEOUT_S\", \"60\"))", 1)],
              [("worker", "2", "debug_wait_times_out", "IRIS_DEBUG=1", "IRIS_DEBUG_TIMEOUT_S=3", "MPIEXEC_TIMEOUT=120")]),
     Mutation("watchdog-never-stops", "the watchdog ends a wait whose peer never comes",
-             [(f"{DEVICE}/_watchdog.py", "    stop = (limit > 0) & ((reason != 0) | timed_out)",
+             [(f"{DEVICE}/_watchdog.py", "    stop = (limit > 0) & ((reason != 0) | (now - start > limit))",
                "    stop = (limit > 0) & (reason != 0)", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
+    # --- issue #37: promises that only random floats, 3+ ranks, foreign epochs or a lost race show ---------
+    # (text of _all_reduce.py and _sync.py as of iris-collectives 0.5.5: re-target these when those
+    # files change; a mutation whose text is gone stops the run, naming itself)
+    Mutation("sum-own-first", "one-shot (tile, ccl, fused) sums in rank order: bit-identical on every rank",
+             [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n        if p == ctx.rank:\n",
+               "    for i in tl.static_range(ctx.world_size):\n        p = (ctx.rank + i) % ctx.world_size\n"
+               "        if p == ctx.rank:\n", 1)],
+             [("worker", "3", "promises_worker.py", "matmul_all_reduce"), ("worker", "3", "promises_worker.py",
+              "ccl_all_reduce"), ("worker", "3", "promises_worker.py", "ccl_reduce_scatter")],
+             expect="summed in rank order"),
+    Mutation("two-shot-own-first", "two-shot (tile, ccl, fused) sums each share in rank order",
+             [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n"
+               "        x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)\n",
+               "    for i in tl.static_range(ctx.world_size):\n        p = (ctx.rank + i) % ctx.world_size\n"
+               "        x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)\n", 1)],
+             [("worker", "3", "promises_worker.py", "matmul_all_reduce"),
+              ("worker", "3", "promises_worker.py", "ccl_all_reduce")],
+             expect="summed in rank order"),
+    Mutation("owner-sums-own-first", "matmul_reduce_scatter: the owner sums the partials in rank order",
+             [(f"{COLL}/ops/_matmul_reduce_scatter.py", "from iris.device import round_to\n",
+               "from iris.device import load, round_to\n", 1),
+              (f"{COLL}/ops/_matmul_reduce_scatter.py",
+               "                total = _sum_in_rank_order(ctx, tile, partial_ptrs, mask, tl.float32)\n",
+               "                total = acc\n                for i in tl.static_range(1, world_size):\n"
+               "                    total += load(partial_ptrs, rank, (rank + i) % world_size, ctx.heap_bases, "
+               "mask=mask, other=0)\n", 1)],
+             [("worker", "3", "promises_worker.py", "matmul_reduce_scatter")], expect="summed in rank order"),
+    Mutation("owner-truncates", "matmul_reduce_scatter rounds once to nearest even (the interpreter's cast truncates)",
+             [(f"{COLL}/ops/_matmul_reduce_scatter.py", "tl.store(out_ptrs, round_to(total, out.dtype.element_ty), "
+               "mask=mask)", "tl.store(out_ptrs, total.to(out.dtype.element_ty), mask=mask)", 1)],
+             [("worker", "3", "promises_worker.py", "matmul_reduce_scatter")], expect="rounded once to nearest even"),
+    Mutation("matmul-all-gather-truncates", "matmul_all_gather rounds once to nearest even",
+             [(f"{COLL}/ops/_matmul_all_gather.py", "result = round_to(add_bias(acc, bias, cols, N, HAS_BIAS), "
+               "out.dtype.element_ty)", "result = add_bias(acc, bias, cols, N, HAS_BIAS).to(out.dtype.element_ty)", 1)],
+             [("worker", "3", "promises_worker.py", "gather_ops_round_once")], expect="rounded once to nearest even"),
+    Mutation("all-gather-matmul-truncates", "all_gather_matmul (pull and arrival) rounds once to nearest even",
+             [(f"{COLL}/ops/_all_gather_matmul.py", "round_to(acc, out.dtype.element_ty)", "acc.to(out.dtype.element_ty)",
+               2)],
+             [("worker", "3", "promises_worker.py", "gather_ops_round_once")], expect="rounded once to nearest even"),
+    Mutation("one-shot-truncates", "one-shot (and so matmul_all_reduce, ccl.all_reduce) rounds once to nearest even",
+             [(f"{COLL}/_all_reduce.py", "tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)",
+               "tl.store(dst_ptrs, acc.to(dst_view.ptr.dtype.element_ty), mask=mask)", 1)],
+             [("worker", "3", "promises_worker.py", "matmul_all_reduce"),
+              ("worker", "3", "promises_worker.py", "ccl_all_reduce")], expect="rounded once to nearest even"),
+    Mutation("barrier-ignores-epoch", "device_barrier(epoch=) waits for the caller's generation, not its own count",
+             [(f"{COLL}/_sync.py", "    else:\n        generation = epoch\n",
+               "    else:\n        generation = next_epoch(flags + 1)\n", 1)],
+             [("worker", "3", "promises_worker.py", "device_barrier_caller_epochs", "IRIS_TIMEOUT_S=15")],
+             expect="iris.collectives.device_barrier"),
+    Mutation("one-shot-no-final-wait", "one-shot returns once no peer reads this rank's source tile",
+             [(f"{COLL}/_all_reduce.py", "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
+               "        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, \"done\", ctx.rank, -1, t,\n"
+               "                      ctx.heap_bases, record + EPOCH)\n    if ctx.tracing.enabled:\n"
+               "        ctx.tracing.record_event_end(handle)\n\n\n@triton.jit\ndef _reduce_share_to_all(",
+               "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n    if ctx.tracing.enabled:\n"
+               "        ctx.tracing.record_event_end(handle)\n\n\n@triton.jit\ndef _reduce_share_to_all(", 1)],
+             [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
+    Mutation("two-shot-no-final-wait", "two-shot returns once no peer reads this rank's source tile",
+             [(f"{COLL}/_all_reduce.py", "            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty, OP)\n"
+               "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
+               "        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, \"done\", ctx.rank, -1, t,\n"
+               "                      ctx.heap_bases, record + EPOCH)\n",
+               "            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty, OP)\n"
+               "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
+             [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
 ]
+
+#: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37, a
+#: minute or so each on the cpu backend. Every mutation's text is checked first in any case.
+QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
+         "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
+         "two-shot-no-final-wait"]
+
+
+def copy_packages(root: str) -> None:
+    shutil.copytree(os.path.join(REPO, "packages"), os.path.join(root, "packages"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+
+
+def stale(mutation: Mutation) -> list[str]:
+    """What no longer applies of ``mutation`` in the repository's packages: one line per edit whose
+    text occurs another number of times than stated."""
+    found = []
+    for rel, old, _, count in mutation.edits:
+        with open(os.path.join(REPO, "packages", rel)) as f:
+            seen = f.read().count(old)
+        if seen != count:
+            first = old.strip().splitlines()[0]
+            found.append(f"mutation {mutation.name}: packages/{rel} holds {seen} copies of the text to replace, "
+                         f"expected {count} (it starts {first!r}): update the mutation to the current source")
+    return found
 
 
 def mutate(mutation: Mutation, root: str) -> None:
-    shutil.copytree(os.path.join(REPO, "packages"), os.path.join(root, "packages"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
-    for rel, old, new, count in mutation.edits:
+    copy_packages(root)
+    problems = stale(mutation)
+    if problems:
+        raise SystemExit("\n".join(problems))
+    for rel, old, new, _ in mutation.edits:
         path = os.path.join(root, "packages", rel)
         with open(path) as f:
             text = f.read()
-        if text.count(old) != count:
-            raise SystemExit(f"{mutation.name}: {rel} holds {text.count(old)} copies of the text to replace, "
-                             f"expected {count}: update the mutation to the current source")
         with open(path, "w") as f:
             f.write(text.replace(old, new))
 
 
 def run_check(check: tuple[str, ...], root: str, env: dict[str, str]) -> tuple[bool, float, str]:
-    """(passed, seconds, last lines) of one check against the copy at ``root``."""
+    """(passed, seconds, output) of one check against the copy at ``root``."""
     pkgs = os.path.join(root, "packages")
     full = dict(os.environ, PYTHONPATH=os.pathsep.join(
         os.path.join(pkgs, p, "src") for p in ("iris-device", "iris-runtime", "iris-collectives")), **env)
@@ -108,53 +206,74 @@ def run_check(check: tuple[str, ...], root: str, env: dict[str, str]) -> tuple[b
         cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                *[os.path.join(root, a) if a.startswith("packages/") else a for a in check[1:]]]
     else:
-        nranks, rest = check[1], check[2:]
+        nranks, rest = check[1], list(check[2:])
+        script = rest.pop(0) if rest and rest[0].endswith(".py") else "collectives_worker.py"
         scenarios = [a for a in rest if "=" not in a]
+        full.setdefault("MPIEXEC_TIMEOUT", "600")  # a mutation that hangs a job ends it
         full.update(dict(a.split("=", 1) for a in rest if "=" in a))
         # the launcher of iris.runtime.testing, asked in a child (importing iris here would fix
         # Triton's mode in this process)
         code = "import shlex; from iris.runtime.testing import launcher; print(shlex.join(launcher()))"
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=True)
-        worker = os.path.join(pkgs, "iris-collectives", "tests", "workers", "collectives_worker.py")
+        worker = os.path.join(pkgs, "iris-collectives", "tests", "workers", script)
         cmd = shlex.split(found.stdout.strip().splitlines()[-1]) + ["-n", nranks, sys.executable, "-m", "mpi4py",
                                                                     worker, *scenarios]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=root, timeout=1800)
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-    return proc.returncode == 0, time.monotonic() - start, tail
+    return proc.returncode == 0, time.monotonic() - start, proc.stdout + proc.stderr
+
+
+def evidence(output: str, expect: str) -> str:
+    """The first line of a failing check's output that holds ``expect`` (else its last line)."""
+    lines = output.strip().splitlines() or [""]
+    return next((line for line in lines if expect and expect in line), lines[-1]).strip()[:400]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", help="mutations to run (default: all)")
     p.add_argument("--list", action="store_true")
+    p.add_argument("--check", action="store_true", help="only check that every mutation still applies")
+    p.add_argument("--quick", action="store_true", help=f"run the quick subset: {', '.join(QUICK)}")
     p.add_argument("--baseline", action="store_true", help="run each check unmutated first; it must pass")
     args = p.parse_args()
-    chosen = [m for m in MUTATIONS if not args.names or m.name in args.names]
-    unknown = set(args.names) - {m.name for m in MUTATIONS}
+    names = args.names + (QUICK if args.quick else [])
+    chosen = [m for m in MUTATIONS if not names or m.name in names]
+    unknown = set(names) - {m.name for m in MUTATIONS}
     if unknown:
         raise SystemExit(f"unknown mutation(s) {sorted(unknown)}; --list shows them")
     if args.list:
         for m in chosen:
-            print(f"{m.name}: {m.promise}\n    checks: {[' '.join(c) for c in m.checks]}")
+            print(f"{m.name}{' (quick)' if m.name in QUICK else ''}: {m.promise}\n"
+                  f"    checks: {[' '.join(c) for c in m.checks]}")
+        return
+    # Every mutation's text first, all of them with --check: a stale one ends the run before any test.
+    problems = [line for m in (MUTATIONS if args.check else chosen) for line in stale(m)]
+    if problems:
+        raise SystemExit("\n".join(problems))
+    if args.check:
+        print(f"all {len(MUTATIONS)} mutations apply to the current source")
         return
     rows, missed = [], 0
     for m in chosen:
         if args.baseline:
             with tempfile.TemporaryDirectory(prefix="iris-baseline-") as root:
-                shutil.copytree(os.path.join(REPO, "packages"), os.path.join(root, "packages"),
-                                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+                copy_packages(root)
                 for check in m.checks:
-                    ok, seconds, tail = run_check(check, root, m.env)
+                    ok, seconds, output = run_check(check, root, m.env)
                     if not ok:
+                        tail = "\n".join(output.strip().splitlines()[-3:])
                         raise SystemExit(f"baseline of {m.name}: {' '.join(check)} fails unmutated:\n{tail}")
         with tempfile.TemporaryDirectory(prefix=f"iris-mutant-{m.name}-") as root:
             mutate(m, root)
             for check in m.checks:
-                ok, seconds, _ = run_check(check, root, m.env)
-                missed += ok
-                rows.append((m.name, m.promise, " ".join(check), "MISSED" if ok else "caught", seconds))
-                print(f"{m.name}: {' '.join(check)}: {'MISSED' if ok else 'caught'} ({seconds:.0f} s)", flush=True)
+                ok, seconds, output = run_check(check, root, m.env)
+                outcome = "MISSED" if ok else "caught" if m.expect in output else f"failed without {m.expect!r}"
+                missed += outcome != "caught"
+                rows.append((m.name, m.promise, " ".join(check), outcome, seconds))
+                print(f"{m.name}: {' '.join(check)}: {outcome} ({seconds:.0f} s)", flush=True)
+                if not ok:
+                    print(f"    {evidence(output, m.expect)}", flush=True)
     print("\n| mutation | promise | check | outcome | s |\n| --- | --- | --- | --- | --- |")
     for name, promise, check, outcome, seconds in rows:
         print(f"| {name} | {promise} | `{check}` | {outcome} | {seconds:.0f} |")
