@@ -1,5 +1,6 @@
-"""Sessions: one test session per package, the cross-package multi-rank suite, lint, packaging,
-docs and the demo (the main job). ``nox`` alone runs all of them but the demo."""
+"""Sessions: one test session per package, the cross-package multi-rank suite, the mutations
+(promises broken on purpose), lint, packaging, docs and the demo (the main job). ``nox`` alone
+runs all of them but the demo."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "tests", "multirank", "packaging", "docs"]
+nox.options.sessions = ["lint", "tests", "multirank", "mutations", "packaging", "docs"]
 nox.options.error_on_missing_interpreters = True
 
 PACKAGES = ["iris-device", "iris-runtime", "iris-collectives"]
@@ -155,6 +156,19 @@ def stress(session: nox.Session) -> None:
     rest = install(session, *PACKAGES, triton=TRITONS[-1])
     env = {"IRIS_STRESS_CASES": "400", "IRIS_STRESS_WORLDS": "2,3,4"}
     session.run("pytest", "packages/iris-collectives/tests/test_collectives_stress.py", *rest, env=env)
+
+
+@nox.session
+def mutations(session: nox.Session) -> None:
+    """``tools/mutations.py``: first that every mutation still applies to the source (``--check``:
+    one whose text is gone fails, naming itself), then the quick subset (``--quick``, about two
+    minutes): each breaks one promise in a copy of the packages and a test must fail, on the cpu
+    backend with the newest tested Triton. ``-- NAME ...`` runs those mutations instead; running
+    them all (``python tools/mutations.py``, about 25 minutes) needs the tests' environment."""
+    session.install("-c", CONSTRAINTS, *TEST_DEPS, "-c", TRITON_PINS[TRITON_NEWEST], "triton", "numpy")
+    # no install of the packages: each check imports its mutated copy (PYTHONPATH)
+    session.run("python", "tools/mutations.py", "--check")
+    session.run("python", "tools/mutations.py", *(session.posargs or ["--quick"]))
 
 
 @nox.session
