@@ -90,8 +90,8 @@ MUTATIONS = [
                "    stop = (limit > 0) & (reason != 0)", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
     # --- issue #37: promises that only random floats, 3+ ranks, foreign epochs or a lost race show ---------
-    # (text of _all_reduce.py and _sync.py as of iris-collectives 0.5.5: re-target these when those
-    # files change; a mutation whose text is gone stops the run, naming itself)
+    # (text of _all_reduce.py and _sync.py as of the TileRange collectives: re-target these when
+    # those files change; a mutation whose text is gone stops the run, naming itself)
     Mutation("sum-own-first", "one-shot (tile, ccl, fused) sums in rank order: bit-identical on every rank",
              [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n        if p == ctx.rank:\n",
                "    for i in tl.static_range(ctx.world_size):\n        p = (ctx.rank + i) % ctx.world_size\n"
@@ -101,9 +101,9 @@ MUTATIONS = [
              expect="summed in rank order"),
     Mutation("two-shot-own-first", "two-shot (tile, ccl, fused) sums each share in rank order",
              [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n"
-               "        x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)\n",
+               "        if p == ctx.rank and local_src is not None:\n",
                "    for i in tl.static_range(ctx.world_size):\n        p = (ctx.rank + i) % ctx.world_size\n"
-               "        x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)\n", 1)],
+               "        if p == ctx.rank and local_src is not None:\n", 1)],
              [("worker", "3", "promises_worker.py", "matmul_all_reduce"),
               ("worker", "3", "promises_worker.py", "ccl_all_reduce")],
              expect="summed in rank order"),
@@ -128,9 +128,12 @@ MUTATIONS = [
              [(f"{COLL}/ops/_all_gather_matmul.py", "round_to(acc, out.dtype.element_ty)", "acc.to(out.dtype.element_ty)",
                2)],
              [("worker", "3", "promises_worker.py", "gather_ops_round_once")], expect="rounded once to nearest even"),
-    Mutation("one-shot-truncates", "one-shot (and so matmul_all_reduce, ccl.all_reduce) rounds once to nearest even",
+    Mutation("one-shot-truncates", "one-shot, per tile (matmul_all_reduce) and per range (ccl.all_reduce), rounds "
+             "once to nearest even",
              [(f"{COLL}/_all_reduce.py", "tl.store(dst_ptrs, round_to(acc, dst_view.ptr.dtype.element_ty), mask=mask)",
-               "tl.store(dst_ptrs, acc.to(dst_view.ptr.dtype.element_ty), mask=mask)", 1)],
+               "tl.store(dst_ptrs, acc.to(dst_view.ptr.dtype.element_ty), mask=mask)", 1),
+              (f"{COLL}/_all_reduce.py", "tl.store(dst_ptrs, round_to(acc, dst_ty), mask=mask)",
+               "tl.store(dst_ptrs, acc.to(dst_ty), mask=mask)", 1)],
              [("worker", "3", "promises_worker.py", "matmul_all_reduce"),
               ("worker", "3", "promises_worker.py", "ccl_all_reduce")], expect="rounded once to nearest even"),
     Mutation("barrier-ignores-epoch", "device_barrier(epoch=) waits for the caller's generation, not its own count",
@@ -138,21 +141,32 @@ MUTATIONS = [
                "    else:\n        generation = next_epoch(flags + 1)\n", 1)],
              [("worker", "3", "promises_worker.py", "device_barrier_caller_epochs", "IRIS_TIMEOUT_S=15")],
              expect="iris.collectives.device_barrier"),
-    Mutation("one-shot-no-final-wait", "one-shot returns once no peer reads this rank's source tile",
-             [(f"{COLL}/_all_reduce.py", "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
-               "        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, \"done\", ctx.rank, -1, t,\n"
-               "                      ctx.heap_bases, record + EPOCH)\n    if ctx.tracing.enabled:\n"
-               "        ctx.tracing.record_event_end(handle)\n\n\n@triton.jit\ndef _reduce_share_to_all(",
-               "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n    if ctx.tracing.enabled:\n"
-               "        ctx.tracing.record_event_end(handle)\n\n\n@triton.jit\ndef _reduce_share_to_all(", 1)],
+    Mutation("one-shot-no-final-wait", "one-shot (per tile) returns once no peer reads this rank's source tile",
+             [(f"{COLL}/_all_reduce.py", "            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
+               "            wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, \"done\", ctx.rank, -1, t,\n"
+               "                          ctx.heap_bases, record + EPOCH)\n",
+               "            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
              [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
-    Mutation("two-shot-no-final-wait", "two-shot returns once no peer reads this rank's source tile",
-             [(f"{COLL}/_all_reduce.py", "            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty, OP)\n"
+    Mutation("one-shot-range-no-final-wait", "one-shot (per TileRange, as ccl runs it) returns once no peer reads "
+             "this rank's source tiles",
+             [(f"{COLL}/_all_reduce.py", "    if ctx.world_size > 1:\n"
+               "        signal_and_wait_all(ctx, record, DONE, epoch, call, \"done\", slot)\n",
+               "    if ctx.world_size > 1:\n        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
+             [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
+    Mutation("two-shot-no-final-wait", "two-shot (per tile) returns once no peer reads this rank's source tile",
+             [(f"{COLL}/_all_reduce.py", "        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)\n"
                "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
                "        wait_at_least(record + DONE, epoch * (ctx.world_size - 1), call, \"done\", ctx.rank, -1, t,\n"
                "                      ctx.heap_bases, record + EPOCH)\n",
-               "            _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty, dst_ty, OP)\n"
+               "        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)\n"
                "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
+             [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
+    Mutation("two-shot-range-no-final-wait", "two-shot (per TileRange, as ccl runs it) returns once no peer reads "
+             "this rank's source tiles",
+             [(f"{COLL}/_all_reduce.py", "        if ctx.world_size > 1:\n"
+               "            signal_and_wait_all(ctx, record, DONE, epoch, call, \"done\", slot)\n",
+               "        if ctx.world_size > 1:\n"
+               "            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
              [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
 ]
 
@@ -160,7 +174,7 @@ MUTATIONS = [
 #: minute or so each on the cpu backend. Every mutation's text is checked first in any case.
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
-         "two-shot-no-final-wait"]
+         "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait"]
 
 
 def copy_packages(root: str) -> None:

@@ -285,26 +285,42 @@ def scenario_device_barrier_caller_epochs(ctx):
 # --- back to back: the final wait of one-shot and two-shot ---------------------------------------------
 
 @triton.jit
+def _all_reduce(ctx, tiles, src_view, dst_view, locks, TWO_SHOT: tl.constexpr):
+    # the collective under test, on a tile or a TileRange
+    if TWO_SHOT:
+        ic.all_reduce_two_shot(ctx, tiles, src_view, dst_view, locks)
+    else:
+        ic.all_reduce_one_shot(ctx, tiles, src_view, dst_view, locks)
+
+
+@triton.jit
 def repeated_all_reduce_kernel(context, data, src, dst, locks, M, N, CALLS, rank: tl.constexpr,
-                               world_size: tl.constexpr, TWO_SHOT: tl.constexpr, BLOCK_M: tl.constexpr,
-                               BLOCK_N: tl.constexpr):
-    """``CALLS`` all-reduces of each tile back to back inside one kernel: call ``k`` stores
-    ``data[k]``'s tile into the symmetric ``src`` right after call ``k - 1`` of the tile returned
-    (the collective's promise: no peer reads it any more) and sums it into ``dst[k]``."""
+                               world_size: tl.constexpr, TWO_SHOT: tl.constexpr, RANGE: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``CALLS`` all-reduces back to back inside one kernel: call ``k`` stores ``data[k]``'s tiles
+    into the symmetric ``src`` right after call ``k - 1`` returned (the collective's promise: no peer
+    reads them any more) and sums them into ``dst[k]``. Per tile, or with ``RANGE`` once per call
+    over the program's :class:`TileRange` (one "ready" and one "done" for all its tiles)."""
     ctx = ic.DeviceContext.initialize(context, rank, world_size)
     src_view = ic.TensorView(src, M, N, N, 1)
+    num_tiles = src_view.num_tiles(BLOCK_M, BLOCK_N)
     tiles_n = src_view.num_tiles_n(BLOCK_N)
-    for t in range(tl.program_id(0), src_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
-        pid_m, pid_n = ic.tile_coords(t, tiles_n)
-        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+    if RANGE:
+        tiles = ic.TileRange(tl.program_id(0), num_tiles, tl.num_programs(0), tiles_n, BLOCK_M, BLOCK_N)
         for k in range(CALLS):
-            x = ic.TensorView(data + k * M * N, M, N, N, 1).load(view)
-            src_view.store(view, x)
-            dst_view = ic.TensorView(dst + k * M * N, M, N, N, 1)
-            if TWO_SHOT:
-                ic.all_reduce_two_shot(ctx, ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, x), src_view, dst_view, locks)
-            else:
-                ic.all_reduce_one_shot(ctx, ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, x), src_view, dst_view, locks)
+            for t in range(tiles.first, tiles.stop, tiles.step):
+                view = tiles.tile(t)
+                src_view.store(view, ic.TensorView(data + k * M * N, M, N, N, 1).load(view))
+            _all_reduce(ctx, tiles, src_view, ic.TensorView(dst + k * M * N, M, N, N, 1), locks, TWO_SHOT)
+    else:
+        for t in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+            pid_m, pid_n = ic.tile_coords(t, tiles_n)
+            view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            for k in range(CALLS):
+                x = ic.TensorView(data + k * M * N, M, N, N, 1).load(view)
+                src_view.store(view, x)
+                _all_reduce(ctx, ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, x), src_view,
+                            ic.TensorView(dst + k * M * N, M, N, N, 1), locks, TWO_SHOT)
 
 
 def calls(ctx) -> int:
@@ -312,20 +328,22 @@ def calls(ctx) -> int:
 
 
 def scenario_back_to_back_in_one_kernel(ctx):
-    """One-shot and two-shot, ``calls`` times per tile in one kernel, the source overwritten with
-    the next call's data as soon as a call returns. Without the wait for the peers' "done" a rank
+    """One-shot and two-shot, per tile (one program per tile) and per range (one program, one
+    range of both tiles), ``calls`` times in one kernel, the source overwritten with the next
+    call's data as soon as a call returns. Without the wait for the peers' "done" a rank
     overwrites its source while a peer still reads it, and that peer's sum takes the next call's
-    values: on the cpu backend several of each rank's calls lose that race on every run."""
+    values: on the cpu backend at 3 and 4 ranks a dozen or more of each rank's calls lose that
+    race on every run (at 2 ranks, where each rank reads one peer, a few calls in most runs)."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
-    M, N, BM, BN = 8, 32, 8, 16  # 2 tiles, one program each
+    M, N, BM, BN = 8, 32, 8, 16  # 2 tiles
     R = calls(ctx)
 
     def data(q: int, seed: int) -> torch.Tensor:
         g = generator(seed, q)
         return torch.randint(-1000, 1000, (R, M, N), generator=g).to(FP32)
 
-    for variant in ("one_shot", "two_shot"):
-        seed = 700 if variant == "one_shot" else 800
+    for i, (variant, form) in enumerate([(v, f) for v in ("one_shot", "two_shot") for f in ("tile", "range")]):
+        seed = 700 + i
         src = ctx.zeros(M, N, dtype=FP32)
         if variant == "two_shot":  # peers write their shares into it: on the heap
             dst = ctx.full((R, M, N), float("nan"), dtype=FP32)
@@ -333,15 +351,16 @@ def scenario_back_to_back_in_one_kernel(ctx):
             dst = torch.full((R, M, N), float("nan"), dtype=FP32, device=dev)
         locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
         ctx.barrier()
-        repeated_all_reduce_kernel[(ic.num_tiles(M, N, BM, BN),)](
+        grid = ic.num_tiles(M, N, BM, BN) if form == "tile" else 1
+        repeated_all_reduce_kernel[(grid,)](
             ctx.get_device_context(), data(r, seed).to(dev), src, dst, locks, M, N, R, rank=r, world_size=W,
-            TWO_SHOT=variant == "two_shot", BLOCK_M=BM, BLOCK_N=BN)
+            TWO_SHOT=variant == "two_shot", RANGE=form == "range", BLOCK_M=BM, BLOCK_N=BN)
         expected = sum(data(q, seed) for q in range(W))  # integers: exact in any order
         wrong = (dst.cpu() != expected).flatten(1).any(1).nonzero().flatten().tolist()
         everyone = ctx.comm.allgather(wrong)
         assert not any(everyone), (
-            f"all_reduce_{variant} back to back in one kernel, {W} ranks: calls that summed data of another call "
-            f"(a peer's source was overwritten while this rank read it), of {R} per rank: "
+            f"all_reduce_{variant} per {form}, back to back in one kernel, {W} ranks: calls that summed data of "
+            f"another call (a peer's source was overwritten while this rank read it), of {R} per rank: "
             + ", ".join(f"rank {q}: {calls}" for q, calls in enumerate(everyone)))
         ctx.barrier()
         for t in (locks, dst, src):
