@@ -161,10 +161,11 @@ def stress(session: nox.Session) -> None:
 @nox.session
 def mutations(session: nox.Session) -> None:
     """``tools/mutations.py``: first that every mutation still applies to the source (``--check``:
-    one whose text is gone fails, naming itself), then the quick subset (``--quick``, about two
+    one whose text is gone fails, naming itself), then the quick subset (``--quick``, about three
     minutes): each breaks one promise in a copy of the packages and a test must fail, on the cpu
     backend with the newest tested Triton. ``-- NAME ...`` runs those mutations instead; running
-    them all (``python tools/mutations.py``, about 25 minutes) needs the tests' environment."""
+    them all (``python tools/mutations.py``, about 8 minutes) also runs pytest checks: run it from
+    the tests' environment."""
     session.install("-c", CONSTRAINTS, *TEST_DEPS, "-c", TRITON_PINS[TRITON_NEWEST], "triton", "numpy")
     # no install of the packages: each check imports its mutated copy (PYTHONPATH)
     session.run("python", "tools/mutations.py", "--check")

@@ -1,6 +1,6 @@
 """Break a promise on purpose and check that a test notices.
 
-    python tools/mutations.py                 # every mutation, on the cpu backend (about 25 minutes)
+    python tools/mutations.py                 # every mutation, on the cpu backend (about 8 minutes)
     python tools/mutations.py --list          # the mutations and the checks that must fail
     python tools/mutations.py --check         # only that every mutation still applies (seconds)
     python tools/mutations.py --quick         # the QUICK subset (what ``nox -s mutations`` runs)
