@@ -252,7 +252,7 @@ def scenario_argument_errors(ctx):
     expect_error(lambda: ccl.all_reduce(ctx, big[4:12], big[0:8]), IrisUsageError, ar, "overlap", "out=inp")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=48)), IrisUsageError, ar,
                  "config.block=48", "power of two")
-    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=64, chunk=96)), IrisUsageError, ar,
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=64, width=16, chunk=96)), IrisUsageError, ar,
                  "config.chunk=96", "multiple of config.block=64")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(variant="ring")), IrisUsageError, ar,
                  "config.variant='ring'", "one_shot")
