@@ -16,7 +16,7 @@ def test_the_table_is_data_and_every_row_is_valid():
     required = {"backend", "collective", "max_bytes", "dtype", "world_size", "config"}
     for row in _table.TABLE:
         assert required <= set(row) <= required | {"ranks_per_gpu", "measured"}, row
-        assert set(row["config"]) <= {"variant", "block", "width", "grid", "num_warps"}, row
+        assert set(row["config"]) <= {"variant", "block", "width", "grid", "num_warps", "chunk"}, row
         # a measured row is specific (a world size and ranks per GPU) and says where it was measured
         assert ("measured" in row) == (row["world_size"] != 0), row
         assert ("measured" not in row) or row.get("ranks_per_gpu", 0) >= 1, row
@@ -90,12 +90,36 @@ def test_direct_launch_compiles_through_triton_once_then_calls_the_launcher(monk
     monkeypatch.setattr(triton.runtime, "driver", types.SimpleNamespace(
         active=types.SimpleNamespace(get_current_stream=lambda index: 1000 + index)))
     options = {"rank": 1, "BLOCK": 64, "num_warps": 4}
-    direct = _launch.DirectLaunch(Kernel(), 5, options, types.SimpleNamespace(index=2))
-    direct("x0", 10)
-    direct("x1", 10)
-    direct("x2", 10)
+    device = types.SimpleNamespace(index=2)
+    # the plan's fixed arguments as integers: the tensor's address and n
+    direct = _launch.DirectLaunch(Kernel(), 5, options, device, (4096, 10))
+    assert direct.fast is None
+    direct("x0", 10)  # compiles through Triton's launcher, then offers the fast launch
     assert triton_calls == [((5,), ("x0", 10), options)]
-    assert launches == [(5, 1, 1, 1002, "fn", "meta", None, None, None, x, 10, 1, 64) for x in ("x1", "x2")]
+    direct.fast("out", "inp")
+    direct.fast("out", "inp")
+    assert len(triton_calls) == 1
+    assert launches == [(5, 1, 1, 1002, "fn", "meta", None, None, None, 4096, 10, 1, 64)] * 2
+    # root_last: the last argument is each call's own (broadcast's source rank)
+    launches.clear()
+    rooted = _launch.DirectLaunch(Kernel(), 5, options, device, (4096, 0), root_last=True)
+    rooted("x0", 0)
+    rooted.fast("out", "inp", 3)
+    assert launches == [(5, 1, 1, 1002, "fn", "meta", None, None, None, 4096, 3, 1, 64)]
+
+
+def test_the_fast_launch_calls_the_c_entry_only_where_its_layout_is_known(monkeypatch):
+    import triton
+
+    entry = object()
+    run = types.SimpleNamespace(launch=entry, global_scratch_size=0, profile_scratch_size=0,
+                                launch_cooperative_grid=False, launch_pdl=False)
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    assert _launch._c_entry(run) is entry
+    assert _launch._c_entry(types.SimpleNamespace(**dict(vars(run), global_scratch_size=64))) is None  # scratch
+    assert _launch._c_entry(lambda *a: None) is None  # another launcher
+    monkeypatch.setattr(triton, "__version__", "3.9.0")
+    assert _launch._c_entry(run) is None  # another layout: Triton's own run
 
 
 def test_the_call_key_is_what_the_caller_passed():
@@ -130,3 +154,28 @@ def test_plans_are_capped_per_context_oldest_first(monkeypatch):
     assert [_launch.lookup(ctx, ("k", i)) is not None for i in range(5)] == [False, False, True, True, True]
     assert _launch.plan_for(ctx, ("k", 4), lambda: pytest.fail("a cached plan is not rebuilt"))() == 4
     _launch.forget(ctx)
+def test_a_plan_gives_way_to_its_fast_launch_and_clearing_workspaces_drops_both():
+    from iris.collectives.ops import _workspace
+
+    class Context:  # any weak-referenceable object stands for a context
+        pass
+
+    ctx, other, calls = Context(), Context(), []
+    launch = types.SimpleNamespace(fast=None)
+
+    def plan(*args):  # the first call compiles; then the launch offers its fast form
+        calls.append(("plan", args))
+        launch.fast = lambda *a: calls.append(("fast", a))
+        _launch.promote(ctx, "key", launch)
+
+    _launch.call(ctx, "key", lambda: plan, "out", "inp")
+    _launch.call(ctx, "key", lambda: pytest.fail("a cached plan is not rebuilt"), "out", "inp")
+    assert calls == [("plan", ("out", "inp")), ("fast", ("out", "inp"))]
+    _launch.call(other, "key", lambda: (lambda *a: calls.append(("other", a))), 1)  # another context: its own
+    assert calls[-1] == ("other", (1,)) and _launch.lookup(ctx, "key") is launch.fast
+    _workspace.clear(ctx)  # buffers freed: every plan made before is stale
+    assert _launch.lookup(ctx, "key") is None and _launch.lookup(other, "key") is None
+    _launch.forget(ctx)
+    _launch.forget(other)
+
+
