@@ -173,15 +173,23 @@ def scenario_broadcast(ctx):
                       heap=src % 2 == 1)
 
 
-def scenario_all_reduce_in_rounds(ctx):
-    # config.chunk: tensors off the heap reduced in rounds of 2 tiles through buffers of one round
-    # (4 rounds, the last ragged); in place, out of place, and with one side on the heap
+def scenario_in_rounds(ctx):
+    # config.chunk: tensors off the heap moved in rounds of 2 tiles through staging buffers of one
+    # round (4 rounds, the last ragged); in place, out of place, and with one side on the heap
     for i, variant in enumerate(("one_shot", "two_shot")):
         config = ccl.Config(variant=variant, block=64, width=16, chunk=128)
         for j, (heap_in, heap_out, in_place) in enumerate(((False, False, False), (False, False, True),
                                                            (True, False, False), (False, True, False))):
             run_all_reduce(ctx, 450, torch.bfloat16 if j % 2 else torch.float32, "sum", 9000 + 10 * i + j, config,
                            heap_in=heap_in, heap_out=heap_out, in_place=in_place)
+    pull = ccl.Config(block=64, width=16, chunk=128)  # of each rank's part
+    run_reduce_scatter(ctx, 450, torch.float32, "sum", 9100, config=pull)
+    run_reduce_scatter(ctx, 450, torch.bfloat16, "max", 9101, heap_in=True, config=pull)
+    run_all_gather(ctx, 450, torch.float32, 9102, config=pull)
+    run_all_gather(ctx, 300, torch.float16, 9103, rows=10, config=pull)
+    run_all_to_all(ctx, 450, torch.int32, 9104, config=pull)
+    run_all_to_all(ctx, 450, torch.float32, 9105, heap_in=True, config=pull)
+    run_broadcast(ctx, 450, torch.bfloat16, 9106, ctx.world_size - 1, config=pull)
 
 
 def scenario_back_to_back(ctx):

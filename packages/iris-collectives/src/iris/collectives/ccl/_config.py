@@ -32,9 +32,10 @@ class Config:
       two dividing ``block``; ``block // width`` rows per tile).
     - ``grid``: programs per rank (a persistent grid), at most the tiles and what is resident.
     - ``num_warps``: Triton's launch option.
-    - ``chunk`` (``all_reduce``): elements per round (a multiple of ``block``) when a tensor is
-      not on the heap: the call runs in rounds whose staging buffers are reused, small enough
-      to stay in L2. ``None``: one round.
+    - ``chunk``: elements per round (a multiple of ``block``; of each rank's part for
+      reduce_scatter, all_gather and all_to_all) when the call stages through the heap (a tensor
+      not on the heap): the call runs in rounds whose staging buffers are reused, small enough to
+      stay in L2. ``None``: one round.
     """
 
     variant: str | None = None

@@ -94,14 +94,13 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, rank: tl.con
 def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_SHOT: tl.constexpr,
                       STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # One call's worth of all_reduce_kernel on n elements.
-    rank, world_size = ctx.rank, ctx.world_size
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     if STAGE_IN:
         for t in range(tiles.first, tiles.stop, tiles.step):
             offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
             mask = offsets < n
             if TWO_SHOT:  # peers read only their own shares of this rank's tile
-                mask = mask & (own_share_rows(t, BLOCK_M, rank, world_size) == 0)[:, None]
+                mask = mask & (own_share_rows(t, BLOCK_M, ctx.rank, ctx.world_size) == 0)[:, None]
             tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
     s = FlatView(src, n, rows, BLOCK_N)
     o = FlatView(out, n, rows, BLOCK_N)
@@ -120,7 +119,7 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_S
             # "done" has returned: every peer's share of this program's tiles is in dst
             for t in range(tiles.first, tiles.stop, tiles.step):
                 offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
-                mask = (offsets < n) & (own_share_rows(t, BLOCK_M, rank, world_size) == 0)[:, None]
+                mask = (offsets < n) & (own_share_rows(t, BLOCK_M, ctx.rank, ctx.world_size) == 0)[:, None]
                 tl.store(out + offsets, tl.load(dst + offsets, mask=mask), mask=mask)
     elif STAGE_IN:
         all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP, FlatView(inp, n, rows, BLOCK_N))
@@ -129,32 +128,46 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_S
 
 
 @triton.jit
-def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, rank: tl.constexpr,
+def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, chunk, rank: tl.constexpr,
                           world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr):
     """``out = reduce over ranks of chunk rank of inp`` (chunks of ``m`` elements). It is
     ``all_reduce_one_shot`` on the program's range of tiles of chunk ``rank``: every rank reads
     chunk ``rank`` of every peer's ``src`` (chunk ``j`` at ``src + j * src_stride``: ``inp``
     itself on the heap, else the staging buffer, whose chunks start at tile boundaries, and which
-    holds only the chunks peers read) and its own chunk of ``inp``, and reduces them into ``out``."""
+    holds only the chunks peers read) and its own chunk of ``inp``, and reduces them into ``out``.
+    In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`."""
     ctx = DeviceContext.initialize(context, rank, world_size)
-    tiles, rows = _program_tiles(m, BLOCK_M, BLOCK_N)
+    for base in range(0, m, chunk):
+        if STAGE_IN:
+            round_src = src
+        else:
+            round_src = src + base
+        _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base),
+                              src_stride, OP, STAGE_IN, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _reduce_scatter_round(ctx, inp, src, out, locks, m, n, src_stride, OP: tl.constexpr, STAGE_IN: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # One call's worth of reduce_scatter_kernel on n elements of each chunk (chunks m apart in inp).
+    tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     if STAGE_IN:
         for t in range(tiles.first, tiles.stop, tiles.step):
             offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
-            mask = offsets < m
-            for j in tl.static_range(world_size):
-                if j != rank:
+            mask = offsets < n
+            for j in tl.static_range(ctx.world_size):
+                if j != ctx.rank:
                     tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
-    peers_read = FlatView(src + rank * src_stride, m, rows, BLOCK_N)
-    all_reduce_one_shot_op(ctx, tiles, peers_read, FlatView(out, m, rows, BLOCK_N), locks, OP,
-                           FlatView(inp + rank * m, m, rows, BLOCK_N))
+    peers_read = FlatView(src + ctx.rank * src_stride, n, rows, BLOCK_N)
+    all_reduce_one_shot_op(ctx, tiles, peers_read, FlatView(out, n, rows, BLOCK_N), locks, OP,
+                           FlatView(inp + ctx.rank * m, n, rows, BLOCK_N))
 
 
 @triton.jit
 def _pull_tile(ctx, inp, src, out, m, src_stride, offsets, mask, root, MODE: tl.constexpr):
     # Read this tile of what this rank needs from the peers' src (its own part from inp) and
-    # store it into out.
+    # store it into out (rank p's part m elements after rank p - 1's).
     if MODE == BROADCAST:
         if ctx.rank != root:
             tl.store(out + offsets, load(src + offsets, ctx.rank, root, ctx.heap_bases, mask=mask), mask=mask)
@@ -175,8 +188,9 @@ def _pull_tile(ctx, inp, src, out, m, src_stride, offsets, mask, root, MODE: tl.
 
 
 @triton.jit(do_not_specialize=["root"])
-def pull_kernel(context, inp, src, out, locks, m, src_stride, root, rank: tl.constexpr, world_size: tl.constexpr,
-                MODE: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def pull_kernel(context, inp, src, out, locks, m, src_stride, chunk, root, rank: tl.constexpr,
+                world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
     """all_gather (``MODE`` GATHER), all_to_all or broadcast from ``root``, ``m`` elements per
     chunk, by pulling from the peers' heap ``src`` (``inp`` on the heap, else staged here: only
     what peers read).
@@ -185,33 +199,46 @@ def pull_kernel(context, inp, src, out, locks, m, src_stride, root, rank: tl.con
     signal every peer "my src tiles are ready", wait for every peer's, read, signal "done
     reading yours", wait until every peer is done reading this rank's. So ``src`` may be
     overwritten by the next call at once, and ``out`` may be any tensor (only this rank writes
-    it)."""
-    call: tl.constexpr = _pull_call(MODE)
+    it). In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`."""
     ctx = DeviceContext.initialize(context, rank, world_size)
-    tiles, rows = _program_tiles(m, BLOCK_M, BLOCK_N)
+    for base in range(0, m, chunk):
+        if STAGE_IN:
+            round_src = src
+        else:
+            round_src = src + base
+        _pull_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base), src_stride, root,
+                    MODE, STAGE_IN, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _pull_round(ctx, inp, src, out, locks, m, n, src_stride, root, MODE: tl.constexpr, STAGE_IN: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # One call's worth of pull_kernel on n elements of each chunk (chunks m apart in inp and out).
+    call: tl.constexpr = _pull_call(MODE)
+    tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     if STAGE_IN:
         # this program's tiles of every chunk peers will read, into the heap staging
         for t in range(tiles.first, tiles.stop, tiles.step):
             offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
-            mask = offsets < m
+            mask = offsets < n
             if MODE == ALL_TO_ALL:
-                for j in tl.static_range(world_size):
-                    if j != rank:
+                for j in tl.static_range(ctx.world_size):
+                    if j != ctx.rank:
                         tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask),
                                  mask=mask)
             elif MODE == BROADCAST:
-                if rank == root:
+                if ctx.rank == root:
                     tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
             else:
                 tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
-    if world_size > 1:
-        slot, record, epoch = enter_range(tiles, FlatView(out, m, rows, BLOCK_N), locks, call)
+    if ctx.world_size > 1:
+        slot, record, epoch = enter_range(tiles, FlatView(out, n, rows, BLOCK_N), locks, call)
         # no peer can leave this call before this rank's "done": their signatures hold
         signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
     for t in range(tiles.first, tiles.stop, tiles.step):
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
-        _pull_tile(ctx, inp, src, out, m, src_stride, offsets, offsets < m, root, MODE)
-    if world_size > 1:
+        _pull_tile(ctx, inp, src, out, m, src_stride, offsets, offsets < n, root, MODE)
+    if ctx.world_size > 1:
         signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 

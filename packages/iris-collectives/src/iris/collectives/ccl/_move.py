@@ -20,9 +20,10 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
                  ctx.device.type, config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
-    tiles = -(-m // block)
-    cap = _launch.capacity(tiles)
     stage_in = W > 1 and not ctx.is_symmetric(inp)
+    chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
+    tiles = -(-chunk // block)
+    cap = _launch.capacity(tiles)
     chunks = W if name == "all_to_all" else 1
     ws_key = (f"ccl.{name}", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
 
@@ -37,12 +38,12 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     stride = cap * block if stage_in else m
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BLOCK_M=block // width,
                       BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, 0)
+    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
     run = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs, root_last=True)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, root)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, root)
         _launch.promote(ctx, key, run)
 
     return plan

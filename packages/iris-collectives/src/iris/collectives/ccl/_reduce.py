@@ -122,9 +122,10 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     cfg = choose("reduce_scatter", inp.numel() * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type,
                  config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
-    tiles = _tiles(m, block)
-    cap = _launch.capacity(tiles)
     stage_in = W > 1 and not ctx.is_symmetric(inp)
+    chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
+    tiles = _tiles(chunk, block)
+    cap = _launch.capacity(tiles)
     ws_key = ("ccl.reduce_scatter", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
 
     def make(ctx):
@@ -139,11 +140,11 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     stride = cap * block if stage_in else m
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width,
                       BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out, locks, m, stride)
+    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk)
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk)
         _launch.promote(ctx, key, run)
 
     return plan
