@@ -24,7 +24,7 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     """``out = op(inp of every rank)`` on every rank, element by element; returns ``out``.
 
     ``op``: ``"sum"``, ``"avg"``, ``"max"``, ``"min"`` or ``"prod"``. ``out`` has ``inp``'s shape
-    and dtype (fp32, fp16, bf16, int32, int64; avg needs a float dtype) and may be ``inp`` (in
+    and dtype (fp32, fp64, fp16, bf16, int32, int64; avg needs a float dtype) and may be ``inp`` (in
     place). fp16 and bf16 are reduced in fp32 and rounded once (to nearest even); every rank
     reduces in rank order, so all ranks get bit-identical results. Any contiguous tensor on the
     context's device works: a tensor on the symmetric heap is read by the peers where it is (on
