@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._compiling import is_compiling, traced
 from .._sync import LOCK_WORDS
 from . import _checks, _launch
 from ._config import choose
@@ -34,6 +35,8 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     it replays correctly. ``config``: a :class:`Config` forcing the variant (``one_shot``,
     ``two_shot``) or tiling; see docs/ccl.md.
     """
+    if is_compiling():
+        return traced().collective("all_reduce", ctx, out, inp, op, config=config)
     key = _launch.call_key(("all_reduce", op), config, out, inp)
     _launch.call(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config), out, inp)
     return out
@@ -104,6 +107,8 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     rounding, tensors, streams and graphs as for :func:`all_reduce`; ``out`` must not overlap
     ``inp``. Collective.
     """
+    if is_compiling():
+        return traced().collective("reduce_scatter", ctx, out, inp, op, config=config)
     key = _launch.call_key(("reduce_scatter", op), config, out, inp)
     _launch.call(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config), out, inp)
     return out

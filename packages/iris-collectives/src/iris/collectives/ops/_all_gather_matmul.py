@@ -26,6 +26,7 @@ import triton.language as tl
 from iris.device import round_to, translate
 
 from .. import _host
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
 from ._checks import check_inputs, check_matrix
@@ -239,6 +240,8 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     ``out.dtype``. The shard is copied to a cached heap buffer each call (peers read it there).
     Collective; enqueued on torch's current stream; no barrier between calls.
     """
+    if is_compiling():
+        return traced().fused("all_gather_matmul", ctx, out, a_shard, b, bias, config=config)
     check_inputs(CALL, ctx, out, a_shard, b, bias)
     m_local, N, K = a_shard.shape[0], b.shape[1], a_shard.shape[1]
     M = m_local * ctx.world_size

@@ -21,6 +21,7 @@ from iris.device import round_to
 
 from .. import _host
 from .._all_reduce import all_reduce_one_shot, all_reduce_two_shot
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._views import TensorView, Tile
 from ._checks import check_inputs, check_matrix
@@ -84,6 +85,8 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     every rank calls it with the same shapes and config. Enqueued on torch's current stream; no
     host barrier is needed between calls.
     """
+    if is_compiling():
+        return traced().fused("matmul_all_reduce", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))

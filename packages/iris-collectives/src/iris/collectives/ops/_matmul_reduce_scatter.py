@@ -27,6 +27,7 @@ from iris.device import round_to
 
 from .. import _host
 from .._all_reduce import _sum_in_rank_order
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signal_all, wait_at_least
 from .._views import Tile
@@ -106,6 +107,8 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     ``M``), ``bias`` an optional ``[N]`` added once after the sum. fp32 accumulation, one rounding
     to ``out.dtype``. Collective; enqueued on torch's current stream; no barrier between calls.
     """
+    if is_compiling():
+        return traced().fused("matmul_reduce_scatter", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     m_local = check_rows_divide(CALL, "a", M, ctx.world_size)
