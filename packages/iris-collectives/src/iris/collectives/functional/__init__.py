@@ -14,20 +14,20 @@ directly otherwise (the operator's dispatch costs more host time than their whol
   :func:`matmul_all_gather`: as in :mod:`iris.collectives.ops`, ``(ctx, a, b, bias=None,
   config=None, out_dtype=None)``, the result in ``out_dtype`` (default ``a``'s).
 
-Gradients follow tensor parallelism's convention. There is one loss; every rank computes it the
-same way from what it holds. A *replicated* result (``all_reduce``, ``all_gather``, ``broadcast``,
-``matmul_all_reduce``, ``matmul_all_gather``: every rank holds all of it) is one value: its
-gradient is the same on every rank, and an all-reduce passes it back as it is, with no
-communication. A *per-rank* result (``reduce_scatter``, ``all_to_all``, ``matmul_reduce_scatter``,
-``all_gather_matmul``: a shard, or this rank's columns) carries this rank's own gradient. An
-input that several ranks' results used gets the sum of their gradients (``all_gather_matmul``'s
-``a_shard``: a ``matmul_reduce_scatter``). An input the op requires to be the same on every rank
-(the bias of ``matmul_all_reduce`` and ``matmul_reduce_scatter``, ``b`` and the bias of
-``matmul_all_gather``) is one value too: its gradient, the same on every rank, sums what every
-rank's result used. A replicated tensor that then feeds per-rank computation (the input of a
-column-parallel layer) needs its gradients summed over the ranks: the modules of
-:mod:`iris.collectives.nn` do that. Only ``op="sum"`` and ``"avg"`` reductions are
-differentiable. Every rank must ask for the same gradients (they may communicate).
+Gradients: each rank's tensors are its own variables, a rank's gradient of a result is its own
+part, and an input's gradient sums the parts of every rank's results that used it: the exact
+adjoint of the forward. ``all_gather``'s gradient is a ``reduce_scatter``, ``reduce_scatter``'s an
+``all_gather``, ``all_gather_matmul``'s (for its input) a ``matmul_reduce_scatter`` and
+``matmul_reduce_scatter``'s an ``all_gather_matmul``; ``broadcast`` sums onto its source. One
+exception, tensor parallelism's convention (Megatron-LM's): the all-reduces (``all_reduce``,
+``matmul_all_reduce``) make a replicated result that every rank then consumes the same way, so
+every rank holds the whole gradient, the same, and it passes back as it is, with no
+communication; ``matmul_all_reduce``'s bias, added once, is one value with that gradient's sums.
+A tensor that is the same on every rank and that each rank consumes its own way (the input of a
+column-parallel layer, a bias added to each rank's own rows) gets its gradients summed over the
+ranks with :func:`sum_gradients`; the layers of :mod:`iris.collectives.nn` do that. Only
+``op="sum"`` and ``"avg"`` reductions are differentiable. Every rank must ask for the same
+gradients (a backward may communicate).
 
 The operators take the context as a small integer handle (see :func:`handle_of`) and a config as
 a string: torch operators take no Python objects.
@@ -61,13 +61,13 @@ def all_reduce(ctx, x: torch.Tensor, op: str = "sum", config=None) -> torch.Tens
 
 def reduce_scatter(ctx, x: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
     """Chunk ``rank`` along dim 0 of ``op`` over every rank's ``x`` (``x.shape[0]`` a multiple of the
-    world size). Gradient: every rank's output gradient, all-gathered."""
+    world size). Gradient: every rank's gradient, all-gathered."""
     return torch.ops.iris.reduce_scatter(handle_of(ctx), x, op, _ccl_config(config, "reduce_scatter"))
 
 
 def all_gather(ctx, x: torch.Tensor, config=None) -> torch.Tensor:
-    """Every rank's ``x`` concatenated along dim 0, in rank order. Gradient: this rank's rows of the
-    output's."""
+    """Every rank's ``x`` concatenated along dim 0, in rank order. Gradient: every rank's gradient,
+    reduce-scattered (summed over the ranks, this rank's rows)."""
     return torch.ops.iris.all_gather(handle_of(ctx), x, _ccl_config(config, "all_gather"))
 
 
@@ -78,23 +78,24 @@ def all_to_all(ctx, x: torch.Tensor, config=None) -> torch.Tensor:
 
 
 def broadcast(ctx, x: torch.Tensor, src: int, config=None) -> torch.Tensor:
-    """Rank ``src``'s ``x`` on every rank, as a new tensor. Gradient: the output's on rank ``src``,
-    zero elsewhere."""
+    """Rank ``src``'s ``x`` on every rank, as a new tensor. Gradient: every rank's, summed, on rank
+    ``src``; zero elsewhere."""
     return torch.ops.iris.broadcast(handle_of(ctx), x, src, _ccl_config(config, "broadcast"))
 
 
 def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``sum over ranks of a @ b, + bias`` (``a`` ``[M, K/W]``, ``b`` ``[K/W, N]``; the bias the same on
-    every rank), replicated; see :func:`iris.collectives.ops.matmul_all_reduce`."""
+    every rank), replicated: its gradient passes the all-reduce as it is; see
+    :func:`iris.collectives.ops.matmul_all_reduce`."""
     return torch.ops.iris.matmul_all_reduce(handle_of(ctx), a, b, bias, _ops_config(config, "matmul_all_reduce"),
                                             out_dtype)
 
 
 def matmul_reduce_scatter(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
                           out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """This rank's ``M / W`` rows of ``sum over ranks of a @ b``, ``+ bias`` (the same on every rank);
-    see :func:`iris.collectives.ops.matmul_reduce_scatter`."""
+    """This rank's ``M / W`` rows of ``sum over ranks of a @ b``, ``+ bias``; ``a``'s gradient is an
+    ``all_gather_matmul``; see :func:`iris.collectives.ops.matmul_reduce_scatter`."""
     return torch.ops.iris.matmul_reduce_scatter(handle_of(ctx), a, b, bias,
                                                 _ops_config(config, "matmul_reduce_scatter"), out_dtype)
 
@@ -102,14 +103,15 @@ def matmul_reduce_scatter(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Ten
 def all_gather_matmul(ctx, a_shard: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``all_gather(a_shard, dim 0) @ b + bias`` with this rank's ``b`` and ``bias`` (a column block);
-    see :func:`iris.collectives.ops.all_gather_matmul`."""
+    ``a_shard``'s gradient is a ``matmul_reduce_scatter``; see
+    :func:`iris.collectives.ops.all_gather_matmul`."""
     return torch.ops.iris.all_gather_matmul(handle_of(ctx), a_shard, b, bias,
                                             _ops_config(config, "all_gather_matmul"), out_dtype)
 
 
 def matmul_all_gather(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``all_gather(a @ b + bias, dim 0)`` (``b`` and ``bias`` the same on every rank), replicated; see
+    """``all_gather(a @ b + bias, dim 0)``; its gradient is reduce-scattered, then local GEMMs; see
     :func:`iris.collectives.ops.matmul_all_gather`."""
     return torch.ops.iris.matmul_all_gather(handle_of(ctx), a, b, bias, _ops_config(config, "matmul_all_gather"),
                                             out_dtype)

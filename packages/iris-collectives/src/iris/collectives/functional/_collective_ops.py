@@ -8,10 +8,11 @@ implementation and calls it as one node. Not a ``triton_op``: a call is more tha
 agreed with the peers), and the kernels wait on flags of the other ranks, so nothing is gained by
 letting the compiler fuse into or reorder their launches.
 
-Gradients follow the tensor-parallel convention of :mod:`iris.collectives.functional` (one loss;
-a replicated output's gradient is the same on every rank): ``all_reduce`` passes it back as it
-is (``avg``: divided by the world size), ``all_gather`` keeps this rank's rows, ``reduce_scatter``
-all-gathers, ``all_to_all`` sends each chunk back, ``broadcast`` gives it to the source rank.
+Gradients follow the convention of :mod:`iris.collectives.functional`: exact adjoints
+(``all_gather`` reduce-scatters the gradients, ``reduce_scatter`` all-gathers them, ``all_to_all``
+sends each chunk back, ``broadcast`` sums them onto the source rank), except ``all_reduce``,
+whose replicated result's gradient, the same on every rank, passes back as it is (``avg``:
+divided by the world size).
 """
 
 from __future__ import annotations
@@ -131,10 +132,8 @@ def _setup_gather(ctx, inputs, output):
 
 
 def _all_gather_backward(ctx, grad):
-    # the gathered tensor is replicated: every rank holds its whole gradient; this rank's rows are its input's
-    context = context_of(ctx.handle, "iris::all_gather")
-    rows = ctx.shape[0] if len(ctx.shape) else 1
-    return None, grad.narrow(0, context.rank * rows, rows).reshape(ctx.shape), None
+    # every rank's copy of these rows has its own gradient (its consumers'): their sum is the input's
+    return None, torch.ops.iris.reduce_scatter(ctx.handle, grad.contiguous()).reshape(ctx.shape), None
 
 
 all_gather.register_autograd(_all_gather_backward, setup_context=_setup_gather)
@@ -188,7 +187,9 @@ def _setup_broadcast(ctx, inputs, output):
 
 
 def _broadcast_backward(ctx, grad):
-    # the result is replicated (its gradient the same on every rank) and is the source's tensor alone
+    # every rank's copy is the source's tensor: the sum of their gradients is its gradient, the
+    # other ranks' inputs have none (every rank takes part in the sum: it is a collective)
+    grad = torch.ops.iris.all_reduce(ctx.handle, grad.contiguous())
     if context_of(ctx.handle, "iris::broadcast").rank != ctx.src:
         grad = torch.zeros_like(grad)
     return None, grad, None, None

@@ -5,21 +5,26 @@ with fake (shape) implementations and gradients built from the library's own ops
 
 Opaque ``custom_op`` nodes to the compiler, for the reasons given in :mod:`._collective_ops`.
 
-Gradients (the convention of :mod:`iris.collectives.functional`; ``g`` is the output's gradient,
-``W`` the world size, ``r`` this rank; the output's gradient is cast to the inputs' dtype first):
+Gradients (the convention of :mod:`iris.collectives.functional`; ``g`` is this rank's gradient of
+the result, cast to the inputs' dtype first; ``b`` and ``bias`` are this rank's):
 
-- ``matmul_all_reduce``, ``out = sum_p a_p @ b_p + bias``, replicated: ``g`` is the same on every
-  rank, and the all-reduce passes it back as it is: ``da = g @ b^T``, ``db = a^T @ g``, ``dbias =
-  g.sum(0)`` (the bias is one value, the same on every rank).
+- ``matmul_all_reduce``, ``out = sum_p a_p @ b_p + bias``, replicated and consumed the same way on
+  every rank: ``g`` is the whole gradient, the same on every rank, and passes the all-reduce as it
+  is: ``da = g @ b^T``, ``db = a^T @ g``, ``dbias = g.sum(0)`` (the bias is added once: one value).
 - ``all_gather_matmul``, ``out_r = A @ b_r + bias_r`` with ``A = cat_p a_p``: ``A``'s gradient is
   the sum over ranks of ``g_q @ b_q^T``, of which this rank's rows are ``a_r``'s:
   ``da = matmul_reduce_scatter(g, b^T)``; ``db = all_gather(a)^T @ g``; ``dbias = g.sum(0)``.
-- ``matmul_reduce_scatter``, ``out_r = (sum_p a_p @ b_p)[rows of r] + bias``: the sum's gradient
+- ``matmul_reduce_scatter``, ``out_r = (sum_p a_p @ b_p)[rows of r] + bias_r``: the sum's gradient
   is every rank's ``g`` gathered, ``G``: ``da = all_gather_matmul(g, b^T)`` (``= G @ b^T``),
-  ``db = a^T @ all_gather(g)``, ``dbias = all_reduce(g.sum(0))`` (one bias, every rank's rows).
-- ``matmul_all_gather``, ``out = cat_p (a_p @ b + bias)``, replicated: this rank's rows of ``g``,
-  ``g_r``, are its product's gradient: ``da = g_r @ b^T``; ``b`` and ``bias`` are one value used by
-  every rank's rows: ``db = matmul_all_reduce(a^T, g_r)``, ``dbias = all_reduce(g_r.sum(0))``.
+  ``db = a^T @ all_gather(g)``, ``dbias = g.sum(0)``.
+- ``matmul_all_gather``, ``out = cat_p (a_p @ b_p + bias_p)``: this rank's product's gradient is
+  the sum of every rank's gradient of its rows, ``g_r = reduce_scatter(g)``: ``da = g_r @ b^T``,
+  ``db = a^T @ g_r``, ``dbias = g_r.sum(0)``.
+
+A bias or weight that is one value on every rank but used by each rank's own rows (the bias of a
+sequence-parallel row layer) needs its gradients summed over the ranks:
+:func:`iris.collectives.functional.sum_gradients` does it, the layers of :mod:`iris.collectives.nn`
+use it.
 
 ``G`` is gathered twice in ``matmul_reduce_scatter``'s gradient when both ``a`` and ``b`` need one
 (inside ``all_gather_matmul`` and once more for ``db``), and ``A`` once more in
@@ -140,18 +145,17 @@ def _matmul_reduce_scatter_backward(ctx, grad):
     g = grad.to(a.dtype).contiguous()
     da = torch.ops.iris.all_gather_matmul(ctx.handle, g, b.t()) if need[1] else None
     db = a.t() @ torch.ops.iris.all_gather(ctx.handle, g) if need[2] else None
-    dbias = torch.ops.iris.all_reduce(ctx.handle, g.sum(0)) if need[3] else None
+    dbias = g.sum(0) if need[3] else None
     return _grads(ctx, da, db, dbias)
 
 
 def _matmul_all_gather_backward(ctx, grad):
     a, b = ctx.saved_tensors
     need = _needs(ctx)
-    rows = a.shape[0]
-    g = grad.to(a.dtype).narrow(0, context_of(ctx.handle, "iris::matmul_all_gather").rank * rows, rows)
+    g = torch.ops.iris.reduce_scatter(ctx.handle, grad.to(a.dtype).contiguous())
     da = g @ b.t() if need[1] else None
-    db = torch.ops.iris.matmul_all_reduce(ctx.handle, a.t(), g) if need[2] else None
-    dbias = torch.ops.iris.all_reduce(ctx.handle, g.sum(0)) if need[3] else None
+    db = a.t() @ g if need[2] else None
+    dbias = g.sum(0) if need[3] else None
     return _grads(ctx, da, db, dbias)
 
 

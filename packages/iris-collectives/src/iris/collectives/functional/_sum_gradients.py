@@ -23,9 +23,10 @@ class SumGradients(torch.autograd.Function):
 def sum_gradients(ctx, x: torch.Tensor) -> torch.Tensor:
     """``x`` unchanged; its gradient becomes the sum over ranks of the gradients that reach it.
 
-    For a replicated tensor (the same on every rank) that per-rank computation consumes, as the
-    input of a column-parallel layer is: each rank's gradient is then only its part (its columns'
-    contribution), and the tensor's gradient is their sum, an ``all_reduce`` (Megatron-LM's
-    "copy to the tensor-parallel region"). The fused ops that gather their input
-    (``all_gather_matmul``) need none: their gradient already sums over the ranks."""
+    For a tensor that is the same on every rank and that each rank consumes its own way: the input
+    of a column-parallel layer (each rank multiplies it by its own columns), a bias added to each
+    rank's own rows (a sequence-parallel row layer's). Each rank's gradient is then only its part,
+    and the tensor's gradient is their sum, an ``all_reduce`` (Megatron-LM's "copy to the
+    tensor-parallel region"). The ops that gather (``all_gather``, ``all_gather_matmul``) need
+    none: their gradients already sum over the ranks."""
     return SumGradients.apply(x, handle_of(ctx))

@@ -138,7 +138,7 @@ class RowParallelLinear(_ParallelLinear):
       through ``matmul_all_reduce`` (backward: local GEMMs, the gradient passes the all-reduce as it is).
     - ``sequence_parallel=True``: ``x`` is ``[S, ..., in / W]``, ``y`` this rank's rows along dim 0,
       ``[S / W, ..., out]``, through ``matmul_reduce_scatter`` (backward: ``all_gather_matmul``); the
-      bias's gradient sums every rank's rows.
+      bias's gradient sums every rank's rows (:func:`~iris.collectives.functional.sum_gradients`).
 
     ``in_features`` (and ``S`` with sequence parallelism) must be multiples of the world size.
     ``dtype``, ``config``: as for :class:`ColumnParallelLinear`.
@@ -181,5 +181,7 @@ class RowParallelLinear(_ParallelLinear):
             raise IrisUsageError(f"{self.call}: sequence_parallel splits dim 0 of the input over {self.world_size} "
                                  f"ranks, but it has {x.shape[0]} rows (shape {tuple(x.shape)}); pad it to a "
                                  f"multiple of {self.world_size}")
-        y = torch.ops.iris.matmul_reduce_scatter(self.handle, rows, self.weight.t(), self.bias, self.config)
+        # the bias is one value that each rank adds to its own rows: its gradient sums the ranks'
+        bias = None if self.bias is None else SumGradients.apply(self.bias, self.handle)
+        y = torch.ops.iris.matmul_reduce_scatter(self.handle, rows, self.weight.t(), bias, self.config)
         return y.reshape(x.shape[0] // self.world_size, *x.shape[1:-1], self.out_features)
