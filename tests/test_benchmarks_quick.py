@@ -102,6 +102,7 @@ def test_rma_short_gpu_calls_are_timed_in_batches(monkeypatch):
     import torch
     import triton.testing
 
+    monkeypatch.syspath_prepend(BENCH)  # the benchmarks import their shared module, common.py, from beside them
     spec = importlib.util.spec_from_file_location("rma_bandwidth_under_test", os.path.join(BENCH, "rma_bandwidth.py"))
     rma = importlib.util.module_from_spec(spec)
     monkeypatch.setattr(sys, "argv", ["rma_bandwidth.py"])
@@ -157,8 +158,8 @@ def test_multinode_model_writes_its_tables(tmp_path):
 
 @pytest.mark.multirank
 def test_ccl_host_times_the_python_of_a_call(tmp_path):
-    proc = run_ranks(2, os.path.join(BENCH, "ccl_host.py"), "--calls", "50", "--rounds", "2", "--out", str(tmp_path),
-                     timeout=600)
+    proc = run_ranks(2, os.path.join(BENCH, "ccl.py"), "--host", "--calls", "50", "--rounds", "2", "--out",
+                     str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "ccl_host_2ranks*.json").with_suffix("")
     assert json.loads(stem.with_suffix(".json").read_text()), proc.stdout
     assert stem.with_suffix(".md").read_text().strip(), proc.stdout

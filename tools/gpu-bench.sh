@@ -41,7 +41,7 @@ for s in $stages; do
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
       done ;;
-    ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl_host.py ;;
+    ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl.py --host ;;
     fused) step "fused_${FUSED_RANKS:-2}" $MPI -n "${FUSED_RANKS:-2}" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac
