@@ -4,35 +4,24 @@
     mpirun --allow-run-as-root --oversubscribe -n 4 python3 -m mpi4py benchmarks/ccl.py   # 4 ranks on one GPU (MPS)
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --write-table            # tune, rewrite ccl/_table.py
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --quick                  # cpu backend, tiny sizes
+    mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --host [--calls 20000]   # microseconds of Python per call
 
-For each dtype (``--dtypes``, bf16 and fp32), size (``--sizes``: the larger buffer per rank, as in
-nccl-tests: the input of all_reduce, reduce_scatter, all_to_all and broadcast, the output of
-all_gather) and collective, side by side in one run, time per call in microseconds (the slowest
-rank; every rank calls back to back, no host barrier between calls):
+For each dtype (``--dtypes``), size (``--sizes``: the larger buffer per rank, as in nccl-tests) and
+collective, in microseconds per call of the slowest rank (every rank calls back to back): ``ccl`` on
+plain tensors (staged inside the kernel) and on heap tensors, eager and in a CUDA graph of
+``--graph`` calls; the peer (NCCL one rank per GPU; torch's symmetric-memory one-shot and two-shot
+all-reduce where ranks share a GPU: a gloo group and ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``);
+the floor (every rank copying ``size`` bytes at once; reduce-scatter ``size + size / W``); the ratios
+``ccl / torch``, ``ccl / floor`` and ``plain / heap``. Every call is checked once before it is timed.
+``--write-table`` times every candidate (``CANDIDATES``) too and rewrites the selection table
+(``--table-out`` elsewhere) with the fastest per size class, for this backend, world size and ranks
+per GPU. Writes ``results/ccl_<W>ranks[_<G>gpu][_quick].{json,md,png}`` after every size (a run cut
+short keeps what it measured). docs/ccl.md says how to read them.
 
-- ``ccl``: the call on plain torch tensors (staged through the heap inside the kernel), eager and
-  captured in a CUDA graph (``--graph`` calls per graph, the replay timed);
-- ``heap``: the same call on tensors allocated on the symmetric heap (no staging), eager and in a graph;
-- the peer: several ranks on one GPU, torch symmetric memory's ``one_shot_all_reduce`` and
-  ``two_shot_all_reduce_`` on symmetric buffers (a gloo group and
-  ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``), eager and in a graph; one rank per GPU, NCCL
-  through ``torch.distributed``. torch has no symmetric-memory op for the other collectives, so
-  those compare with the floor only;
-- the floor: every rank copying ``size`` bytes at the same moment (``dst.copy_(src)``: the least
-  traffic an all-reduce, all-gather, all-to-all or broadcast needs, each rank reading and writing
-  its bytes once; reduce-scatter needs ``size + size / W``, scaled from it).
-
-Ratios: ``ccl / torch`` (the faster torch op, eager against eager and graph against graph),
-``ccl / floor`` and ``plain / heap``. Every ccl call is checked once (small integers, exact
-results) before it is timed.
-
-``--write-table`` also times every candidate variant and tiling (``CANDIDATES``) and rewrites
-``packages/iris-collectives/src/iris/collectives/ccl/_table.py`` (``--table-out`` elsewhere) with
-the fastest per size class (by graph time on the GPU, where the host does not hide the kernel),
-for this backend, world size and ranks per GPU (other rows are kept).
-
-Writes ``benchmarks/results/ccl_<W>ranks[_<G>gpu][_quick].{json,md,png}`` (``_<G>gpu`` when the W
-ranks share G GPUs) after every size, so that a run cut short keeps what it measured.
+``--host``: the host's microseconds per call, 4 KiB fp32, plain and heap tensors: ``dispatch`` (the
+launch replaced by a no-op: what iris adds; any backend) and, on the GPU, ``enqueue`` (``--calls``
+real calls in a row), next to an empty Triton kernel (Triton's launcher, the plans' direct launch)
+and the peer's call; the slowest rank's median of ``--rounds``; ``results/ccl_host_<W>ranks[_cpu].*``.
 """
 
 from __future__ import annotations
@@ -44,7 +33,7 @@ import json
 import os
 import pprint
 import signal
-import socket
+import statistics
 import sys
 import time
 
@@ -55,10 +44,12 @@ if "--quick" in sys.argv:
     os.environ.setdefault("IRIS_BACKEND", "cpu")
 
 import torch
+import triton
+from common import NO_PLOT, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
-from iris.collectives.ccl import _table
+from iris.collectives.ccl import _launch, _table
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -117,6 +108,9 @@ def parse_args(argv=None):
                         "ranks on one H200: pass 1M there)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--no-heap", action="store_true", help="skip the calls on heap tensors")
+    p.add_argument("--host", action="store_true", help="the host's microseconds per call instead (see above)")
+    p.add_argument("--calls", type=int, default=5000, help="with --host: calls per measurement")
+    p.add_argument("--rounds", type=int, default=5, help="with --host: measurements, the median counts")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
     if args.sizes is None:
@@ -278,33 +272,13 @@ class Peer:
                 self.reason, self.kind = reasons[0], None
 
     def _init(self):
-        import torch.distributed as dist
-
-        self.dist = dist
         one_per_gpu = self.ctx.ranks_on_device == 1
-        port = None
-        if self.ctx.rank == 0:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        port = self.ctx.comm.bcast(port, root=0)
         torch.cuda.set_device(self.ctx.device)
-        dist.init_process_group("nccl" if one_per_gpu else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                rank=self.ctx.rank, world_size=self.ctx.world_size,
-                                device_id=self.ctx.device if one_per_gpu else None)
+        self.dist = torch_group(self.ctx, "nccl" if one_per_gpu else "gloo")
         if one_per_gpu:
             self.kind = "nccl"
         else:
-            import torch.distributed._symmetric_memory as symm_mem
-
-            self.symm_mem, self.kind = symm_mem, "torch symm_mem"
-            self.group = dist.group.WORLD.group_name
-            enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-            if enable is not None:
-                try:
-                    enable(self.group)
-                except Exception:  # newer torch: nothing to enable
-                    pass
+            (self.symm_mem, self.group), self.kind = symm_mem_group(), "torch symm_mem"
 
     def calls(self, case: Case) -> dict:
         """label -> a call of the peer on ``case``'s data (empty when it has no such collective)."""
@@ -534,13 +508,9 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     names = list(dict.fromkeys(p["collective"] for p in result["points"]))
     dnames = result["dtypes"]
     fig, axes = plt.subplots(len(dnames), len(names), figsize=(4.2 * len(names), 3.6 * len(dnames)), squeeze=False)
@@ -633,12 +603,176 @@ def with_earlier_points(result: dict, path: str) -> dict:
     return dict(result, points=points, dtypes=dtypes, notes=[*result["notes"], note])
 
 
+# --- --host: the host's time per call ------------------------------------------------------------
+
+@triton.jit
+def empty_kernel(x):
+    """Does nothing: its launch is what any Triton launch from Python costs."""
+    pass
+
+
+def host_us(fn, calls: int, cuda: bool) -> float:
+    """Host microseconds per call of ``fn`` over ``calls`` calls (the GPU queue drained first)."""
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - t0
+    if cuda:
+        torch.cuda.synchronize()
+    return seconds / calls * 1e6
+
+
+class NoLaunch:
+    """A launch that enqueues nothing, with the interface of the plans' launches (``_launch``)."""
+
+    fast = __call__ = staticmethod(lambda *args: None)
+
+
+def run_host(args) -> dict:
+    """Every rank times its own calls (see ``--host`` in the module docstring)."""
+    ctx = iris.runtime.iris(heap_size=1 << 24)
+    cuda = ctx.device.type == "cuda"
+    rows = []
+    for heap in (False, True):
+        for name in COLLECTIVES:
+            case = Case(ctx, name, 4096, torch.float32, heap=heap)
+            fn = case.call()
+            fn()  # builds the plan and compiles: not timed
+            ctx.barrier()
+            row = {"collective": name, "heap": heap}
+            # dispatch: the plan's launcher swapped for a no-op (a new plan built through the real
+            # launcher first, so that the resident grid and the compiled kernel are found as usual)
+            real_launcher = _launch.launcher
+            _launch.launcher = lambda *a, **k: (real_launcher(*a, **k), NoLaunch())[1]
+            try:
+                _launch.forget(ctx)
+                fn()
+                row["dispatch_us"] = [host_us(fn, args.calls, False) for _ in range(args.rounds)]
+            finally:
+                _launch.launcher = real_launcher
+                _launch.forget(ctx)
+            fn()  # a plan with the real launch again
+            if cuda:
+                # every rank enqueues the same number of calls, so their counters stay matched
+                row["enqueue_us"] = [host_us(fn, min(args.calls, 2000), True) for _ in range(args.rounds)]
+            ctx.barrier()
+            del fn
+            case.free()
+            rows.append(row)
+    floor = direct = None
+    peer_rows = []
+    if cuda:
+        x = torch.zeros(1, device=ctx.device)
+        run_empty = empty_kernel[(1,)]
+        floor = [host_us(lambda: run_empty(x), min(args.calls, 2000), True) for _ in range(args.rounds)]
+        # the same empty kernel through the launch path the plans use (integer arguments, the C entry)
+        launch = _launch.DirectLaunch(empty_kernel, 1, {}, ctx.device, (x.data_ptr(),))
+        launch(x)
+        if launch.fast is not None:
+            direct = [host_us(lambda: launch.fast(None, None), min(args.calls, 2000), True) for _ in range(args.rounds)]
+        # what the peer's call costs the host (torch's C++ dispatch and launch), on the same data
+        peer = Peer(ctx, True)
+        case = Case(ctx, "all_reduce", 4096, torch.float32)
+        for label, fn in peer.calls(case).items():
+            fn()
+            ctx.barrier()
+            peer_rows.append({"label": label, "enqueue_us": [host_us(fn, min(args.calls, 2000), True)
+                                                             for _ in range(args.rounds)]})
+        ctx.barrier()
+    from mpi4py import MPI
+
+    def slowest(values: list[float]) -> float:
+        return ctx.comm.allreduce(statistics.median(values), op=MPI.MAX)
+
+    for row in rows:
+        row["dispatch_median_us"] = slowest(row["dispatch_us"])
+        if "enqueue_us" in row:
+            row["enqueue_median_us"] = slowest(row["enqueue_us"])
+    for row in peer_rows:
+        row["enqueue_median_us"] = slowest(row["enqueue_us"])
+    result = {"world_size": ctx.world_size, "backend": ctx.device.type, "calls": args.calls, "rounds": args.rounds,
+              "device": torch.cuda.get_device_name(ctx.device) if cuda else "cpu (interpreter)",
+              "triton": triton.__version__, "torch": torch.__version__, "rows": rows, "peer_rows": peer_rows,
+              "empty_triton_launch_us": slowest(floor) if floor else None,
+              "empty_direct_launch_us": slowest(direct) if direct else None,
+              "date": datetime.date.today().isoformat()}
+    ctx.barrier()
+    ctx.close()
+    return result
+
+
+def host_table(result: dict) -> str:
+    lines = [f"host microseconds per ccl call, 4 KiB fp32 (the larger buffer), {result['world_size']} ranks, "
+             f"{result['device']}, Triton {result['triton']} (median of {result['rounds']} rounds, slowest rank)", "",
+             "| collective | tensors | dispatch (us, launch a no-op) | enqueue (us, real launch) |",
+             "| --- | --- | --- | --- |"]
+    for row in result["rows"]:
+        enqueue = f"{row['enqueue_median_us']:.1f}" if "enqueue_median_us" in row else "- (GPU only)"
+        lines.append(f"| {row['collective']} | {'heap' if row['heap'] else 'plain'} | {row['dispatch_median_us']:.2f} "
+                     f"| {enqueue} |")
+    if result["empty_triton_launch_us"] is not None:
+        lines.append(f"| empty Triton kernel, Triton's launcher | - | - | {result['empty_triton_launch_us']:.1f} |")
+    if result.get("empty_direct_launch_us") is not None:
+        direct = result["empty_direct_launch_us"]
+        lines.append(f"| empty Triton kernel, the plans' direct launch | - | - | {direct:.1f} |")
+    for row in result.get("peer_rows", []):
+        lines.append(f"| all_reduce, {row['label']} (the peer) | symmetric | - | {row['enqueue_median_us']:.1f} |")
+    return "\n".join(lines)
+
+
+def host_plot(result: dict, path: str) -> str | None:
+    """Bars per collective: dispatch (and enqueue on the GPU), plain and heap tensors."""
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
+    series = [("dispatch_median_us", False, "dispatch, plain"), ("dispatch_median_us", True, "dispatch, heap"),
+              ("enqueue_median_us", False, "enqueue, plain"), ("enqueue_median_us", True, "enqueue, heap")]
+    series = [s for s in series if any(s[0] in r for r in result["rows"])]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(series)
+    for i, (key, heap, label) in enumerate(series):
+        values = [next(r[key] for r in result["rows"] if r["collective"] == c and r["heap"] == heap)
+                  for c in COLLECTIVES]
+        ax.bar([j + i * width for j in range(len(COLLECTIVES))], values, width, label=label)
+    if result["empty_triton_launch_us"] is not None:
+        ax.axhline(result["empty_triton_launch_us"], color="k", linestyle="--", label="empty Triton launch")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(COLLECTIVES))], COLLECTIVES)
+    ax.set_ylabel("host us per call")
+    ax.set_title(f"ccl host cost, {result['world_size']} ranks, {result['device']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def save_host(args, result: dict) -> None:
+    """Rank 0 prints the table and writes ``results/ccl_host_<W>ranks[_cpu].{json,md,png}``."""
+    text = host_table(result)
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"ccl_host_{result['world_size']}ranks"
+                        + ("" if result["backend"] == "cuda" else f"_{result['backend']}"))
+    why_no_plot = host_plot(result, stem + ".png")
+    if why_no_plot:
+        print(why_no_plot)
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(f"{text}\n\n`mpirun -n {result['world_size']} python3 -m mpi4py benchmarks/ccl.py --host "
+                f"--calls {result['calls']} --rounds {result['rounds']}` ({result['date']})\n")
+    print(f"wrote {stem}.json, .md and .png", flush=True)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if hasattr(signal, "SIGUSR1"):  # tools/gpu-bench.sh sends it at its time limit: show where each rank is
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
-        result = run(args, on_size=lambda partial: save(args, partial, final=False))
+        result = run_host(args) if args.host else run(args, on_size=lambda partial: save(args, partial, final=False))
     except BaseException:
         # Under mpirun the job's abort can outrun the rank's stderr: say what failed on stdout first.
         import traceback
@@ -648,7 +782,7 @@ def main(argv=None) -> None:
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_rank() == 0:
-        save(args, result, final=True)
+        save_host(args, result) if args.host else save(args, result, final=True)
 
 
 if __name__ == "__main__":

@@ -1,34 +1,27 @@
 """Does fusing pay? GEMM + communication (``iris.collectives.ops``) against what users run today.
 
 For each op and each M (tokens) of a tensor-parallel MLP layer of a 70B-class model (hidden 8192,
-intermediate 28672 split over the W ranks, bf16), in one run:
-
-- ``fused``: the ``iris.collectives.ops`` call (default config, or ``--variant``);
-- ``unfused``: ``torch.matmul`` (cuBLAS) then the ``torch.distributed`` collective (nccl);
-- ``unfused_ccl``: ``torch.matmul`` then this library's host collective (``iris.collectives.ccl``);
-- ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter``
-  where they exist (a symmetric-memory group over the same ranks), else the reason why not;
-- ``gemm_ours`` / ``gemm_cublas``: the GEMM alone (this library's core, cuBLAS): the compute floor;
-- ``collective`` / ``ccl``: the nccl / ccl collective alone: the communication floor;
-- ``ideal``: max(gemm_cublas, the faster collective), what perfect overlap would reach.
-
-When ranks share a GPU (under MPS), NCCL and torch's fused ops refuse to run: their columns are
-empty, the torch group is gloo, speedups are against ``unfused_ccl``, and as the ranks share the
-SMs such runs compare implementations, not overlap. Shapes per rank (I = intermediate / W):
-all_gather_matmul [M/W, hidden] x [hidden, I] -> [M, I] (column-parallel up projection);
-matmul_reduce_scatter and matmul_all_reduce [M, I] x [I, hidden] -> [M/W, hidden] and [M, hidden]
-(row-parallel down projection); matmul_all_gather [M/W, I] x [I, hidden] -> [M, hidden].
-
-Timing: CUDA events around each call, after warm-up, median over ``--reps`` back-to-back calls
-queued without waiting (a call's host time counts only where it exceeds the GPU's); ranks line up
-with a barrier before each series. Each fused result is checked against the unfused one. Prints a
-table (ms, TFLOP/s per rank, speedup vs unfused, fused/ideal) and writes
-``fused_ops_<W>ranks[_<G>gpu].{json,md,png}`` into ``--out`` (default ``benchmarks/results``).
+intermediate 28672 split over the W ranks, bf16), in ms per call of the slowest rank: ``fused`` (the
+``iris.collectives.ops`` call, default config or ``--variant``); ``unfused``: ``torch.matmul`` (cuBLAS)
+then the ``torch.distributed`` collective (nccl); ``unfused_ccl``: ``torch.matmul`` then this
+library's ``ccl`` collective; ``torch_fused``: torch's ``fused_all_gather_matmul`` /
+``fused_matmul_reduce_scatter`` (a symmetric-memory group); the GEMM alone (``gemm_ours``,
+``gemm_cublas``) and the collective alone (``collective``, ``ccl``); ``ideal`` = max(gemm_cublas, the
+faster collective). Ranks sharing a GPU (MPS): NCCL refuses them (empty columns, a gloo group,
+speedups against ``unfused_ccl``; torch's fused ops run with
+``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``), and such runs compare implementations, not overlap.
+Shapes: ``layer_shapes``. CUDA events around each of ``--reps`` back-to-back calls, the median;
+each fused result checked against the unfused one. Writes ``fused_ops_<W>ranks[_<G>gpu].{json,md,png}``.
 
     mpirun -n 2 python benchmarks/fused_ops.py                  # one rank per GPU (2 x H200)
     mpirun -n 2 python benchmarks/fused_ops.py --m 4096,8192 --ops matmul_all_reduce
     python benchmarks/fused_ops.py --gemm-only                  # one GPU: GEMM core vs torch.matmul
     mpirun -n 2 python benchmarks/fused_ops.py --quick          # CPU smoke test (tiny shapes)
+    mpirun -n 2 python benchmarks/fused_ops.py --mlp            # the compiled MLP, trained (below)
+
+``--mlp``: the sequence-parallel MLP of ``iris.collectives.nn``, compiled, forward and forward +
+backward, against the same model with torch's async tensor parallelism, its fused ops and cuBLAS +
+its symmetric-memory collectives (docs/performance.md); writes ``tp_mlp_<W>ranks[_<G>gpu]...``.
 
 Keep NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1; set here).
 Results: docs/performance.md.
@@ -40,18 +33,22 @@ import argparse
 import functools
 import json
 import os
-import socket
 import statistics
 import sys
 import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")  # ranks sharing a GPU (MPS)
 
 import torch
+from common import NO_PLOT, pyplot, symm_mem_group, torch_group
+from torch._inductor.utils import run_and_get_code
 
 import iris.runtime
 from iris.collectives import ccl, ops
+from iris.collectives import functional as F
+from iris.collectives.nn import ColumnParallelLinear, RowParallelLinear
 from iris.collectives.ops._matmul import matmul as gemm_core
 
 OPS = ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce", "matmul_all_gather")
@@ -74,6 +71,7 @@ def parse_args(argv=None):
     p.add_argument("--gemm-only", action="store_true",
                    help="one process: the GEMM core vs torch.matmul at the layers' per-rank shapes")
     p.add_argument("--world", type=int, default=2, help="with --gemm-only: the W the per-rank shapes assume")
+    p.add_argument("--mlp", action="store_true", help="the compiled sequence-parallel MLP, forward and backward")
     p.add_argument("--no-torch-fused", action="store_true", help="skip torch's symm_mem fused ops")
     p.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps: a smoke test on the cpu backend")
     p.add_argument("--out", default=RESULTS, help="folder for the JSON, Markdown and PNG")
@@ -81,11 +79,15 @@ def parse_args(argv=None):
     if args.quick:
         args.m, args.hidden, args.intermediate, args.reps, args.warmup = [48], 64, 96, 2, 1
         args.dtype = "fp32" if args.dtype == "bf16" else args.dtype
+    elif args.mlp and "--m" not in " ".join(argv or sys.argv):
+        args.m = [4096, 16384]  # each M compiles every model twice (inference, training)
     return args
 
 
 def layer_shapes(op: str, M: int, hidden: int, inter: int, W: int) -> tuple[tuple, tuple, tuple, float]:
-    """(a, b, out) shapes on one rank and the GEMM FLOPs per rank (see the module docstring)."""
+    """(a, b, out) on one rank and its GEMM FLOPs, I = inter / W: all_gather_matmul [M/W, hidden] x [hidden, I]
+    -> [M, I] (a column-parallel up projection); matmul_reduce_scatter / matmul_all_reduce [M, I] x [I, hidden]
+    -> [M/W or M, hidden] (row-parallel down); matmul_all_gather [M/W, I] x [I, hidden] -> [M, hidden]."""
     per = inter // W
     if op == "all_gather_matmul":
         return (M // W, hidden), (hidden, per), (M, per), 2.0 * M * hidden * per
@@ -149,41 +151,21 @@ class Torch:
     symm_mem fused ops where they run."""
 
     def __init__(self, ctx, want_fused: bool):
-        import torch.distributed as dist
-
-        self.dist, self.ctx = dist, ctx
+        self.ctx = ctx
         self.one_per_gpu = getattr(ctx, "ranks_on_device", 1) == 1
         #: why the nccl columns are empty, or None (on the cpu backend gloo stands in: quick mode)
         self.nccl_reason = None
         if ctx.device.type == "cuda" and not self.one_per_gpu:
             self.nccl_reason = f"{ctx.ranks_on_device} ranks share each GPU: NCCL refuses that"
-        if not dist.is_initialized():
-            port = None
-            if ctx.rank == 0:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", 0))
-                    port = s.getsockname()[1]
-            port = ctx.comm.bcast(port, root=0)
-            backend = "nccl" if ctx.device.type == "cuda" and self.one_per_gpu else "gloo"
-            kwargs = {"device_id": ctx.device} if backend == "nccl" else {}
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=ctx.rank,
-                                    world_size=ctx.world_size, **kwargs)
+        self.dist = torch_group(ctx, "nccl" if ctx.device.type == "cuda" and self.one_per_gpu else "gloo")
         self.fused_reason = None
         if not want_fused:
             self.fused_reason = "disabled with --no-torch-fused"
         elif ctx.device.type != "cuda":
             self.fused_reason = "torch symm_mem fused ops need CUDA"
-        elif not self.one_per_gpu:  # measured on an H200 with torch 2.11: the rendezvous raises
-            self.fused_reason = ("torch symm_mem fused ops refuse ranks that share a GPU "
-                                 "(CUDASymmetricMemoryAllocator::rendezvous: allocations from overlapping devices)")
         else:
             try:
-                import torch.distributed._symmetric_memory as symm_mem
-
-                self.group_name = dist.group.WORLD.group_name
-                enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-                if enable is not None:
-                    enable(self.group_name)
+                self.group_name = symm_mem_group()[1]
                 self.fused_ops = (torch.ops.symm_mem.fused_all_gather_matmul,  # raises where torch has none
                                   torch.ops.symm_mem.fused_matmul_reduce_scatter)
             except Exception as exc:  # report it in the table and go on without the column
@@ -192,14 +174,9 @@ class Torch:
         self.fused_reason = reasons[0] if reasons else None
 
     def ccl_collective(self, op: str, out: torch.Tensor, local: torch.Tensor):
-        """This library's host collective of ``op`` (``iris.collectives.ccl``), same arguments as
-        :meth:`collective`."""
-        if op == "matmul_all_reduce":
-            ccl.all_reduce(self.ctx, out, local)
-        elif op == "matmul_reduce_scatter":
-            ccl.reduce_scatter(self.ctx, out, local)
-        else:
-            ccl.all_gather(self.ctx, out, local)
+        """This library's host collective of ``op`` (``iris.collectives.ccl``), as :meth:`collective`."""
+        {"matmul_all_reduce": ccl.all_reduce, "matmul_reduce_scatter": ccl.reduce_scatter}.get(op, ccl.all_gather)(
+            self.ctx, out, local)
 
     def collective(self, op: str, out: torch.Tensor, local: torch.Tensor):
         """The collective of ``op``: ``local`` is the GEMM's output, ``out`` the op's output."""
@@ -219,14 +196,10 @@ class Torch:
             else:
                 d.all_gather(list(out.chunk(W)), local)
 
-    def fused(self, op: str, out, a, b):
-        """torch's fused op for ``op``, or None where torch has none."""
-        if self.fused_reason is not None:
-            return None
-        if op == "all_gather_matmul":
-            return lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, self.group_name)
-        if op == "matmul_reduce_scatter":
-            return lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, self.group_name)
+    def fused(self, op: str, a, b):
+        """torch's fused op for ``op`` (``a @ b`` gathered first or scattered after), or None where torch has none."""
+        if self.fused_reason is None and op in OPS[:2]:
+            return lambda: _TorchLayer.apply(a, b.t(), torch_ops(self.group_name, True), op == OPS[0])
         return None
 
 
@@ -250,42 +223,32 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     # (out, inp) -> None: the op's collective through torch.distributed (nccl) or ccl
     nccl = functools.partial(tdist.collective, op) if tdist.nccl_reason is None else None
     ours = functools.partial(tdist.ccl_collective, op)
-    if op == "all_gather_matmul":
-        gathered = torch.empty((M, a_shape[1]), dtype=dtype, device=dev)
-        ref_out = torch.empty(out_shape, dtype=dtype, device=dev)
+    # the unfused pair: all_gather_matmul gathers, then multiplies; the others multiply, then communicate
+    first = op == "all_gather_matmul"
+    ref_out = torch.empty(out_shape, dtype=dtype, device=dev)
+    gathered = torch.empty((M, a_shape[1]), dtype=dtype, device=dev) if first else None
+    gemm_a, gemm_res = (gathered, ref_out) if first else (a, gemm_out)  # the GEMM's input and output
+    coll_out, coll_in = (gathered, a) if first else (ref_out, gemm_out)  # the collective's
 
-        def unfused_with(coll):
-            def run():
-                coll(gathered, a)
-                torch.matmul(gathered, b, out=ref_out)
-            return run
+    def unfused_with(coll):
+        def run():
+            if first:
+                coll(coll_out, coll_in)
+            torch.matmul(gemm_a, b, out=gemm_res)
+            if not first:
+                coll(coll_out, coll_in)
+        return run
 
-        def collective_with(coll):
-            return lambda: coll(gathered, a)
+    def collective_with(coll):
+        return lambda: coll(coll_out, coll_in)
 
-        def gemm_cublas():
-            torch.matmul(gathered, b, out=ref_out)
+    def gemm_cublas():
+        torch.matmul(gemm_a, b, out=gemm_res)
 
-        gemm_a, gemm_b, gemm_res = gathered, b, torch.empty_like(ref_out)
-    else:
-        ref_out = torch.empty(out_shape, dtype=dtype, device=dev)
-
-        def unfused_with(coll):
-            def run():
-                torch.matmul(a, b, out=gemm_out)
-                coll(ref_out, gemm_out)
-            return run
-
-        def collective_with(coll):
-            return lambda: coll(ref_out, gemm_out)
-
-        def gemm_cublas():
-            torch.matmul(a, b, out=gemm_out)
-
-        gemm_a, gemm_b, gemm_res = a, b, torch.empty_like(gemm_out)
+    gemm_b, gemm_result = b, torch.empty_like(gemm_res)
 
     def gemm_ours():
-        gemm_core(gemm_res, gemm_a, gemm_b)
+        gemm_core(gemm_result, gemm_a, gemm_b)
 
     def maybe(fn):
         return timer(fn) if fn is not None else None
@@ -298,10 +261,9 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
     unfused_with(nccl or ours)()
     if dev.type == "cuda":
         torch.cuda.synchronize()
-    scale = ref_out.float().abs().max().item() or 1.0
-    error = (out.float() - ref_out.float()).abs().max().item() / scale
+    error = _rel_error(out, ref_out)
     tolerance = 2e-2 if dtype != torch.float32 else 1e-2  # tf32 products, different summation orders
-    torch_fn = tdist.fused(op, out, a, b)
+    torch_fn = tdist.fused(op, a, b)
     times["torch_fused"] = maybe(torch_fn)
     times["gemm_ours"] = timer(gemm_ours)
     times["gemm_cublas"] = timer(gemm_cublas)
@@ -335,76 +297,71 @@ HEADER = (f"{'op':<22} {'M':>6} {'fused':>9} {'unfused':>9} {'unf_ccl':>9} {'tor
           f"{'alone ms':>9} {'alone ms':>9} {'(ms)':>9}")
 
 
-def plot(result: dict, path: str) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
-    names = list(dict.fromkeys(r["op"] for r in result["rows"]))
+def plot(result: dict, path: str, panel="op", series=("fused", "unfused", "unfused_ccl", "torch_fused", "ideal"),
+         title="iris.collectives.ops") -> str | None:
+    """ms per call against M, one panel per ``panel`` value of the rows, one line per ``series``."""
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
+    names = list(dict.fromkeys(r[panel] for r in result["rows"]))
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), squeeze=False)
-    for ax, op in zip(axes[0], names):
-        rows = [r for r in result["rows"] if r["op"] == op]
-        ms = [r["M"] for r in rows]
-        for key, style in (("fused", "o-"), ("unfused", "s--"), ("unfused_ccl", "d--"), ("torch_fused", "^:"),
-                           ("ideal", "k-")):
-            ys = [r["times_s"][key] for r in rows]
-            if all(y is not None for y in ys):
-                ax.plot(ms, [y * 1e3 for y in ys], style, label=key)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(op)
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("ms per call")
+    for ax, name in zip(axes[0], names):
+        rows = [r for r in result["rows"] if r[panel] == name]
+        for key, style in zip(series, ("o-", "s--", "d--", "^:", "k-", "v-.")):
+            points = [(r["M"], r["times_s"][key] * 1e3) for r in rows if r["times_s"].get(key)]
+            if points:
+                ax.plot(*zip(*points), style, label=key)
+        ax.set(xscale="log", yscale="log", title=name, xlabel="M (tokens)", ylabel="ms per call")
         ax.legend()
-    fig.suptitle(f"iris.collectives.ops, {result['world_size']} ranks, {result['device']}, {result['dtype']}")
+    fig.suptitle(f"{title}, {result['world_size']} ranks, {result['device']}, {result['dtype']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
 
 
-def write(result: dict, text: str, stem: str) -> None:
+def write(result: dict, text: str, stem: str, title="Fused GEMM + communication", flag="") -> None:
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)
     with open(stem + ".md", "w") as f:
-        f.write(f"Fused GEMM + communication, {result['world_size']} ranks on {result['device']} "
-                f"(`benchmarks/fused_ops.py`):\n\n```text\n{text}\n```\n")
+        f.write(f"{title}, {result['world_size']} ranks on {result['device']} "
+                f"(`benchmarks/fused_ops.py{' ' + flag if flag else ''}`):\n\n```text\n{text}\n```\n")
 
 
 def run_layers(args) -> int:
+    """Every op at every M, or with ``--mlp`` the MLP at every M; rank 0 prints and writes the results."""
     heap_size = 64 << 20 if args.quick else 8 << 30  # workspaces are freed after each op's shapes
     ctx = iris.runtime.iris(heap_size=heap_size)
     timer = Timer(ctx, args.reps, args.warmup)
     tdist = Torch(ctx, not args.no_torch_fused)
     device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu (interpreter)"
     rows = []
-    for op in args.ops:
-        for M in args.m:
-            if M % ctx.world_size:
-                continue
-            rows.append(measure_op(ctx, tdist, timer, op, M, args))
-            ops.clear_workspaces(ctx)  # collective, like the allocations it frees
-            if ctx.rank == 0:
-                print(row_text(rows[-1]) if len(rows) > 1 else HEADER + "\n" + row_text(rows[-1]), flush=True)
+    for op, M in [("mlp", M) for M in args.m] if args.mlp else [(op, M) for op in args.ops for M in args.m]:
+        if M % ctx.world_size:
+            continue
+        rows += measure_mlp(ctx, tdist, timer, M, args) if args.mlp else [measure_op(ctx, tdist, timer, op, M, args)]
+        ops.clear_workspaces(ctx)  # collective, like the allocations it frees
+        if ctx.rank == 0:
+            print(mlp_text(rows[-2:]) if args.mlp else (HEADER + "\n") * (len(rows) == 1) + row_text(rows[-1]),
+                  flush=True)
+    shared = getattr(ctx, "ranks_on_device", 1)
     result = {"world_size": ctx.world_size, "device": device, "dtype": args.dtype, "hidden": args.hidden,
               "intermediate": args.intermediate, "quick": args.quick, "torch": torch.__version__,
-              "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason,
-              "ranks_per_gpu": getattr(ctx, "ranks_on_device", 1), "rows": rows}
+              "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason, "ranks_per_gpu": shared,
+              "rows": rows}
     if ctx.rank == 0:
-        text = HEADER + "\n" + "\n".join(row_text(r) for r in rows)
-        if tdist.fused_reason:
+        text = mlp_text(rows) if args.mlp else HEADER + "\n" + "\n".join(row_text(r) for r in rows)
+        if tdist.fused_reason and not args.mlp:
             text += f"\ntorch fused ops: {tdist.fused_reason}"
-        if tdist.nccl_reason:
+        if tdist.nccl_reason and not args.mlp:
             text += f"\nnccl columns empty: {tdist.nccl_reason}; 'vs unf' is against cuBLAS + ccl"
-        shared = getattr(ctx, "ranks_on_device", 1)
         gpus = f"_{ctx.world_size // shared}gpu" if ctx.device.type == "cuda" and shared > 1 else ""
-        stem = os.path.join(args.out, f"fused_ops_{ctx.world_size}ranks{gpus}{'_quick' if args.quick else ''}")
-        write(result, text, stem)
-        note = plot(result, stem + ".png")
+        name = "tp_mlp" if args.mlp else "fused_ops"
+        stem = os.path.join(args.out, f"{name}_{ctx.world_size}ranks{gpus}{'_quick' if args.quick else ''}")
+        mlp = ("mode", MLP_IMPLS, "sequence-parallel MLP, compiled") if args.mlp else ()
+        write(result, text, stem, *(("Sequence-parallel MLP, compiled", "--mlp") if args.mlp else ()))
+        note = plot(result, stem + ".png", *mlp)
         print(note or f"wrote {stem}.json, .md, .png", flush=True)
     ok = all(r["correct"] for r in rows)
     tdist.dist.destroy_process_group()
@@ -428,12 +385,11 @@ def run_gemm_only(args) -> int:
             g = torch.Generator(device=dev).manual_seed(M)
             a = torch.randn(a_shape, generator=g, device=dev).to(dtype)
             b = torch.randn(b_shape, generator=g, device=dev).to(dtype)
-            ours, ref = torch.empty(a_shape[0], b_shape[1], dtype=dtype, device=dev), torch.empty(
-                a_shape[0], b_shape[1], dtype=dtype, device=dev)
+            ours, ref = (torch.empty(a_shape[0], b_shape[1], dtype=dtype, device=dev) for _ in range(2))
             t_ours = timer(lambda: gemm_core(ours, a, b))
             t_torch = timer(lambda: torch.matmul(a, b, out=ref))
             flops = 2.0 * a_shape[0] * a_shape[1] * b_shape[1]
-            error = (ours.float() - ref.float()).abs().max().item() / (ref.float().abs().max().item() or 1.0)
+            error = _rel_error(ours, ref)
             row = {"op": op, "M": M, "shape": [a_shape[0], b_shape[1], a_shape[1]], "ours_s": t_ours,
                    "torch_s": t_torch, "rel_error": error, "correct": error <= 2e-2}
             rows.append(row)
@@ -448,6 +404,151 @@ def run_gemm_only(args) -> int:
         json.dump({"device": device, "dtype": args.dtype, "world": args.world, "rows": rows}, f, indent=1)
     print(f"wrote {stem}.json")
     return 0 if all(r["correct"] for r in rows) else 1
+
+
+# --- --mlp: the compiled sequence-parallel MLP, forward and forward + backward -------------------
+
+MLP_IMPLS = ("iris", "torch_async_tp", "torch_fused", "torch_unfused", "iris_unfused")
+
+
+class SequenceParallelMLP(torch.nn.Module):
+    """``down(gelu(up(x, w1)), w2)``: ``up`` all-gathers this rank's rows and multiplies by its block
+    of ``w1.T``, ``down`` multiplies by its block of ``w2.T`` and reduce-scatters."""
+
+    def __init__(self, w1, w2, up, down):
+        super().__init__()
+        self.w1, self.w2, self.up, self.down = torch.nn.Parameter(w1.clone()), torch.nn.Parameter(w2.clone()), up, down
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x, self.w1), approximate="tanh"), self.w2)
+
+
+def torch_ops(group: str, fused: bool):
+    """``(all_gather_matmul, matmul_reduce_scatter)`` in torch: its fused symmetric-memory ops, or
+    cuBLAS with its symmetric-memory all-gather / reduce-scatter; the first returns the gathered
+    operand too, as torch's fused op does."""
+    symm = torch.ops.symm_mem
+    if fused:
+        return (lambda a, b: symm.fused_all_gather_matmul(a.contiguous(), [b], 0, group),
+                lambda a, b: symm.fused_matmul_reduce_scatter(a, b, "sum", 0, group))
+
+    def all_gather_matmul(a, b):
+        gathered = symm._low_contention_all_gather(a.contiguous(), group)
+        return gathered, [gathered @ b]
+
+    return all_gather_matmul, lambda a, b: symm._low_contention_reduce_scatter((a @ b).contiguous(), "sum", group)
+
+
+class _TorchLayer(torch.autograd.Function):
+    """``all_gather(a) @ w.T`` (``gather``) or ``reduce_scatter(a @ w.T)`` with ``ops = torch_ops(...)``;
+    each one's backward is the other, and the gathered operand gives the weight's gradient."""
+
+    @staticmethod
+    def forward(ctx, a, w, ops, gather):
+        ctx.ops, ctx.gather = ops, gather
+        if not gather:
+            ctx.save_for_backward(a, w)
+            return ops[1](a, w.t())
+        gathered, (y,) = ops[0](a, w.t())
+        ctx.save_for_backward(gathered, w)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        a, w = ctx.saved_tensors
+        if ctx.gather:
+            return ctx.ops[1](g, w), g.t() @ a, None, None
+        gathered, (da,) = ctx.ops[0](g, w)
+        return da, gathered.t() @ a, None, None
+
+
+def mlp_models(ctx, tdist, w1, w2) -> dict:
+    """name -> (model, torch.compile options), or (None, why not): every implementation of the MLP."""
+    options = dict(bias=False, sequence_parallel=True, dtype=w1.dtype)
+    W, gelu = ctx.world_size, torch.nn.GELU(approximate="tanh")
+    layers = (ColumnParallelLinear(ctx, w1.shape[1], w1.shape[0] * W, **options), gelu,
+              RowParallelLinear(ctx, w2.shape[1] * W, w2.shape[0], **options))
+    for layer, w in ((layers[0], w1), (layers[2], w2)):
+        layer.weight.data.copy_(w)
+    backend = {"backend": "inductor" if ctx.device.type == "cuda" else "aot_eager"}
+    models = {"iris": (torch.nn.Sequential(*layers), dict(backend, fullgraph=True)),
+              "iris_unfused": (SequenceParallelMLP(w1, w2, lambda x, w: F.all_gather(ctx, x) @ w.t(),
+                                                   lambda h, w: F.reduce_scatter(ctx, h @ w.t())), backend)}
+    if tdist.fused_reason is not None:
+        return {**models, **{name: (None, tdist.fused_reason) for name in MLP_IMPLS[1:4]}}
+    import torch.distributed._functional_collectives as funcol
+
+    group = tdist.group_name
+    models["torch_async_tp"] = (SequenceParallelMLP(
+        w1, w2, lambda x, w: funcol.all_gather_tensor_autograd(x, 0, group) @ w.t(),
+        lambda h, w: funcol.reduce_scatter_tensor_autograd(h @ w.t(), "sum", 0, group)),
+        dict(backend, options={"_micro_pipeline_tp": True}))
+    for name, fused in (("torch_fused", True), ("torch_unfused", False)):
+        pair = torch_ops(group, fused)
+        models[name] = (SequenceParallelMLP(w1, w2, lambda x, w, p=pair: _TorchLayer.apply(x, w, p, True),
+                                            lambda h, w, p=pair: _TorchLayer.apply(h, w, p, False)), backend)
+    return models
+
+
+def measure_mlp(ctx, tdist, timer, M: int, args) -> list[dict]:
+    """The forward and the forward + backward rows at ``M`` tokens, each implementation checked
+    (its result and input gradient) against ``iris_unfused`` run eagerly."""
+    W, dev, dtype = ctx.world_size, ctx.device, DTYPES[args.dtype]
+    g = torch.Generator(device=dev).manual_seed(2000 + ctx.rank)
+
+    def randn(rows, cols, scale=1.0):
+        return (torch.randn(rows, cols, generator=g, device=dev) * scale).to(dtype)
+
+    x, grad = randn(M // W, args.hidden).requires_grad_(True), randn(M // W, args.hidden)
+    inter = args.intermediate // W
+    w1, w2 = randn(inter, args.hidden, args.hidden ** -0.5), randn(args.hidden, inter, inter ** -0.5)
+    models = mlp_models(ctx, tdist, w1, w2)
+    expected = models["iris_unfused"][0](x)
+    expected.backward(grad)
+    expected, expected_dx = expected.detach(), x.grad.clone()
+    rows = [{"M": M, "mode": mode, "times_s": {}, "notes": {}, "rel_error": {}, "torch_fused_ops_compiled": None}
+            for mode in ("fwd", "fwd+bwd")]
+    for name in MLP_IMPLS:
+        model, options = models[name]
+        torch._dynamo.reset()  # a fresh cache for each model: they share code (SequenceParallelMLP)
+        try:
+            if model is None:
+                raise RuntimeError(options)
+            step = torch.compile(model, **options)
+            x.grad = None
+            code = run_and_get_code(lambda: step(x).backward(grad))[1]  # compiles the forward and the backward
+            y = step(x)  # checked, then timed
+            for row in rows:
+                row["rel_error"][name] = max(_rel_error(y, expected), _rel_error(x.grad, expected_dx))
+                if name == "torch_async_tp":  # did inductor's async-TP pass fuse? (torch's ops in its code)
+                    row["torch_fused_ops_compiled"] = sum(c.count("symm_mem.fused_") for c in code)
+            rows[0]["times_s"][name] = timer(torch.no_grad()(lambda: step(x)))
+            rows[1]["times_s"][name] = timer(lambda: step(x).backward(grad))
+        except Exception as exc:  # a peer that does not run here: its column is empty, the reason kept
+            for row in rows:
+                row["times_s"][name], row["notes"][name] = None, f"{type(exc).__name__}: {exc}"[:300]
+    for row in rows:
+        row["correct"] = all(e <= (2e-2 if dtype != torch.float32 else 1e-2) for e in row["rel_error"].values())
+    return rows
+
+
+def _rel_error(got, expected) -> float:
+    return (got.float() - expected.float()).abs().max().item() / (expected.float().abs().max().item() or 1.0)
+
+
+def mlp_text(rows: list[dict]) -> str:
+    """ms per call of each implementation, and iris's time over the fastest torch column."""
+    lines = [f"{'M':>6} {'mode':<8} " + " ".join(f"{n:>14}" for n in MLP_IMPLS) + f" {'iris/torch':>10} check"]
+    for r in rows:
+        t = r["times_s"]
+        best = min((t[n] for n in MLP_IMPLS[1:4] if t[n]), default=None)
+        cells = [f"{t[n] * 1e3:14.3f}" if t[n] else f"{'-':>14}" for n in MLP_IMPLS]
+        ratio = f"{t['iris'] / best:10.2f}" if best and t["iris"] else f"{'-':>10}"
+        lines.append(f"{r['M']:>6} {r['mode']:<8} {' '.join(cells)} {ratio} {'ok' if r['correct'] else 'WRONG'}")
+    notes = {n: why for r in rows for n, why in r["notes"].items()}
+    fused = [r["torch_fused_ops_compiled"] for r in rows]
+    return "\n".join(lines + [f"{n}: {why}" for n, why in notes.items()]
+                     + [f"(ms per call; torch's fused ops in torch_async_tp's compiled code: {fused})"])
 
 
 def main(argv=None) -> int:

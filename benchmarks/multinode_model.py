@@ -36,6 +36,8 @@ import json
 import math
 import os
 
+from common import NO_PLOT, pyplot
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -226,13 +228,9 @@ def markdown(model: Model, result: dict, sens: list[dict], overlap: float) -> st
 
 def plot(result: dict, path: str) -> None:
     """Left: all-reduce time against nodes, one line per size. Right: unfused and fused op time."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot", flush=True)
+    plt = pyplot()
+    if plt is None:
+        print(NO_PLOT, flush=True)
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 2]})
     for s in ALLREDUCE_BYTES:

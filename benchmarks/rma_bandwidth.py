@@ -39,6 +39,7 @@ import iris.runtime  # first: picks the backend and, for cpu, switches Triton's 
 # isort: split
 import triton
 import triton.language as tl
+from common import NO_PLOT, pyplot
 
 from iris.device import DeviceContext
 
@@ -286,13 +287,9 @@ def goals(rows: list[dict]) -> dict:
 
 
 def plot(rows: list[dict], path: str, title: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot", flush=True)
+    plt = pyplot()
+    if plt is None:
+        print(NO_PLOT, flush=True)
         return False
     ops = [op for op in OPS if any(r["op"] == op for r in rows)]
     cols = 3

@@ -5,29 +5,18 @@ symmetric-memory all-reduces (the peer) and the bytes-moved floor.
     mpirun -n 4 python3 -m mpi4py benchmarks/tile_collectives.py --graph 20     # launches replayed from CUDA graphs
     mpirun -n 2 python3 -m mpi4py benchmarks/tile_collectives.py --quick        # CPU backend, tiny
 
-Each variant is one kernel over an M x N tensor (rows of ``--row-bytes`` bytes, tiles of a few
-rows, a persistent grid) whose programs load their tile of the input and call the collective on
-it. Times are per call, the slowest rank's: every rank launches calls back to back (the
-collectives synchronise through their flags). The variants in ``--tune`` (two-shot by default)
-are measured at every tile shape of ``--shapes`` (rows x warps) and the fastest counts.
-``--calls-per-launch K`` runs K all-reduces per launch (the time of an all-reduce without its
-launch); ``--graph N`` replays N launches from one CUDA graph (no host launch per call). On Hopper
-the kernels are programmatic dependent launches (``--no-pdl``: plain ones). The time of an empty
-kernel launched back to back by every rank is printed too: what every launch costs at least.
-
-Peer: ``torch.ops.symm_mem`` one-shot and two-shot all-reduce on the same ranks (a gloo group;
-``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1`` lets ranks share a GPU; not with ``--graph``).
-Floor, ranks on one GPU: every input read once and every output written once, ``2 * W * S`` bytes
-at the copy bandwidth torch reaches on this GPU (measured at the start). With one rank per GPU the
-links bound the time instead, and the floor column does not apply.
-
-The grid starts from ``ctx.resident_grid`` (every rank's programs must be resident at once: every
-SM full with one rank per GPU, one program per SM among ranks that share a GPU) and is balanced
-over the tiles (``--grid``). Launches after the first go straight to the compiled kernel
-(``Launch``): Triton's launcher costs more host time than a small all-reduce takes.
-
-Writes ``tile_collectives_<W>ranks[_<G>gpus][_x<K>][_graph<N>][_quick].{json,md,png}`` into
-``--out`` (default ``benchmarks/results``; no plot without matplotlib) and prints the table.
+Each variant is one kernel over an M x N tensor (rows of ``--row-bytes``, tiles of a few rows, a
+persistent grid: ``ctx.resident_grid``, balanced over the tiles) whose programs load their tile and
+call the collective on it; times are per call, the slowest rank's, every rank launching back to
+back. The variants in ``--tune`` are measured at every tile shape of ``--shapes`` and the fastest
+counts; ``--calls-per-launch`` and ``--graph`` take the launch out of the time; on Hopper the
+launches are programmatic dependent launches (``--no-pdl``: plain ones), and after the first they go
+straight to the compiled kernel (``Launch``). The time of an empty kernel is printed too. Peer:
+``torch.ops.symm_mem``'s one-shot and two-shot all-reduce (a gloo group,
+``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``; not with ``--graph``). Floor, ranks on one GPU:
+``2 * W * S`` bytes at the copy bandwidth torch reaches (measured at the start); one rank per GPU
+the links bound the time instead. Writes
+``tile_collectives_<W>ranks[_<G>gpus][_x<K>][_graph<N>][_quick].{json,md,png}`` into ``--out``.
 Results and what they say: docs/performance.md.
 """
 
@@ -37,7 +26,6 @@ import argparse
 import inspect
 import json
 import os
-import socket
 import sys
 import time
 
@@ -50,6 +38,7 @@ if "--quick" in sys.argv:
 import torch
 import triton
 import triton.language as tl
+from common import NO_PLOT, pyplot, symm_mem_group, torch_group
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import iris.collectives as ic  # imports iris.runtime first: the backend is chosen before any kernel
@@ -392,27 +381,9 @@ class TorchPeer:
                 self.reason, self.group_name = reasons[0], None
 
     def _init(self):
-        import torch.distributed as dist
-        import torch.distributed._symmetric_memory as symm_mem
-
-        self.dist, self.symm_mem = dist, symm_mem
-        if not dist.is_initialized():
-            port = None
-            if self.heap.rank == 0:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", 0))
-                    port = s.getsockname()[1]
-            port = self.heap.comm.bcast(port, root=0)
-            torch.cuda.set_device(self.heap.device)
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=self.heap.rank,
-                                    world_size=self.heap.world_size)
-        self.group_name = dist.group.WORLD.group_name
-        enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-        if enable is not None:
-            try:
-                enable(self.group_name)
-            except Exception:  # newer torch: nothing to enable
-                pass
+        torch.cuda.set_device(self.heap.device)
+        self.dist = torch_group(self.heap, "gloo")
+        self.symm_mem, self.group_name = symm_mem_group()
 
     def buffers(self, numel: int, dtype):
         buf = self.symm_mem.empty(numel, dtype=dtype, device=self.heap.device)
@@ -668,13 +639,9 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     dtypes = sorted({p["dtype"] for p in result["points"]})
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.8), squeeze=False)
     for ax, dname in zip(axes[0], dtypes):

@@ -4,21 +4,13 @@
     mpirun -n 2 python -m mpi4py benchmarks/trace_overhead.py    # each rank copies into the next one's heap
     python benchmarks/trace_overhead.py --quick                  # CPU smoke test (Triton's interpreter, tiny)
 
-Variants of the same kernel (each program copies one BLOCK: a load from this rank, a store to
-the next rank):
-
-- ``off``: ``tracing=False``, i.e. compiled out (the peer every other row is compared with): its
-  PTX is that of a kernel that never mentions tracing (packages/iris-runtime/tests/test_tracing.py
-  checks it), so "off" costs nothing;
-- ``idle``: ``tracing=True`` but the host has tracing disabled (a few loads and a branch per
-  event, no slot claimed);
-- ``on``: ``tracing=True`` and enabled: 2 events per program (load, store), each one a slot claim
-  (atomic), a record store and two clock reads.
-
-The floor is torch's own device copy of the same bytes (``dst.copy_(src)`` on this rank). Prints
-the median time of each, its bandwidth and the change against ``off``, and writes
-``trace_overhead[_cpu][_quick].{json,md,png}`` into ``--out`` (default ``benchmarks/results``; no
-plot without matplotlib). Results: docs/performance.md.
+Variants of the same kernel (each program copies one BLOCK: a load from this rank, a store to the
+next rank): ``off`` (``tracing=False``, compiled out: its PTX never mentions tracing, which
+packages/iris-runtime/tests/test_tracing.py checks), ``idle`` (``tracing=True``, disabled on the
+host: a few loads and a branch per event) and ``on`` (enabled: 2 events per program, each a slot
+claim, a record store and two clock reads). The floor is torch's ``dst.copy_(src)`` of the same
+bytes. Prints the median time of each, its bandwidth and the change against ``off``; writes
+``trace_overhead[_cpu][_quick].{json,md,png}`` into ``--out``. Results: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ import iris.runtime  # first: picks the backend and switches Triton's interprete
 # isort: split
 import triton
 import triton.language as tl
+from common import NO_PLOT, pyplot
 
 from iris.device import DeviceContext
 
@@ -91,13 +84,9 @@ def table(result: dict) -> str:
 
 def plot(result: dict, path: str) -> str:
     """A bar per variant (us); returns what was written."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
     names = list(result["us"])
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.bar(names, [result["us"][k] for k in names], color=["C0", "C1", "C3", "0.6"][:len(names)])

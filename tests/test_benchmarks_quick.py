@@ -102,6 +102,7 @@ def test_rma_short_gpu_calls_are_timed_in_batches(monkeypatch):
     import torch
     import triton.testing
 
+    monkeypatch.syspath_prepend(BENCH)  # the benchmarks import their shared module, common.py, from beside them
     spec = importlib.util.spec_from_file_location("rma_bandwidth_under_test", os.path.join(BENCH, "rma_bandwidth.py"))
     rma = importlib.util.module_from_spec(spec)
     monkeypatch.setattr(sys, "argv", ["rma_bandwidth.py"])
@@ -144,6 +145,23 @@ def test_fused_ops_quick(tmp_path):
     assert "f/ideal" in proc.stdout and "f/ideal" in stem.with_suffix(".md").read_text()
 
 
+@pytest.mark.multirank
+def test_tp_mlp_quick(tmp_path):
+    # the compiled sequence-parallel MLP (aot_eager here), forward and forward + backward, checked against
+    # cuBLAS + this library's collectives; torch's peers need CUDA and say so
+    proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--mlp", "--quick", "--out", str(tmp_path), timeout=600)
+    stem = results_file(tmp_path, "tp_mlp_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert [r["mode"] for r in result["rows"]] == ["fwd", "fwd+bwd"], result
+    for row in result["rows"]:
+        assert row["correct"] and row["times_s"]["iris"] > 0 and row["times_s"]["iris_unfused"] > 0, row
+        assert set(row["times_s"]) == {"iris", "torch_async_tp", "torch_fused", "torch_unfused", "iris_unfused"}
+        assert all(row["notes"][n] for n in ("torch_async_tp", "torch_fused", "torch_unfused")), row["notes"]
+    assert "iris/torch" in proc.stdout and "iris/torch" in stem.with_suffix(".md").read_text()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.once  # arithmetic only: no kernel, nothing that depends on Triton
 def test_multinode_model_writes_its_tables(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "multinode_model.py"), "--out", str(tmp_path)],
@@ -157,8 +175,8 @@ def test_multinode_model_writes_its_tables(tmp_path):
 
 @pytest.mark.multirank
 def test_ccl_host_times_the_python_of_a_call(tmp_path):
-    proc = run_ranks(2, os.path.join(BENCH, "ccl_host.py"), "--calls", "50", "--rounds", "2", "--out", str(tmp_path),
-                     timeout=600)
+    proc = run_ranks(2, os.path.join(BENCH, "ccl.py"), "--host", "--calls", "50", "--rounds", "2", "--out",
+                     str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "ccl_host_2ranks*.json").with_suffix("")
     assert json.loads(stem.with_suffix(".json").read_text()), proc.stdout
     assert stem.with_suffix(".md").read_text().strip(), proc.stdout

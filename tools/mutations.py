@@ -111,7 +111,7 @@ MUTATIONS = [
              [(f"{COLL}/ops/_matmul_reduce_scatter.py", "from iris.device import round_to\n",
                "from iris.device import load, round_to\n", 1),
               (f"{COLL}/ops/_matmul_reduce_scatter.py",
-               "                total = _sum_in_rank_order(ctx, tile, partial_ptrs, mask, tl.float32)\n",
+               "                total = _sum_in_rank_order(ctx, tile, partial_ptrs, mask, partial.dtype.element_ty)\n",
                "                total = acc\n                for i in tl.static_range(1, world_size):\n"
                "                    total += load(partial_ptrs, rank, (rank + i) % world_size, ctx.heap_bases, "
                "mask=mask, other=0)\n", 1)],

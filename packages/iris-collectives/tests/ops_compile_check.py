@@ -1,10 +1,11 @@
 """Compile every fused op's kernel for an H200 (sm_90) without a GPU; report what the PTX shows.
 
 Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ops_compile.py`` does it).
-Per kernel, dtype and load path (tensor descriptors or pointers): whether it compiled, the error if
-not, and counts the test judges: TMA loads (``cp.async.bulk.tensor``), tensor-core MMAs
-(``wgmma`` / ``mma``), device-side descriptor creation (``tensormap``), system-scope acquire loads
-and release operations of the flags. Prints one JSON object as its last line.
+Per kernel, dtype (bf16, fp32, and fp64 on the pointer path only) and load path (tensor descriptors
+or pointers): whether it compiled, the error if not, and counts the test judges: TMA loads
+(``cp.async.bulk.tensor``), tensor-core MMAs (``wgmma`` / ``mma``), device-side descriptor creation
+(``tensormap``), system-scope acquire loads and release operations of the flags. Prints one JSON
+object as its last line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
 from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
 from iris.collectives.ops import _matmul_reduce_scatter as MRS  # noqa: E402
 
-PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16"}
+PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "fp64": "*fp64"}
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
 
 
@@ -40,7 +41,9 @@ def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None)
 def signature(names: str, dt: str, ints: str) -> dict:
     sig = {"context": "*i64"}
     for n in names.split():
-        sig[n] = "*i32" if n in ("locks", "flags") else ("*fp32" if n == "partial" else PTR[dt])
+        # the partial products are fp32, fp64 for fp64 inputs
+        sig[n] = "*i32" if n in ("locks", "flags") else (PTR["fp64" if dt == "fp64" else "fp32"] if n == "partial"
+                                                          else PTR[dt])
     sig.update({n: "i32" for n in ints.split()})
     return sig
 
@@ -65,9 +68,9 @@ def core_cases():
 def cases():
     """(name, kernel, signature, constexprs, aligned args, options) for each op, dtype and load
     path (options None: the ops' launch options)."""
-    for dt in ("bf16", "fp32"):
+    for dt in ("bf16", "fp32", "fp64"):
         precision = "tf32" if dt == "fp32" else "ieee"
-        for tma in (True, False):
+        for tma in (True, False) if dt != "fp64" else (False,):  # fp64 takes the pointer path
             common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
             path = "tma" if tma else "ptr"
             yield (f"matmul_all_reduce/{dt}/{path}", MAR._matmul_all_reduce_kernel,

@@ -8,6 +8,7 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 
 import pytest
 
@@ -64,6 +65,10 @@ def test_benchmark_several_calls_per_launch(tmp_path):
 
 
 def _benchmark_module():
+    # the benchmarks import their shared module (common.py) from beside them, as a script run finds it
+    benchmarks = os.path.dirname(BENCHMARK)
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
     spec = importlib.util.spec_from_file_location("tile_collectives_bench", BENCHMARK)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

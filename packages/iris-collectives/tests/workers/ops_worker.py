@@ -314,7 +314,7 @@ def scenario_argument_errors(ctx):
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.to(torch.float16), b), UnsupportedDtypeError, ar,
                  "a is torch.float16 but b is torch.float32", "one dtype")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a.to(torch.int32), b), UnsupportedDtypeError, ar,
-                 "a has dtype torch.int32", "pass float32, float16 or bfloat16")
+                 "a has dtype torch.int32", "pass float32, float16, bfloat16 or float64")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a[0], b), IrisUsageError, ar, "a must be 2-D",
                  "shape (4,)")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, torch.zeros(5, **f32)), IrisUsageError, ar,

@@ -70,8 +70,13 @@ def _combine(acc, x, OP: tl.constexpr):
 
 @triton.jit
 def _finish(acc, world_size: tl.constexpr):
-    # avg: one correctly rounded division of the fp32 sum (tl's "/" is approximate on the GPU)
-    return tl.math.div_rn(acc, tl.full(acc.shape, world_size, acc.dtype))
+    # avg: one correctly rounded division of the sum. tl's fp32 "/" is approximate on the GPU, so
+    # fp32 takes div_rn (which has no fp64 form); fp64 "/" is IEEE division already.
+    if acc.dtype == tl.float64:
+        result = acc / world_size
+    else:
+        result = tl.math.div_rn(acc, tl.full(acc.shape, world_size, acc.dtype))
+    return result
 
 
 @triton.jit

@@ -17,6 +17,10 @@ place; other tensors are staged through a cached heap buffer inside the kernel. 
 tiling come from a measured table (:mod:`iris.collectives.ccl._table`); ``config=Config(...)``
 overrides it.
 
+Inside ``torch.compile`` each call is a torch operator (``torch.ops.iris.all_reduce`` ..., see
+:mod:`iris.collectives.functional`, which also has the differentiable, functional forms): no graph
+break. In eager mode the call launches its kernel directly, without the dispatcher's host cost.
+
 Example::
 
     import torch, iris.runtime

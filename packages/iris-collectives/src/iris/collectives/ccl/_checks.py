@@ -9,7 +9,7 @@ import torch
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 
 #: Element types the host collectives move and reduce.
-DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
 #: Reductions, by name, as the kernels' OP codes (iris.collectives._all_reduce.SUM ...).
 OPS = {"sum": 0, "avg": 1, "max": 2, "min": 3, "prod": 4}
 

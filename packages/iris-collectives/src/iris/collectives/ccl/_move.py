@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._compiling import is_compiling, traced
 from .._sync import BARRIER_WORDS, LOCK_WORDS
 from . import _checks, _launch
 from ._config import choose
@@ -64,6 +65,9 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
     ``inp`` from the heap (staged there inside the kernel when ``inp`` is not on the heap), so
     ``out`` may be any tensor. Collective; torch's current stream; no barrier between calls.
     """
+    if is_compiling():
+        return traced().collective("all_gather", ctx, out, inp, config=config)
+
     def make():
         call = "iris.collectives.ccl.all_gather"
         _checked(ctx, call, out, inp)
@@ -82,6 +86,9 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
     along dim 0 (``inp.shape[0]`` a multiple of ``W``), ``out`` has ``inp``'s shape and dtype and
     does not overlap it. Every rank pulls its chunk from each peer's heap copy. Collective.
     """
+    if is_compiling():
+        return traced().collective("all_to_all", ctx, out, inp, config=config)
+
     def make():
         call, W = "iris.collectives.ccl.all_to_all", ctx.world_size
         _checked(ctx, call, out, inp)
@@ -109,6 +116,8 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
     """
     if src.__class__ is not int or not 0 <= src < ctx.world_size:
         ctx.check_rank(src, "iris.collectives.ccl.broadcast(src=...)")
+    if is_compiling():
+        return traced().broadcast(ctx, tensor, src, config=config)
     if ctx.world_size == 1:
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
         return tensor
@@ -126,6 +135,8 @@ def barrier(ctx) -> None:
     after the work every rank enqueued before it. One program per rank signals every rank and waits
     for all (``iris.collectives.device_barrier`` on a cached flag pair whose counters only grow);
     the host does not wait. Collective."""
+    if is_compiling():
+        return traced().barrier(ctx)
     plan = _launch.lookup(ctx, "barrier")
     if plan is None:
         ws = _launch.workspace(ctx, ("ccl.barrier",),

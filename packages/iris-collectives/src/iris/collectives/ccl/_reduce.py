@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._compiling import is_compiling, traced
 from .._sync import LOCK_WORDS
 from . import _checks, _launch
 from ._config import choose
@@ -24,7 +25,7 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     """``out = op(inp of every rank)`` on every rank, element by element; returns ``out``.
 
     ``op``: ``"sum"``, ``"avg"``, ``"max"``, ``"min"`` or ``"prod"``. ``out`` has ``inp``'s shape
-    and dtype (fp32, fp16, bf16, int32, int64; avg needs a float dtype) and may be ``inp`` (in
+    and dtype (fp32, fp64, fp16, bf16, int32, int64; avg needs a float dtype) and may be ``inp`` (in
     place). fp16 and bf16 are reduced in fp32 and rounded once (to nearest even); every rank
     reduces in rank order, so all ranks get bit-identical results. Any contiguous tensor on the
     context's device works: a tensor on the symmetric heap is read by the peers where it is (on
@@ -34,6 +35,8 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     it replays correctly. ``config``: a :class:`Config` forcing the variant (``one_shot``,
     ``two_shot``) or tiling; see docs/ccl.md.
     """
+    if is_compiling():
+        return traced().collective("all_reduce", ctx, out, inp, op, config=config)
     key = _launch.call_key(("all_reduce", op), config, out, inp)
     _launch.call(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config), out, inp)
     return out
@@ -104,6 +107,8 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     rounding, tensors, streams and graphs as for :func:`all_reduce`; ``out`` must not overlap
     ``inp``. Collective.
     """
+    if is_compiling():
+        return traced().collective("reduce_scatter", ctx, out, inp, op, config=config)
     key = _launch.call_key(("reduce_scatter", op), config, out, inp)
     _launch.call(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config), out, inp)
     return out

@@ -21,7 +21,9 @@ Example::
     ops.matmul_all_reduce(ctx, out, a, b)               # out = sum over ranks of a @ b
 
 ``config=ops.Config(variant=..., block_m=..., ...)`` forces a strategy or tiling; see
-docs/fused-ops.md.
+docs/fused-ops.md. Inside ``torch.compile`` each call is a torch operator
+(``torch.ops.iris.matmul_all_reduce`` ...; differentiable forms in :mod:`iris.collectives.functional`,
+layers in :mod:`iris.collectives.nn`); in eager mode it launches its kernel directly.
 """
 
 from ._all_gather_matmul import all_gather_matmul

@@ -26,11 +26,12 @@ import triton.language as tl
 from iris.device import round_to, translate
 
 from .. import _host
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
 from ._checks import check_inputs, check_matrix
 from ._config import choose
-from ._gemm import add_bias, dot_k, dot_k_tma, grouped_tile, row_major_descriptor, tile_cols, tile_rows
+from ._gemm import accumulator_of, add_bias, dot_k, dot_k_tma, grouped_tile, row_major_descriptor, tile_cols, tile_rows
 from ._launch import launch, tma_ok
 from ._workspace import workspace
 
@@ -108,7 +109,7 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
         pid_m = (pid_m + own_first) % tiles_m
         rows = tile_rows(pid_m, BLOCK_M)
         cols = tile_cols(pid_n, BLOCK_N)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=accumulator_of(a_shard.dtype.element_ty))
         if USE_TMA:
             p = (pid_m * BLOCK_M) // M_LOCAL
             a_desc = _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M, BLOCK_K)
@@ -209,7 +210,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
             pid_m = pid_m + start
             rows = tile_rows(pid_m, BLOCK_M)
             cols = tile_cols(pid_n, BLOCK_N)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=accumulator_of(a_shard.dtype.element_ty))
             if USE_TMA:
                 acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
                                 PRECISION)
@@ -239,6 +240,8 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     ``out.dtype``. The shard is copied to a cached heap buffer each call (peers read it there).
     Collective; enqueued on torch's current stream; no barrier between calls.
     """
+    if is_compiling():
+        return traced().fused("all_gather_matmul", ctx, out, a_shard, b, bias, config=config)
     check_inputs(CALL, ctx, out, a_shard, b, bias)
     m_local, N, K = a_shard.shape[0], b.shape[1], a_shard.shape[1]
     M = m_local * ctx.world_size

@@ -7,8 +7,9 @@ import torch
 
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 
-#: Input dtypes of the GEMM core (fp32 runs as tf32 unless ``Config.input_precision="ieee"``).
-INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Input dtypes of the GEMM core (fp32 runs as tf32 unless ``Config.input_precision="ieee"``; fp64
+#: accumulates in fp64, for checking gradients, and takes the pointer path).
+INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def check_matrix(call: str, name: str, t, shape: tuple[int, int] | None = None) -> None:
@@ -18,7 +19,7 @@ def check_matrix(call: str, name: str, t, shape: tuple[int, int] | None = None) 
     if t.dim() != 2:
         raise IrisUsageError(f"{call}: {name} must be 2-D, got shape {tuple(t.shape)}")
     if t.dtype not in INPUT_DTYPES:
-        raise UnsupportedDtypeError(f"{call}: {name} has dtype {t.dtype}; pass float32, float16 or bfloat16")
+        raise UnsupportedDtypeError(f"{call}: {name} has dtype {t.dtype}; pass float32, float16, bfloat16 or float64")
     if shape is not None and tuple(t.shape) != tuple(shape):
         raise IrisUsageError(f"{call}: {name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
 
@@ -46,7 +47,8 @@ def check_inputs(call: str, ctx, out, a, b, bias) -> None:
             shape = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
             raise IrisUsageError(f"{call}: bias must be a 1-D tensor of N={b.shape[1]} values, got {shape}")
         if bias.dtype not in INPUT_DTYPES:
-            raise UnsupportedDtypeError(f"{call}: bias has dtype {bias.dtype}; pass float32, float16 or bfloat16")
+            raise UnsupportedDtypeError(f"{call}: bias has dtype {bias.dtype}; pass float32, float16, bfloat16 or "
+                                        f"float64")
         if bias.stride(0) != 1:
             raise IrisUsageError(f"{call}: bias must be contiguous (stride 1), got stride {bias.stride(0)}; "
                                  f"pass bias.contiguous()")

@@ -6,10 +6,11 @@ communication step as soon as it has it. Within the loop:
 
 - :func:`grouped_tile` maps a linear tile index to ``(pid_m, pid_n)`` in groups of ``GROUP_M``
   rows of tiles, so that consecutive tiles share columns of B (L2 reuse);
-- :func:`tile_product` computes one tile ``A[rows, :] @ B[:, cols]`` in fp32 with ``tl.dot``,
+- :func:`tile_product` computes one tile ``A[rows, :] @ B[:, cols]`` with ``tl.dot`` in fp32 (in fp64
+  for fp64 inputs, see :func:`accumulator_of`),
   through :func:`dot_k` (pointers) or :func:`dot_k_tma` (tensor descriptors, GPU only), reading
   what :func:`gemm_operands` returned once before the loop;
-- :func:`add_bias` adds a ``[N]`` bias in fp32, once; the op then rounds the accumulator once to
+- :func:`add_bias` adds a ``[N]`` bias in the accumulator's type, once; the op then rounds it once to
   the output dtype with :func:`iris.device.round_to` (Triton's interpreter truncates ``.to(bf16)``).
 
 Everything here is per program and touches only memory given to it (local or translated
@@ -23,6 +24,20 @@ import triton.language as tl
 from iris.device import INTERPRETER
 
 from .._views import INDEX_TYPE
+
+
+@triton.constexpr_function
+def accumulator_of(dtype):
+    """The type a GEMM of ``dtype`` operands accumulates in: fp64 for fp64 (exact enough for
+    ``torch.autograd.gradcheck``), fp32 for everything else (fp32, tf32, fp16, bf16)."""
+    return tl.float64 if dtype == tl.float64 else tl.float32
+
+
+@triton.constexpr_function
+def dot_precision(precision, dtype):
+    """``tl.dot``'s ``input_precision`` for ``dtype`` operands: the config's (``"tf32"`` or
+    ``"ieee"``, which only fp32 operands feel), and ``"ieee"`` for fp64, which has no tf32 form."""
+    return "ieee" if dtype == tl.float64 else precision
 
 
 @triton.jit
@@ -54,7 +69,7 @@ def tile_cols(pid_n, BLOCK_N: tl.constexpr):
 @triton.jit
 def dot_k(acc, a_ptr, rows, row_mask, stride_am, stride_ak, b_ptr, cols, N, K, stride_bk, stride_bn,
           BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-    """``acc + A[rows, :K] @ B[:K, cols]`` with pointer loads, fp32 accumulation.
+    """``acc + A[rows, :K] @ B[:K, cols]`` with pointer loads, accumulated in ``acc``'s type.
 
     ``rows`` (``[BLOCK_M]``, relative to ``a_ptr``) with ``row_mask`` says which rows exist; masked
     rows and columns, and the K tail, load as 0 and add exact zeros. ``a_ptr`` may be a translated
@@ -72,10 +87,10 @@ def dot_k(acc, a_ptr, rows, row_mask, stride_am, stride_ak, b_ptr, cols, N, K, s
         b = tl.load(b_cols + kk[:, None] * stride_bk, mask=(kk[:, None] < K) & col_mask[None, :], other=0)
         if INTERPRETER:
             # The interpreter's tl.dot gives garbage for bf16 operands (numpy has no bf16); widening
-            # is exact and the products and sums are fp32 either way.
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            # to the accumulator's type is exact and the products and sums are in it either way.
+            a = a.to(acc.dtype)
+            b = b.to(acc.dtype)
+        acc = tl.dot(a, b, acc, input_precision=dot_precision(PRECISION, a.dtype), out_dtype=acc.dtype)
     return acc
 
 
@@ -136,24 +151,26 @@ def gemm_operands(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, USE_TMA: tl.const
 def tile_product(a_op, b_op, row0, col0, rows, row_mask, cols, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                  USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False):
-    """One output tile ``A[rows, :K] @ B[:K, cols]`` in fp32, through what :func:`gemm_operands`
+    """One output tile ``A[rows, :K] @ B[:K, cols]`` (fp32, fp64 for fp64 operands: the host sends
+    those down the pointer path), through what :func:`gemm_operands`
     returned: :func:`dot_k_tma` from row ``row0`` and column ``col0`` (the first of ``rows`` and
     ``cols``) when ``USE_TMA`` (rows past the descriptor's shape load as 0; the caller masks its stores),
     else :func:`dot_k` with ``row_mask``. ``WARP_SPECIALIZE``: see :func:`dot_k_tma` (TMA path only).
     Per program; weak loads."""
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if USE_TMA:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION, WARP_SPECIALIZE)
     else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=accumulator_of(a_op.dtype.element_ty))
         return dot_k(acc, a_op, rows, row_mask, stride_am, stride_ak, b_op, cols, N, K, stride_bk, stride_bn,
                      BLOCK_K, PRECISION)
 
 
 @triton.jit
 def add_bias(acc, bias_ptr, cols, N, HAS_BIAS: tl.constexpr):
-    """``acc + bias[cols]`` (in fp32, broadcast over rows) when ``HAS_BIAS``, else ``acc``.
+    """``acc + bias[cols]`` (in ``acc``'s type, broadcast over rows) when ``HAS_BIAS``, else ``acc``.
     Per program; one weak load of ``BLOCK_N`` values."""
     if HAS_BIAS:
         bias = tl.load(bias_ptr + cols, mask=cols < N, other=0)
-        acc = acc + bias.to(tl.float32)[None, :]
+        acc = acc + bias.to(acc.dtype)[None, :]
     return acc

@@ -13,6 +13,12 @@ from ._workspace import Workspace, ensure_allocator
 INTERPRETER_TMA = False
 
 
+def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the fp32 (fp64 for fp64 inputs) partial products an op stages on the heap: the
+    host side of ``_gemm.accumulator_of``."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def tma_ok(cfg, *matrices: torch.Tensor) -> bool:
     """Whether the kernel may load these matrices through tensor descriptors: asked for by the
     config (under the interpreter only by :data:`INTERPRETER_TMA`), the matrices on the GPU, with
@@ -21,6 +27,8 @@ def tma_ok(cfg, *matrices: torch.Tensor) -> bool:
     if not (INTERPRETER_TMA if INTERPRETER else cfg.use_tma):
         return False
     for t in matrices:
+        if t.dtype == torch.float64:  # fp64 takes the pointer path (its accumulator is fp64)
+            return False
         if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             return False
         if not INTERPRETER and t.device.type != "cuda":

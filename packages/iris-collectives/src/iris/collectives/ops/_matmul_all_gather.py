@@ -21,6 +21,7 @@ import triton.language as tl
 from iris.device import round_to
 
 from .. import _host
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._gather import all_gather
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch
@@ -89,6 +90,8 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     accumulation, one rounding to ``out.dtype``. Collective; enqueued on torch's current stream;
     no barrier between calls.
     """
+    if is_compiling():
+        return traced().fused("matmul_all_gather", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)
     m_local, N, K = a.shape[0], b.shape[1], a.shape[1]
     M = m_local * ctx.world_size

@@ -21,12 +21,13 @@ from iris.device import round_to
 
 from .. import _host
 from .._all_reduce import all_reduce_one_shot, all_reduce_two_shot
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._views import TensorView, Tile
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
-from ._launch import launch, tma_ok
+from ._launch import accumulator_dtype, launch, tma_ok
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_all_reduce"
@@ -75,14 +76,17 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
 
     ``a`` is ``[M, K_local]`` and ``b`` ``[K_local, N]`` (this rank's share of the inner
     dimension), ``out`` ``[M, N]`` on every rank, ``bias`` an optional ``[N]`` added once. Inputs
-    are fp32 (tf32 unless ``Config(input_precision="ieee")``), fp16 or bf16; the product and the
-    sum accumulate in fp32 and are rounded once to ``out.dtype``. Ordinary torch tensors work;
+    are fp32 (tf32 unless ``Config(input_precision="ieee")``), fp16, bf16 or fp64; the product and
+    the sum accumulate in fp32 (fp64 for fp64) and are rounded once to ``out.dtype``. Ordinary torch
+    tensors work;
     what peers must reach is staged on the symmetric heap in a cached workspace (two-shot writes
     into ``out`` in place when it is on the heap: then it must be on the heap on every rank, the
     same allocation, as for any symmetric tensor). Collective:
     every rank calls it with the same shapes and config. Enqueued on torch's current stream; no
     host barrier is needed between calls.
     """
+    if is_compiling():
+        return traced().fused("matmul_all_reduce", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
@@ -92,7 +96,7 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     key = ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg, two_shot and not out_on_heap)
 
     def make(ctx):
-        buffers = {"partial": ctx.zeros(M, N, dtype=torch.float32),
+        buffers = {"partial": ctx.zeros(M, N, dtype=accumulator_dtype(a.dtype)),
                    "locks": ctx.zeros(_host.lock_words(M, N, cfg.block_m, cfg.block_n), dtype=torch.int32)}
         if two_shot and not out_on_heap:
             buffers["out"] = ctx.zeros(M, N, dtype=out.dtype)

@@ -27,13 +27,14 @@ from iris.device import round_to
 
 from .. import _host
 from .._all_reduce import _sum_in_rank_order
+from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signal_all, wait_at_least
 from .._views import Tile
 from ._checks import check_inputs, check_matrix, check_rows_divide
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
-from ._launch import launch, tma_ok
+from ._launch import accumulator_dtype, launch, tma_ok
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_reduce_scatter"
@@ -88,7 +89,7 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
             if owner == rank:
                 wait_at_least(record + ARRIVE, epoch * (world_size - 1), CALL_C, "ready", rank, -1, t,
                               ctx.heap_bases, record + EPOCH)
-                total = _sum_in_rank_order(ctx, tile, partial_ptrs, mask, tl.float32)
+                total = _sum_in_rank_order(ctx, tile, partial_ptrs, mask, partial.dtype.element_ty)
                 total = add_bias(total, bias, cols, N, HAS_BIAS)  # once, after the sum
                 tl.store(out_ptrs, round_to(total, out.dtype.element_ty), mask=mask)
                 signal_all(record + DONE, rank, world_size, ctx.heap_bases)
@@ -106,6 +107,8 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     ``M``), ``bias`` an optional ``[N]`` added once after the sum. fp32 accumulation, one rounding
     to ``out.dtype``. Collective; enqueued on torch's current stream; no barrier between calls.
     """
+    if is_compiling():
+        return traced().fused("matmul_reduce_scatter", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     m_local = check_rows_divide(CALL, "a", M, ctx.world_size)
@@ -115,7 +118,7 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     num_tiles = ctx.world_size * _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)
 
     def make(ctx):
-        return {"partial": ctx.zeros(M, N, dtype=torch.float32),
+        return {"partial": ctx.zeros(M, N, dtype=accumulator_dtype(a.dtype)),
                 "locks": ctx.zeros(num_tiles * _host.LOCK_WORDS, dtype=torch.int32)}
 
     ws = workspace(ctx, key, make)

@@ -1,0 +1,134 @@
+"""iris.collectives.functional: the host collectives and fused ops as torch operators, for
+``torch.compile`` and autograd.
+
+Each function returns a new tensor (no ``out``) and calls a torch operator (``torch.ops.iris.*``,
+registered with ``torch.library``): inside ``torch.compile(model, fullgraph=True)`` it is one node
+of the graph, not a graph break, and CUDA graphs (``mode="reduce-overhead"``) replay it; autograd
+differentiates it. The front doors ``ccl.all_reduce(ctx, out, inp)`` and ``ops.matmul_all_reduce(ctx,
+out, a, b)`` call the same operators while they are being compiled, and launch their kernels
+directly otherwise (the operator's dispatch costs more host time than their whole call).
+
+- :func:`all_reduce`, :func:`reduce_scatter`, :func:`all_gather`, :func:`all_to_all`,
+  :func:`broadcast`: as in :mod:`iris.collectives.ccl`, ``x`` in, the result out;
+- :func:`matmul_all_reduce`, :func:`matmul_reduce_scatter`, :func:`all_gather_matmul`,
+  :func:`matmul_all_gather`: as in :mod:`iris.collectives.ops`, ``(ctx, a, b, bias=None,
+  config=None, out_dtype=None)``, the result in ``out_dtype`` (default ``a``'s).
+
+Gradients: each rank's tensors are its own variables, a rank's gradient of a result is its own
+part, and an input's gradient sums the parts of every rank's results that used it: the exact
+adjoint of the forward. ``all_gather``'s gradient is a ``reduce_scatter``, ``reduce_scatter``'s an
+``all_gather``, ``all_gather_matmul``'s (for its input) a ``matmul_reduce_scatter`` and
+``matmul_reduce_scatter``'s an ``all_gather_matmul``; ``broadcast`` sums onto its source. One
+exception, tensor parallelism's convention (Megatron-LM's): the all-reduces (``all_reduce``,
+``matmul_all_reduce``) make a replicated result that every rank then consumes the same way, so
+every rank holds the whole gradient, the same, and it passes back as it is, with no
+communication; ``matmul_all_reduce``'s bias, added once, is one value with that gradient's sums.
+A tensor that is the same on every rank and that each rank consumes its own way (the input of a
+column-parallel layer, a bias added to each rank's own rows) gets its gradients summed over the
+ranks with :func:`sum_gradients`; the layers of :mod:`iris.collectives.nn` do that. Only
+``op="sum"`` and ``"avg"`` reductions are differentiable. Every rank must ask for the same
+gradients (a backward may communicate).
+
+The operators take the context as a small integer handle (see :func:`handle_of`) and a config as
+a string: torch operators take no Python objects.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ccl._config import Config as _CclConfig
+from ..ops._config import Config as _OpsConfig
+from . import _collective_ops, _fused_ops  # noqa: F401  (registers the operators)
+from ._collective_ops import DIFFERENTIABLE_OPS
+from ._handles import context_of, encode_config, handle_of
+from ._sum_gradients import sum_gradients
+
+
+def _ccl_config(config, name: str) -> str:
+    return encode_config(config, _CclConfig, f"iris.collectives.functional.{name}")
+
+
+def _ops_config(config, name: str) -> str:
+    return encode_config(config, _OpsConfig, f"iris.collectives.functional.{name}")
+
+
+def all_reduce(ctx, x: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+    """``op`` (``"sum"``, ``"avg"``, ``"max"``, ``"min"``, ``"prod"``) over every rank's ``x``, as a new
+    tensor. Gradient (sum, avg): the output's, passed back as it is (divided by the world size for avg)."""
+    return torch.ops.iris.all_reduce(handle_of(ctx), x, op, _ccl_config(config, "all_reduce"))
+
+
+def reduce_scatter(ctx, x: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+    """Chunk ``rank`` along dim 0 of ``op`` over every rank's ``x`` (``x.shape[0]`` a multiple of the
+    world size). Gradient: every rank's gradient, all-gathered."""
+    return torch.ops.iris.reduce_scatter(handle_of(ctx), x, op, _ccl_config(config, "reduce_scatter"))
+
+
+def all_gather(ctx, x: torch.Tensor, config=None) -> torch.Tensor:
+    """Every rank's ``x`` concatenated along dim 0, in rank order. Gradient: every rank's gradient,
+    reduce-scattered (summed over the ranks, this rank's rows)."""
+    return torch.ops.iris.all_gather(handle_of(ctx), x, _ccl_config(config, "all_gather"))
+
+
+def all_to_all(ctx, x: torch.Tensor, config=None) -> torch.Tensor:
+    """Chunk ``j`` along dim 0 of ``x`` to rank ``j``; chunk ``i`` of the result came from rank ``i``.
+    Gradient: the same exchange of the output's gradient."""
+    return torch.ops.iris.all_to_all(handle_of(ctx), x, _ccl_config(config, "all_to_all"))
+
+
+def broadcast(ctx, x: torch.Tensor, src: int, config=None) -> torch.Tensor:
+    """Rank ``src``'s ``x`` on every rank, as a new tensor. Gradient: every rank's, summed, on rank
+    ``src``; zero elsewhere."""
+    return torch.ops.iris.broadcast(handle_of(ctx), x, src, _ccl_config(config, "broadcast"))
+
+
+def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``sum over ranks of a @ b, + bias`` (``a`` ``[M, K/W]``, ``b`` ``[K/W, N]``; the bias the same on
+    every rank), replicated: its gradient passes the all-reduce as it is; see
+    :func:`iris.collectives.ops.matmul_all_reduce`."""
+    return torch.ops.iris.matmul_all_reduce(handle_of(ctx), a, b, bias, _ops_config(config, "matmul_all_reduce"),
+                                            out_dtype)
+
+
+def matmul_reduce_scatter(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
+                          out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """This rank's ``M / W`` rows of ``sum over ranks of a @ b``, ``+ bias``; ``a``'s gradient is an
+    ``all_gather_matmul``; see :func:`iris.collectives.ops.matmul_reduce_scatter`."""
+    return torch.ops.iris.matmul_reduce_scatter(handle_of(ctx), a, b, bias,
+                                                _ops_config(config, "matmul_reduce_scatter"), out_dtype)
+
+
+def all_gather_matmul(ctx, a_shard: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``all_gather(a_shard, dim 0) @ b + bias`` with this rank's ``b`` and ``bias`` (a column block);
+    ``a_shard``'s gradient is a ``matmul_reduce_scatter``; see
+    :func:`iris.collectives.ops.all_gather_matmul`."""
+    return torch.ops.iris.all_gather_matmul(handle_of(ctx), a_shard, b, bias,
+                                            _ops_config(config, "all_gather_matmul"), out_dtype)
+
+
+def matmul_all_gather(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
+                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``all_gather(a @ b + bias, dim 0)``; its gradient is reduce-scattered, then local GEMMs; see
+    :func:`iris.collectives.ops.matmul_all_gather`."""
+    return torch.ops.iris.matmul_all_gather(handle_of(ctx), a, b, bias, _ops_config(config, "matmul_all_gather"),
+                                            out_dtype)
+
+
+__all__ = [
+    "DIFFERENTIABLE_OPS",
+    "all_gather",
+    "all_gather_matmul",
+    "all_reduce",
+    "all_to_all",
+    "broadcast",
+    "context_of",
+    "handle_of",
+    "matmul_all_gather",
+    "matmul_all_reduce",
+    "matmul_reduce_scatter",
+    "reduce_scatter",
+    "sum_gradients",
+]

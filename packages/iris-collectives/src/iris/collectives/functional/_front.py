@@ -1,0 +1,48 @@
+"""What the front doors (``ccl.all_reduce(ctx, out, inp)``, ``ops.matmul_all_reduce(ctx, out, a, b)``,
+...) do while ``torch.compile`` traces them: call the functional operator and copy its result
+into ``out``, so that the compiler sees one ``iris::`` node and a copy instead of a graph break.
+In eager mode the front doors launch their kernels directly and never come here: the torch
+dispatcher would add tens of microseconds of Python to a call whose whole host cost is a few.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from iris.runtime import IrisUsageError
+
+from ..ccl._config import Config as CclConfig
+from ..ops._config import Config as OpsConfig
+from . import _collective_ops, _fused_ops  # noqa: F401  (registers the operators)
+from ._handles import encode_config, handle_of
+
+
+def _into(call: str, out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    if out.shape != result.shape:
+        raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but the result has {tuple(result.shape)}; "
+                             f"pass an out of that shape")
+    return out.copy_(result)
+
+
+def collective(name: str, ctx, out, inp, *args, config=None):
+    """``out`` = the result of ``iris::<name>(ctx, inp, *args)``."""
+    call = f"iris.collectives.ccl.{name}"
+    op = getattr(torch.ops.iris, name)
+    return _into(call, out, op(handle_of(ctx), inp, *args, encode_config(config, CclConfig, call)))
+
+
+def broadcast(ctx, tensor, src, config=None):
+    """``tensor`` = rank ``src``'s, through ``iris::broadcast``."""
+    call = "iris.collectives.ccl.broadcast"
+    return tensor.copy_(torch.ops.iris.broadcast(handle_of(ctx), tensor, src, encode_config(config, CclConfig, call)))
+
+
+def barrier(ctx) -> None:
+    torch.ops.iris.barrier(handle_of(ctx))
+
+
+def fused(name: str, ctx, out, a, b, bias=None, config=None):
+    """``out`` = the result of ``iris::<name>(ctx, a, b, bias)``, in ``out``'s dtype."""
+    call = f"iris.collectives.ops.{name}"
+    op = getattr(torch.ops.iris, name)
+    return _into(call, out, op(handle_of(ctx), a, b, bias, encode_config(config, OpsConfig, call), out.dtype))

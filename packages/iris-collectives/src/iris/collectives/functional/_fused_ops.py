@@ -1,0 +1,165 @@
+"""The fused GEMM + communication ops as torch operators: ``iris::matmul_all_reduce``,
+``matmul_reduce_scatter``, ``all_gather_matmul`` and ``matmul_all_gather``, each
+``(int ctx, Tensor a, Tensor b, Tensor? bias=None, str config="", ScalarType? out_dtype=None) -> Tensor``,
+with fake (shape) implementations and gradients built from the library's own ops.
+
+Opaque ``custom_op`` nodes to the compiler, for the reasons given in :mod:`._collective_ops`.
+
+Gradients (the convention of :mod:`iris.collectives.functional`; ``g`` is this rank's gradient of
+the result, cast to the inputs' dtype first; ``b`` and ``bias`` are this rank's):
+
+- ``matmul_all_reduce``, ``out = sum_p a_p @ b_p + bias``, replicated and consumed the same way on
+  every rank: ``g`` is the whole gradient, the same on every rank, and passes the all-reduce as it
+  is: ``da = g @ b^T``, ``db = a^T @ g``, ``dbias = g.sum(0)`` (the bias is added once: one value).
+- ``all_gather_matmul``, ``out_r = A @ b_r + bias_r`` with ``A = cat_p a_p``: ``A``'s gradient is
+  the sum over ranks of ``g_q @ b_q^T``, of which this rank's rows are ``a_r``'s:
+  ``da = matmul_reduce_scatter(g, b^T)``; ``db = all_gather(a)^T @ g``; ``dbias = g.sum(0)``.
+- ``matmul_reduce_scatter``, ``out_r = (sum_p a_p @ b_p)[rows of r] + bias_r``: the sum's gradient
+  is every rank's ``g`` gathered, ``G``: ``da = all_gather_matmul(g, b^T)`` (``= G @ b^T``),
+  ``db = a^T @ all_gather(g)``, ``dbias = g.sum(0)``.
+- ``matmul_all_gather``, ``out = cat_p (a_p @ b_p + bias_p)``: this rank's product's gradient is
+  the sum of every rank's gradient of its rows, ``g_r = reduce_scatter(g)``: ``da = g_r @ b^T``,
+  ``db = a^T @ g_r``, ``dbias = g_r.sum(0)``.
+
+A bias or weight that is one value on every rank but used by each rank's own rows (the bias of a
+sequence-parallel row layer) needs its gradients summed over the ranks:
+:func:`iris.collectives.functional.sum_gradients` does it, the layers of :mod:`iris.collectives.nn`
+use it.
+
+``G`` is gathered twice in ``matmul_reduce_scatter``'s gradient when both ``a`` and ``b`` need one
+(inside ``all_gather_matmul`` and once more for ``db``), and ``A`` once more in
+``all_gather_matmul``'s: the fused op does not hand out the gathered operand (torch's
+``fused_all_gather_matmul`` does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from iris.runtime import IrisUsageError
+
+from ..ops._config import Config
+from ._handles import context_of, decode_config
+
+
+def _run(name: str, handle: int, config: str):
+    # The context and decoded config of one operator call, and the front door it runs through.
+    from .. import ops  # at call time: the ops' front doors import this package when compiled
+
+    return context_of(handle, f"iris::{name}"), decode_config(config, Config), getattr(ops, name)
+
+
+def _world(handle: int, name: str) -> int:
+    return context_of(handle, f"iris::{name}").world_size
+
+
+def _out_shape(name: str, a, b, world_size: int) -> tuple:
+    """The result's shape (see the table in docs/fused-ops.md)."""
+    if a.dim() != 2 or b.dim() != 2:
+        raise IrisUsageError(f"iris::{name}: a and b must be 2-D, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    rows, n = a.shape[0], b.shape[1]
+    if name == "matmul_all_reduce":
+        return rows, n
+    if name == "matmul_reduce_scatter":
+        if rows % world_size:
+            raise IrisUsageError(f"iris::{name}: a has M={rows} rows, which {world_size} ranks cannot split evenly; "
+                                 f"pad M to a multiple of {world_size}")
+        return rows // world_size, n
+    return world_size * rows, n  # the all-gathers
+
+
+#: Every fused operator's schema (given, not inferred: see ``_collective_ops``).
+SCHEMA = '(int ctx, Tensor a, Tensor b, Tensor? bias=None, str config="", ScalarType? out_dtype=None) -> Tensor'
+
+
+def _register(name: str):
+    """Define ``iris::<name>`` (its eager and fake implementations); returns the operator."""
+
+    def impl(ctx: int, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config: str = "",
+             out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        context, cfg, front = _run(name, ctx, config)
+        out = a.new_empty(_out_shape(name, a, b, context.world_size), dtype=out_dtype or a.dtype)
+        return front(context, out, a, b, None if bias is None else bias.contiguous(), config=cfg)
+
+    impl.__name__ = name
+    impl.__doc__ = f"``iris.collectives.ops.{name}`` into a new tensor of ``out_dtype`` (default: ``a``'s)."
+    op = torch.library.custom_op(f"iris::{name}", impl, mutates_args=(), schema=SCHEMA)
+
+    @op.register_fake
+    def _(ctx, a, b, bias=None, config="", out_dtype=None):
+        return a.new_empty(_out_shape(name, a, b, _world(ctx, name)), dtype=out_dtype or a.dtype)
+
+    return op
+
+
+matmul_all_reduce = _register("matmul_all_reduce")
+matmul_reduce_scatter = _register("matmul_reduce_scatter")
+all_gather_matmul = _register("all_gather_matmul")
+matmul_all_gather = _register("matmul_all_gather")
+
+
+def _setup(ctx, inputs, output):
+    handle, a, b, bias = inputs[:4]
+    ctx.handle = handle
+    ctx.save_for_backward(a, b)
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _needs(ctx) -> tuple:
+    # Which of (ctx, a, b, bias) need a gradient. The dispatcher drops trailing arguments equal to
+    # their defaults (bias=None, ...) before autograd sees them: pad.
+    return (*ctx.needs_input_grad, False, False, False, False)[:4]
+
+
+def _grads(ctx, da, db, dbias):
+    # Gradients in the inputs' dtypes, None where none is needed.
+    a, b = ctx.saved_tensors
+    need = _needs(ctx)
+    return (None, da.to(a.dtype) if need[1] else None, db.to(b.dtype) if need[2] else None,
+            dbias.to(ctx.bias_dtype) if need[3] and ctx.bias_dtype is not None else None, None, None)
+
+
+def _matmul_all_reduce_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    need = _needs(ctx)
+    g = grad.to(a.dtype)
+    da = g @ b.t() if need[1] else None
+    db = a.t() @ g if need[2] else None
+    dbias = g.sum(0) if need[3] else None
+    return _grads(ctx, da, db, dbias)
+
+
+def _all_gather_matmul_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    need = _needs(ctx)
+    g = grad.to(a.dtype)
+    da = torch.ops.iris.matmul_reduce_scatter(ctx.handle, g, b.t()) if need[1] else None
+    db = torch.ops.iris.all_gather(ctx.handle, a.contiguous()).t() @ g if need[2] else None
+    dbias = g.sum(0) if need[3] else None
+    return _grads(ctx, da, db, dbias)
+
+
+def _matmul_reduce_scatter_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    need = _needs(ctx)
+    g = grad.to(a.dtype).contiguous()
+    da = torch.ops.iris.all_gather_matmul(ctx.handle, g, b.t()) if need[1] else None
+    db = a.t() @ torch.ops.iris.all_gather(ctx.handle, g) if need[2] else None
+    dbias = g.sum(0) if need[3] else None
+    return _grads(ctx, da, db, dbias)
+
+
+def _matmul_all_gather_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    need = _needs(ctx)
+    g = torch.ops.iris.reduce_scatter(ctx.handle, grad.to(a.dtype).contiguous())
+    da = g @ b.t() if need[1] else None
+    db = a.t() @ g if need[2] else None
+    dbias = g.sum(0) if need[3] else None
+    return _grads(ctx, da, db, dbias)
+
+
+matmul_all_reduce.register_autograd(_matmul_all_reduce_backward, setup_context=_setup)
+all_gather_matmul.register_autograd(_all_gather_matmul_backward, setup_context=_setup)
+matmul_reduce_scatter.register_autograd(_matmul_reduce_scatter_backward, setup_context=_setup)
+matmul_all_gather.register_autograd(_matmul_all_gather_backward, setup_context=_setup)

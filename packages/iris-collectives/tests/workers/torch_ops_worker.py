@@ -1,0 +1,309 @@
+"""Multi-rank scenarios of the torch operators (``iris.collectives.functional``), their gradients and
+the tensor-parallel layers (``iris.collectives.nn``), run by test_torch_ops_multirank.py.
+
+Every rank regenerates every rank's inputs from seeds, so references need no communication.
+
+Gradients are checked with ``torch.autograd.gradcheck`` in fp64 on a *global* function of every
+rank's inputs, which every rank evaluates identically: an input that is each rank's own is one
+tensor ``[W, ...]`` of which rank ``r`` feeds block ``r`` to the operator (:class:`OwnBlock`, whose
+backward gathers every rank's gradient of its block over MPI); an input that is one value on
+every rank (a replicated bias) is fed as it is; a per-rank output is stacked over the ranks
+(:class:`Stacked`, over MPI), a replicated one is returned as it is. gradcheck perturbs the same
+element on every rank at the same step (same inputs, same control flow), so its finite
+differences see the whole distributed function, and the analytical Jacobian is the operators'
+backward on every rank: the two agree exactly when the backward is the derivative of the one
+loss under the convention of ``iris.collectives.functional`` (exact adjoints; the all-reduces'
+replicated results carry the same whole gradient on every rank).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+import iris.runtime.testing
+from iris.collectives import ccl, ops
+from iris.collectives import functional as F
+from iris.collectives.nn import ColumnParallelLinear, RowParallelLinear
+from iris.runtime import IrisUsageError, UnsupportedDtypeError
+from iris.runtime.testing import expect_error
+
+F64 = torch.float64
+
+
+def rand(shape, seed, dtype=F64, device="cpu"):
+    """Normal values, the same wherever generated (CPU generator)."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64).to(dtype).to(device)
+
+
+def ints(shape, seed, device="cpu"):
+    """Small integers as fp32: every sum and product here is exact, so results compare exactly."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-3, 4, shape, generator=g).float().to(device)
+
+
+def same(expected, actual, what, tol=0.0):
+    actual, expected = actual.detach().cpu().to(expected.dtype), expected.detach().cpu()
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    error = (actual - expected).abs().max().item() if actual.numel() else 0.0
+    assert error <= tol, f"{what}: max error {error:.3g} > {tol:.3g}"
+
+
+# --- the global function gradcheck sees -----------------------------------------------------------
+
+class OwnBlock(torch.autograd.Function):
+    """Every rank's values ``[W, ...]`` -> this rank's block; backward: each rank's gradient of its
+    block, gathered (MPI), so that every rank returns the gradient of the whole tensor."""
+
+    @staticmethod
+    def forward(ctx, everyone, comm, rank):
+        ctx.comm = comm
+        return everyone[rank].clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.stack(ctx.comm.allgather(grad.detach().cpu())).to(grad.device), None, None
+
+
+class Stacked(torch.autograd.Function):
+    """This rank's result -> every rank's, stacked (MPI); backward: this rank's block."""
+
+    @staticmethod
+    def forward(ctx, mine, comm, rank):
+        ctx.rank = rank
+        return torch.stack(comm.allgather(mine.detach().cpu())).to(mine.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[ctx.rank], None, None
+
+
+def global_gradcheck(ctx, name, fn, inputs, output_kind):
+    """gradcheck of ``fn`` (this rank's operator call) as a function of every rank's inputs.
+
+    ``inputs``: ``(kind, tensor)`` pairs; ``"own"``: ``[W, ...]``, every rank's value; ``"same"``: one
+    value, every rank's. ``output_kind``: ``"own"`` (stacked over the ranks) or ``"same"``."""
+    comm, rank = ctx.comm, ctx.rank
+    leaves = [t.detach().clone().requires_grad_(True) for _, t in inputs]
+
+    def whole(*xs):
+        mine = [OwnBlock.apply(x, comm, rank) if kind == "own" else x for (kind, _), x in zip(inputs, xs)]
+        y = fn(*mine)
+        return Stacked.apply(y, comm, rank) if output_kind == "own" else y
+
+    torch.manual_seed(0)  # the same random choices on every rank
+    assert torch.autograd.gradcheck(whole, leaves, eps=1e-6, atol=1e-9, rtol=1e-7), name
+
+
+# --- scenarios ---------------------------------------------------------------------------------------
+
+def scenario_operators_match_front_doors(ctx):
+    # every operator against its front door (exact: small integers) and fp64 against torch
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    h = F.handle_of(ctx)
+    assert F.handle_of(ctx) == h and F.context_of(h, "test") is ctx
+    x = ints((4 * W, 3), 10 + r, dev)
+    for name, args in (("all_reduce", ()), ("reduce_scatter", ()), ("all_gather", ()), ("all_to_all", ())):
+        result = getattr(F, name)(ctx, x, *args)
+        expected = torch.empty_like(result)
+        getattr(ccl, name)(ctx, expected, x)
+        same(expected, result, f"functional.{name}")
+    same(ints((4 * W, 3), 10 + W - 1), F.broadcast(ctx, x, W - 1), "functional.broadcast")
+    same(sum(ints((4 * W, 3), 10 + p) for p in range(W)) / W, F.all_reduce(ctx, x, "avg"), "avg")
+    torch.ops.iris.barrier(h)
+    a, b, bias = ints((4 * W, 5), 20 + r, dev), ints((5, 6), 30 + r, dev), ints((6,), 40, dev)
+    for name in ("matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather"):
+        result = getattr(F, name)(ctx, a, b, bias)
+        expected = torch.empty_like(result)
+        getattr(ops, name)(ctx, expected, a, b, bias)
+        same(expected, result, f"functional.{name}")
+    half = F.matmul_all_reduce(ctx, a, b, out_dtype=torch.float16)
+    assert half.dtype == torch.float16
+    # fp64 end to end: accumulated in fp64 (an fp32 accumulator would be ~1e-7 off)
+    A = [rand((4 * W, 7), 50 + p) for p in range(W)]
+    B = [rand((7, 6), 60 + p) for p in range(W)]
+    total = sum(A[p] @ B[p] for p in range(W))
+    same(total, F.matmul_all_reduce(ctx, A[r].to(dev), B[r].to(dev)), "fp64 matmul_all_reduce", 1e-13)
+    same(total.chunk(W)[r], F.matmul_reduce_scatter(ctx, A[r].to(dev), B[r].to(dev)), "fp64 reduce-scatter", 1e-13)
+    same(sum(A), F.all_reduce(ctx, A[r].to(dev)), "fp64 all_reduce", 1e-13)
+
+
+def scenario_front_doors_compile_fullgraph(ctx):
+    # the out= front doors inside torch.compile(fullgraph=True): one iris:: node each, no graph break
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+
+    def model(x, a, b):
+        s = torch.empty_like(x)
+        ccl.all_reduce(ctx, s, x)
+        ccl.all_reduce(ctx, x, x, op="max")  # in place
+        g = torch.empty(W * x.shape[0], *x.shape[1:], device=dev)
+        ccl.all_gather(ctx, g, s)
+        part = torch.empty(x.shape[0] // W, *x.shape[1:], device=dev)
+        ccl.reduce_scatter(ctx, part, g[: x.shape[0]])
+        t = torch.empty_like(x)
+        ccl.all_to_all(ctx, t, s)
+        ccl.broadcast(ctx, t, W - 1)
+        ccl.barrier(ctx)
+        y = torch.empty(a.shape[0], b.shape[1], device=dev)
+        ops.matmul_all_reduce(ctx, y, a, b, config=ops.Config(variant="two_shot"))
+        z = torch.empty(W * a.shape[0], b.shape[1], device=dev)
+        ops.all_gather_matmul(ctx, z, a, b)
+        return s * 2, x, g, part, t, y, z
+
+    def inputs():
+        return ints((2 * W, 3), 70 + r, dev), ints((2 * W, 4), 80 + r, dev), ints((4, 5), 90 + r, dev)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    for got, expected in zip(compiled(*inputs()), model(*inputs())):
+        same(expected, got, "compiled front door")
+
+
+def scenario_gradcheck_collectives(ctx):
+    W = ctx.world_size
+    own = rand((W, 2 * W, 3), 100)
+    global_gradcheck(ctx, "all_reduce", lambda x: F.all_reduce(ctx, x), [("own", own)], "same")
+    global_gradcheck(ctx, "all_reduce avg", lambda x: F.all_reduce(ctx, x, "avg"), [("own", own)], "same")
+    global_gradcheck(ctx, "reduce_scatter", lambda x: F.reduce_scatter(ctx, x), [("own", own)], "own")
+    global_gradcheck(ctx, "all_gather", lambda x: F.all_gather(ctx, x), [("own", own)], "own")
+    global_gradcheck(ctx, "all_to_all", lambda x: F.all_to_all(ctx, x), [("own", own)], "own")
+    global_gradcheck(ctx, "broadcast", lambda x: F.broadcast(ctx, x, W - 1), [("own", own)], "own")
+    # one value on every rank, which each rank consumes its own way
+    global_gradcheck(ctx, "sum_gradients", lambda x: F.sum_gradients(ctx, x) * (ctx.rank + 1),
+                     [("same", rand((2, 3), 101))], "own")
+
+
+def scenario_gradcheck_fused_ops(ctx):
+    # K split (row-parallel): a [M, K/W], b [K/W, N]; M rows split (sequence-parallel): a [M/W, K]
+    W, M, K, N = ctx.world_size, 2 * ctx.world_size, 3, 2
+    a_k, b_k = rand((W, M, K), 110), rand((W, K, N), 111)
+    a_m, b_m = rand((W, M // W, K), 112), rand((W, K, N), 113)
+    bias_own, bias_one = rand((W, N), 115), rand((N,), 116)
+    global_gradcheck(ctx, "matmul_all_reduce", lambda a, b, c: F.matmul_all_reduce(ctx, a, b, c),
+                     [("own", a_k), ("own", b_k), ("same", bias_one)], "same")
+    global_gradcheck(ctx, "matmul_reduce_scatter", lambda a, b, c: F.matmul_reduce_scatter(ctx, a, b, c),
+                     [("own", a_k), ("own", b_k), ("own", bias_own)], "own")
+    global_gradcheck(ctx, "all_gather_matmul", lambda a, b, c: F.all_gather_matmul(ctx, a, b, c),
+                     [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
+    global_gradcheck(ctx, "matmul_all_gather", lambda a, b, c: F.matmul_all_gather(ctx, a, b, c),
+                     [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
+
+
+def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):
+    """One SGD step of a tensor-parallel MLP (compiled, ``fullgraph=True``) and of the same MLP on one
+    device: returns [(what, tensor-parallel value, single-device value)] to compare."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    S, H, inter = 2 * W, 6, 4 * W  # tokens, hidden, intermediate
+    torch.manual_seed(1)  # the same full model on every rank
+    full = torch.nn.Sequential(torch.nn.Linear(H, inter), torch.nn.GELU(), torch.nn.Linear(inter, H)).to(dtype)
+    x, target = rand((S, H), 120, dtype).requires_grad_(True), rand((S, H), 121, dtype)
+    tp = torch.nn.Sequential(ColumnParallelLinear.from_linear(ctx, full[0], sequence_parallel=sequence_parallel),
+                             torch.nn.GELU(),
+                             RowParallelLinear.from_linear(ctx, full[2], sequence_parallel=sequence_parallel))
+    rows = slice(r * S // W, (r + 1) * S // W) if sequence_parallel else slice(None)
+    tp_x, tp_target = x.detach()[rows].to(dev).requires_grad_(True), target[rows].to(dev)
+    step = torch.compile(tp, fullgraph=True, **compile_options)
+    optimizer = torch.optim.SGD(tp.parameters(), lr=0.5)
+
+    def tp_loss():
+        # the single-device loss is the mean over all S rows; with sequence parallelism each rank
+        # holds S / W of them, and the ranks' losses add up to it
+        return ((step(tp_x) - tp_target).float() ** 2).sum() / target.numel()
+
+    def total(loss):  # the loss of the whole model: one value, or the ranks' parts summed
+        return sum(ctx.comm.allgather(loss.item())) if sequence_parallel else loss.item()
+
+    loss = tp_loss()
+    loss.backward()
+    ref_loss = ((full(x) - target).float() ** 2).mean()
+    ref_loss.backward()
+    block = slice(r * inter // W, (r + 1) * inter // W)
+    out = [("loss", total(loss), ref_loss.item()), ("input grad", tp_x.grad, x.grad[rows]),
+           ("column weight grad", tp[0].weight.grad, full[0].weight.grad[block]),
+           ("column bias grad", tp[0].bias.grad, full[0].bias.grad[block]),
+           ("row weight grad", tp[2].weight.grad, full[2].weight.grad[:, block]),
+           ("row bias grad", tp[2].bias.grad, full[2].bias.grad)]
+    optimizer.step()
+    torch.optim.SGD(full.parameters(), lr=0.5).step()
+    with torch.no_grad():
+        out.append(("loss after the step", total(tp_loss()), ((full(x) - target).float() ** 2).mean().item()))
+    return out
+
+
+def scenario_tp_mlp_trains_compiled(ctx):
+    # compiled (aot_eager: Triton's interpreter cannot run inductor's kernels), fullgraph: no graph break
+    from torch._dynamo.utils import counters
+
+    for sequence_parallel in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        for what, got, expected in tp_mlp_step(ctx, sequence_parallel, F64, backend="aot_eager"):
+            got, expected = torch.as_tensor(got), torch.as_tensor(expected)
+            same(expected, got, f"{what} (sequence_parallel={sequence_parallel})", 1e-12)
+        assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+def scenario_layers_initialise_as_linear(ctx):
+    # with one seed on every rank, a layer is its rank's block of the Linear that seed draws; the row
+    # layer's bias is one value on every rank even when the ranks draw differently
+    W, r = ctx.world_size, ctx.rank
+    for cls, dim in ((ColumnParallelLinear, 0), (RowParallelLinear, 1)):
+        torch.manual_seed(3)
+        linear = torch.nn.Linear(4 * W, 2 * W, device=ctx.device)
+        torch.manual_seed(3)
+        layer = cls(ctx, 4 * W, 2 * W)
+        same(linear.weight.chunk(W, dim)[r], layer.weight, f"{cls.__name__} weight")
+        same(linear.bias.chunk(W)[r] if dim == 0 else linear.bias, layer.bias, f"{cls.__name__} bias")
+    torch.manual_seed(4 + r)
+    bias = RowParallelLinear(ctx, 2 * W, 3).bias.detach().cpu()
+    for other in ctx.comm.allgather(bias):
+        same(bias, other, "row bias across ranks")
+
+
+def scenario_errors(ctx):
+    W, dev = ctx.world_size, ctx.device
+    x = ints((2 * W,), 130, dev)
+    expect_error(lambda: torch.ops.iris.all_reduce(10**6, x), IrisUsageError, "iris::all_reduce", "no Iris context",
+                 "handle 1000000")
+    expect_error(lambda: F.all_reduce(ctx, x, config=ops.Config()), IrisUsageError,
+                 "iris.collectives.functional.all_reduce", "iris.collectives.ccl._config.Config")
+    expect_error(lambda: F.handle_of(object()), IrisUsageError, "is not an Iris context")
+    leaf = x.clone().requires_grad_(True)
+    expect_error(lambda: F.all_reduce(ctx, leaf, "max"), IrisUsageError, "op='max'", "'sum' or 'avg'")
+    expect_error(lambda: F.reduce_scatter(ctx, ints((2 * W + 1,), 131, dev)), IrisUsageError, "iris::reduce_scatter",
+                 f"multiple of {W} rows")
+    expect_error(lambda: ColumnParallelLinear(ctx, 4, 2 * W + 1), IrisUsageError, "ColumnParallelLinear",
+                 "out_features=")
+    layer = RowParallelLinear(ctx, 2 * W, 3, sequence_parallel=True)
+    expect_error(lambda: layer(torch.ones(2, 2, dtype=torch.float64, device=dev)), UnsupportedDtypeError,
+                 "RowParallelLinear", "torch.float64")
+    expect_error(lambda: layer(torch.ones(2, 5, device=dev)), IrisUsageError, "last dimension must be 2")
+    if W > 1:
+        expect_error(lambda: layer(torch.ones(W + 1, 2, device=dev)), IrisUsageError, "sequence_parallel",
+                     f"multiple of {W}")
+
+
+def scenario_gpu_inductor_and_cuda_graphs(ctx):
+    # GPU only: inductor (default and reduce-overhead, i.e. CUDA graphs) trains the MLP with no graph
+    # break; bf16 values against the single-device model, with bf16's tolerance
+    if ctx.device.type != "cuda":
+        return
+    from torch._dynamo.utils import counters
+
+    for mode in (None, "reduce-overhead"):
+        for sequence_parallel in (False, True):
+            torch._dynamo.reset()
+            counters.clear()
+            results = tp_mlp_step(ctx, sequence_parallel, torch.bfloat16, mode=mode)
+            for what, got, expected in results:
+                got, expected = torch.as_tensor(got).float(), torch.as_tensor(expected).float()
+                scale = max(expected.abs().max().item(), 1e-3)
+                same(expected, got, f"{what} (sequence_parallel={sequence_parallel}, mode={mode})", 3e-2 * scale)
+            assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    iris.runtime.testing.run_scenarios(globals(), heap_size=1 << 24)
