@@ -27,6 +27,7 @@ from iris.collectives.ops import _matmul as CORE  # noqa: E402
 from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
 from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
 from iris.collectives.ops import _matmul_reduce_scatter as MRS  # noqa: E402
+from iris.collectives.ops import _rotated as ROT  # noqa: E402
 
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "fp64": "*fp64"}
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
@@ -83,6 +84,14 @@ def cases():
             yield (f"matmul_reduce_scatter/{dt}/{path}", MRS._matmul_reduce_scatter_kernel,
                    signature("a b bias partial out locks", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "partial"), None)
+            # strategy rotated: the reduce-scatter, and with GATHER the all-reduce (bf16 descriptors
+            # at four ranks, where its loops over the peers run more than once)
+            for name, gather in (("matmul_reduce_scatter_rotated", False), ("matmul_all_reduce_rotated", True)):
+                world = 4 if (dt, tma) == ("bf16", True) else 2
+                yield (f"{name}/{dt}/{path}", ROT.rotated_kernel,
+                       signature("a b bias partial gathered out flags", dt, rs),
+                       dict(common, call=name, world_size=world, RECORD=ROT.record_words(world), GATHER=gather,
+                            USE_TMA=tma), ("a", "b", "out", "partial", "gathered"), None)
             yield (f"matmul_all_gather/{dt}/{path}", MAG._matmul_all_gather_kernel,
                    signature("a b bias staging out flags", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "staging"), None)

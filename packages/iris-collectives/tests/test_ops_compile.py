@@ -15,8 +15,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ops_compile_check.py")
-OPS = {"matmul_all_reduce", "matmul_all_reduce_two_shot", "matmul_reduce_scatter", "matmul_all_gather",
-       "all_gather_matmul", "all_gather_matmul_arrival"}
+OPS = {"matmul_all_reduce", "matmul_all_reduce_two_shot", "matmul_all_reduce_rotated", "matmul_reduce_scatter",
+       "matmul_reduce_scatter_rotated", "matmul_all_gather", "all_gather_matmul", "all_gather_matmul_arrival"}
 CORE = {"matmul_core", "matmul_core_ws"}  # the GEMM core alone, plain and warp-specialised
 
 

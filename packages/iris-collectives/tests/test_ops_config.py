@@ -71,3 +71,15 @@ def test_a_new_workspace_waits_for_every_rank_once():
     alone = Ctx(1, "solo")
     _workspace.workspace(alone, ("op", 1), make)
     assert "solo" not in calls  # one rank: no peer to wait for
+
+
+def test_four_byte_inputs_take_a_shorter_k_block_on_the_gpu():
+    # the bf16 tiles' pipeline in fp32 needs more shared memory than an H200 has (found when the
+    # torch operators ran fp32 through the defaults on the GPU)
+    bf16 = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", None)
+    fp32 = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", None, itemsize=4)
+    assert bf16.block_k == 64 and fp32.block_k == 32, (bf16, fp32)
+    assert (fp32.block_m, fp32.block_n, fp32.num_stages) == (bf16.block_m, bf16.block_n, bf16.num_stages)
+    forced = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", ops.Config(block_k=64), itemsize=4)
+    assert forced.block_k == 64  # what the caller sets stays
+    assert _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", None, itemsize=4).block_k == 16

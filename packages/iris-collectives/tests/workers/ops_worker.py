@@ -149,22 +149,44 @@ def scenario_matmul_all_reduce_back_to_back(ctx):
 
 
 def scenario_matmul_reduce_scatter(ctx):
-    """fp32/fp16/bf16, ragged rows per rank (M / W not a multiple of BLOCK_M), N and K ragged,
-    bias on and off, then back-to-back calls with new data and no barrier."""
+    """Both strategies: fp32/fp16/bf16, ragged rows per rank (M / W not a multiple of BLOCK_M), N
+    and K ragged, bias on and off, then back-to-back calls with new data and no barrier."""
     W = ctx.world_size
     cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
              (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
-    for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
-        seed = 200 + i
-        out = run_matmul_reduce_scatter(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, SMALL)
-        check(out, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
-              f"matmul_reduce_scatter {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+    for cfg in (SMALL, dataclasses.replace(SMALL, variant="rotated")):
+        for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+            seed = 200 + i
+            out = run_matmul_reduce_scatter(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, cfg)
+            check(out, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+                  f"matmul_reduce_scatter {cfg.variant} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+        M, N, K = W * 12, 40, 20
+        results = [run_matmul_reduce_scatter(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True, cfg)
+                   for i in range(repeats(ctx))]
+        for i, got in enumerate(results):
+            check(got, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i,
+                                                 True), f"matmul_reduce_scatter {cfg.variant} call {i}")
+
+
+def scenario_matmul_all_reduce_rotated(ctx):
+    """Strategy ``rotated`` (M a multiple of W; chunks of M / W rows that straddle tiles), dtypes,
+    bias on and off, a grid smaller than a chunk's tiles, then back-to-back calls with new data and
+    no barrier (the double-buffered slots wrap around)."""
+    W = ctx.world_size
+    rotated = dataclasses.replace(SMALL, variant="rotated")
+    cases = [(W * 20, 36, 20, "fp32", "fp32", True, rotated), (W * 11, 50, 27, "fp16", "fp16", False, rotated),
+             (W * 7, 70, 45, "bf16", "bf16", True, dataclasses.replace(rotated, grid=2))]
+    for i, (M, N, K, dt, odt, with_bias, cfg) in enumerate(cases):
+        seed = 150 + i
+        out = run_matmul_all_reduce(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, cfg)
+        check(out, ref_matmul_all_reduce(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+              f"matmul_all_reduce rotated {M}x{N}x{K} {dt}->{odt} bias={with_bias} grid={cfg.grid}")
     M, N, K = W * 12, 40, 20
-    results = [run_matmul_reduce_scatter(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True, SMALL)
+    results = [run_matmul_all_reduce(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 1500 + i, True, rotated).clone()
                for i in range(repeats(ctx))]
     for i, got in enumerate(results):
-        check(got, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, torch.bfloat16, torch.bfloat16, 2000 + i, True),
-              f"matmul_reduce_scatter call {i}")
+        check(got, ref_matmul_all_reduce(W, M, N, K, torch.bfloat16, torch.bfloat16, 1500 + i, True),
+              f"matmul_all_reduce rotated call {i}")
 
 
 def gather_scenario(ctx, op, name, seed0, config=SMALL, only=None):

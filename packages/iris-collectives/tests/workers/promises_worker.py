@@ -26,6 +26,7 @@ Every rank regenerates every rank's inputs from seeds, so references need no com
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -127,7 +128,7 @@ def scenario_matmul_all_reduce(ctx):
     bias joining rank 0's (docs/fused-ops.md), rounded once; and the same bits on every rank."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     M, N, K = 24, 40, 16
-    for variant in ("one_shot", "two_shot"):
+    for variant in ("one_shot", "two_shot", "rotated"):
         for i, (dtype, out_dtype, with_bias) in enumerate(OP_CASES):
             parts, bias = k_split_inputs(W, M, N, K, dtype, 100 + i)
             out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
@@ -144,16 +145,16 @@ def scenario_matmul_reduce_scatter(ctx):
     then adds the bias, and rounds once."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     m, N, K = 8, 40, 16
-    for i, (dtype, out_dtype, with_bias) in enumerate(OP_CASES):
+    for variant, (i, (dtype, out_dtype, with_bias)) in itertools.product(("owner", "rotated"), enumerate(OP_CASES)):
         parts, bias = k_split_inputs(W, W * m, N, K, dtype, 200 + i)
         out = torch.full((m, N), float("nan"), dtype=out_dtype, device=dev)
         ops.matmul_reduce_scatter(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev),
-                                  bias.to(dev) if with_bias else None, config=op_config(dtype))
+                                  bias.to(dev) if with_bias else None, config=op_config(dtype, variant))
         total = rank_order([p[2] for p in parts])
         if with_bias:
             total = total + bias.to(FP32)
         check(out, total[r * m:(r + 1) * m].to(out_dtype),
-              f"matmul_reduce_scatter {dtype}->{out_dtype} bias={with_bias} rank {r}/{W}")
+              f"matmul_reduce_scatter {variant} {dtype}->{out_dtype} bias={with_bias} rank {r}/{W}")
 
 
 def gather_op_case(ctx, op, variant, dtype, out_dtype, seed):

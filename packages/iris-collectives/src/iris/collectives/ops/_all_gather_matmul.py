@@ -246,7 +246,7 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     m_local, N, K = a_shard.shape[0], b.shape[1], a_shard.shape[1]
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
-    cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config)
+    cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config, a_shard.element_size())
     # Bias or not is in the key (every rank passes the same): the arrival strategy's counters
     # assume the same grid on every call of a workspace, and each compiled variant has its own.
     key = ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg, bias is not None)

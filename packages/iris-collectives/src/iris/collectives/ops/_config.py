@@ -18,8 +18,8 @@ from iris.runtime import IrisUsageError
 #: Strategies each op accepts (``Config.variant``); the first is the default where the table says
 #: nothing else.
 VARIANTS = {
-    "matmul_all_reduce": ("one_shot", "two_shot"),
-    "matmul_reduce_scatter": ("owner",),
+    "matmul_all_reduce": ("one_shot", "two_shot", "rotated"),
+    "matmul_reduce_scatter": ("owner", "rotated"),
     "matmul_all_gather": ("push",),
     "all_gather_matmul": ("pull", "arrival"),
 }
@@ -67,6 +67,15 @@ class Config:
 #: Defaults by (backend, op or "*", shape class or "*", world size or 0 for any): the first
 #: matching row, from the most specific, fills the fields a caller left out.
 DEFAULTS: list[tuple[tuple[str, str, str, int], dict]] = [
+    # Strategy "rotated" for the ops that reduce, at every world size. One H200, ranks under MPS,
+    # bf16, M = 4096, N = K = 8192 (K split), 2026-12-03: at 4 ranks matmul_reduce_scatter took
+    # 1.63 ms with "owner" (each owner waits for every peer's tile as the tiles come: the ranks move
+    # in lockstep) and 1.11 with "rotated" before its reduction was sliced; matmul_all_reduce 2.27
+    # (one_shot: every rank reads every partial), 1.33 (two_shot) and 1.27 (rotated). At 2 ranks
+    # "rotated" was also the fastest of each op's strategies (0.79 against 0.84 ms; 0.85 against
+    # 0.93 and 0.95). docs/performance.md has the measurements.
+    (("cuda", "matmul_reduce_scatter", "*", 0), dict(variant="rotated")),
+    (("cuda", "matmul_all_reduce", "*", 0), dict(variant="rotated")),
     (("cpu", "*", "*", 0), dict(block_m=16, block_n=16, block_k=16, group_m=4, num_warps=4, num_stages=1,
                                use_tma=False)),
     (("cuda", "*", "small", 0), dict(block_m=64, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4,
@@ -88,8 +97,13 @@ def _is_pow2(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
-def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, config: Config | None) -> Config:
+def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, config: Config | None,
+           itemsize: int = 2) -> Config:
     """The complete :class:`Config` for one call: ``config``'s fields where set, the table's elsewhere.
+
+    ``itemsize``: bytes per input element. On the GPU, 4- and 8-byte inputs take half the table's
+    ``block_k`` (at most 32) unless the caller set it: the bf16 tiles' pipeline, in fp32, needs
+    more shared memory than an H200 has (288 KiB for 128 x 256 x 64 in 3 stages, of 227 KiB).
 
     Raises :class:`iris.runtime.IrisUsageError` naming ``op`` for an unknown variant or a bad tile.
     The answer depends on the shape only through :func:`shape_class`, so it is cached per (op,
@@ -101,18 +115,20 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"iris.collectives.ops.{op}: config={config!r} must be an "
                              f"iris.collectives.ops.Config or None")
-    return _choose(op, shape_class(M, N, K), world_size, backend, config, id(DEFAULTS), len(DEFAULTS))
+    return _choose(op, shape_class(M, N, K), world_size, backend, config, id(DEFAULTS), len(DEFAULTS), itemsize)
 
 
 @functools.lru_cache(maxsize=4096)
 def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: int,
-            table_rows: int) -> Config:
+            table_rows: int, itemsize: int = 2) -> Config:
     # table_id, table_rows: only in the cache key, so that a changed table is looked up anew
     given = {k: v for k, v in dataclasses.asdict(config or Config()).items() if v is not None}
     fields: dict = {}
     for (b, o, s, w), row in reversed(DEFAULTS):
         if b == backend and o in ("*", op) and s in ("*", shape) and w in (0, world_size):
             fields.update(row)
+    if backend == "cuda" and itemsize >= 4 and "block_k" in fields:
+        fields["block_k"] = min(fields["block_k"], 32)
     fields.setdefault("variant", VARIANTS[op][0])
     fields.setdefault("input_precision", "tf32")
     fields.setdefault("flatten", False)

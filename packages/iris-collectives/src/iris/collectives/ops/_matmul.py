@@ -67,7 +67,7 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
     check_inputs(CALL, _DeviceOnly(a.device), out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
-    cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config)
+    cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config, a.element_size())
     # Under warp specialisation the tile goes out through a descriptor store: with the masked
     # pointer store, Triton 3.6's specialised kernel wrote wrong tiles on an H200 (docs/performance.md).
     out_tma = tma_ok(cfg, a, b, out)

@@ -96,7 +96,7 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     m_local, N, K = a.shape[0], b.shape[1], a.shape[1]
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
-    cfg = choose("matmul_all_gather", M, N, K, ctx.world_size, ctx.device.type, config)
+    cfg = choose("matmul_all_gather", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
     key = ("matmul_all_gather", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
     num_tiles = _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)
 

@@ -28,6 +28,7 @@ from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import accumulator_dtype, launch, tma_ok
+from ._matmul_reduce_scatter import rotated
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_all_reduce"
@@ -90,7 +91,11 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     check_inputs(CALL, ctx, out, a, b, bias)
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
-    cfg = choose("matmul_all_reduce", M, N, K, ctx.world_size, ctx.device.type, config)
+    cfg = choose("matmul_all_reduce", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
+    if cfg.variant == "rotated" and ctx.world_size > 1 and M % ctx.world_size == 0:
+        rotated(CALL, ctx, ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg), out, a, b, bias,
+                cfg, gather=True)
+        return out
     two_shot = cfg.variant == "two_shot" and ctx.world_size > 1
     out_on_heap = ctx.is_symmetric(out)
     key = ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg, two_shot and not out_on_heap)

@@ -35,6 +35,7 @@ from ._checks import check_inputs, check_matrix, check_rows_divide
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import accumulator_dtype, launch, tma_ok
+from ._rotated import record_words, rotated_buffers, rotated_kernel
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_reduce_scatter"
@@ -113,8 +114,11 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     m_local = check_rows_divide(CALL, "a", M, ctx.world_size)
     check_matrix(CALL, "out", out, (m_local, N))
-    cfg = choose("matmul_reduce_scatter", M, N, K, ctx.world_size, ctx.device.type, config)
+    cfg = choose("matmul_reduce_scatter", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
     key = ("matmul_reduce_scatter", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
+    if cfg.variant == "rotated" and ctx.world_size > 1:
+        rotated(CALL, ctx, key, out, a, b, bias, cfg, gather=False)
+        return out
     num_tiles = ctx.world_size * _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)
 
     def make(ctx):
@@ -130,3 +134,22 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     launch(ctx, ws, _matmul_reduce_scatter_kernel, num_tiles, cfg, args, constexprs)
     return out
+
+
+def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, cfg,
+            gather: bool) -> None:
+    """Launch strategy ``rotated`` (``ops._rotated``) of ``matmul_reduce_scatter`` (``out`` is
+    ``[M / W, N]``) or, with ``gather``, of ``matmul_all_reduce`` (``out`` is ``[M, N]``)."""
+    M, N, K = a.shape[0], b.shape[1], a.shape[1]
+    m_local = M // ctx.world_size
+    per_chunk = _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)  # more programs would idle
+    ws = workspace(ctx, key, lambda ctx: rotated_buffers(ctx, M, N, accumulator_dtype(a.dtype), out.dtype, per_chunk,
+                                                        gather))
+    args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"],
+            ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1), out.stride(0), out.stride(1))
+    constexprs = dict(call=call, rank=ctx.rank, world_size=ctx.world_size, RECORD=record_words(ctx.world_size),
+                      GATHER=gather, HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
+                      PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                      GROUP_M=cfg.group_m)
+    launch(ctx, ws, rotated_kernel, per_chunk, cfg, args, constexprs)
