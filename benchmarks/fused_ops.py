@@ -1,20 +1,23 @@
 """Does fusing pay? GEMM + communication (``iris.collectives.ops``) against what users run today.
 
-For each op and each M (tokens) of a tensor-parallel MLP layer of a 70B-class model (hidden 8192,
-intermediate 28672 split over the W ranks, bf16), in ms per call of the slowest rank: ``fused`` (the
-``iris.collectives.ops`` call, default config or ``--variant``); ``unfused``: ``torch.matmul`` (cuBLAS)
-then the ``torch.distributed`` collective (nccl); ``unfused_ccl``: ``torch.matmul`` then this
-library's ``ccl`` collective; ``torch_fused``: torch's ``fused_all_gather_matmul`` /
-``fused_matmul_reduce_scatter`` (a symmetric-memory group); the GEMM alone (``gemm_ours``,
-``gemm_cublas``) and the collective alone (``collective``, ``ccl``); ``ideal`` = max(gemm_cublas, the
-faster collective). Ranks sharing a GPU (MPS): NCCL refuses them (empty columns, a gloo group,
-speedups against ``unfused_ccl``; torch's fused ops run with
-``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``), and such runs compare implementations, not overlap.
-Shapes: ``layer_shapes``. CUDA events around each of ``--reps`` back-to-back calls, the median;
-each fused result checked against the unfused one. Writes ``fused_ops_<W>ranks[_<G>gpu].{json,md,png}``.
+For each op and M (tokens), ms per call of the slowest rank, bf16 unless ``--dtype``: ``fused`` (the
+``iris.collectives.ops`` call with the table's config; ``--variants`` times strategies beside it);
+the best a user could call instead: ``torch_fused`` (``fused_all_gather_matmul`` /
+``fused_matmul_reduce_scatter``), ``torch_unfused`` (cuBLAS + torch's symmetric-memory collective:
+``two_shot_all_reduce_`` or ``one_shot_all_reduce``, ``_low_contention_all_gather`` /
+``_reduce_scatter``), ``unfused`` (cuBLAS + NCCL) and ``unfused_ccl`` (cuBLAS + this library's
+``ccl``); the GEMM alone (``gemm_cublas``, ``gemm_ours``: the floor) and the collectives alone;
+``ideal`` = max(GEMM, fastest collective). Goal columns: ``alt/fused`` (best alternative over fused,
+goal >= 1.15) and ``fused/gemm`` (goal <= 1.10). Ranks sharing a GPU (MPS): NCCL refuses them
+(empty columns, a gloo group); torch's symmetric memory runs with
+``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``. ``--shapes mlp``: the layers of a 70B-class
+tensor-parallel MLP (hidden 8192, intermediate 28672 split over the W ranks); ``square``: N = K =
+8192, K split over the ranks for the ops that reduce (``layer_shapes``). CUDA events around each of
+``--reps`` back-to-back calls, the median; each result checked against cuBLAS + a collective.
+Writes ``fused_ops_<W>ranks[_<G>gpu].{json,md,png}``.
 
-    mpirun -n 2 python benchmarks/fused_ops.py                  # one rank per GPU (2 x H200)
-    mpirun -n 2 python benchmarks/fused_ops.py --m 4096,8192 --ops matmul_all_reduce
+    mpirun -n 4 python benchmarks/fused_ops.py --shapes square,mlp --m 4096,8192,16384
+    mpirun -n 2 python benchmarks/fused_ops.py --ops matmul_all_reduce --variants one_shot,rotated
     python benchmarks/fused_ops.py --gemm-only                  # one GPU: GEMM core vs torch.matmul
     mpirun -n 2 python benchmarks/fused_ops.py --quick          # CPU smoke test (tiny shapes)
     mpirun -n 2 python benchmarks/fused_ops.py --mlp            # the compiled MLP, trained (below)
@@ -22,9 +25,7 @@ each fused result checked against the unfused one. Writes ``fused_ops_<W>ranks[_
 ``--mlp``: the sequence-parallel MLP of ``iris.collectives.nn``, compiled, forward and forward +
 backward, against the same model with torch's async tensor parallelism, its fused ops and cuBLAS +
 its symmetric-memory collectives (docs/performance.md); writes ``tp_mlp_<W>ranks[_<G>gpu]...``.
-
 Keep NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1; set here).
-Results: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=8192)
     p.add_argument("--intermediate", type=int, default=28672, help="split over the ranks")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
-    p.add_argument("--variant", default=None,
-                   help="force Config(variant=...) on the ops that have it (see iris.collectives.ops.VARIANTS)")
+    p.add_argument("--shapes", type=lambda s: s.split(","), default=["mlp"], help="mlp and/or square")
+    p.add_argument("--variants", type=lambda s: s.split(","), default=[],
+                   help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--gemm-only", action="store_true",
@@ -84,11 +86,17 @@ def parse_args(argv=None):
     return args
 
 
-def layer_shapes(op: str, M: int, hidden: int, inter: int, W: int) -> tuple[tuple, tuple, tuple, float]:
+def layer_shapes(op: str, M: int, hidden: int, inter: int, W: int, square=False) -> tuple[tuple, tuple, tuple, float]:
     """(a, b, out) on one rank and its GEMM FLOPs, I = inter / W: all_gather_matmul [M/W, hidden] x [hidden, I]
     -> [M, I] (a column-parallel up projection); matmul_reduce_scatter / matmul_all_reduce [M, I] x [I, hidden]
-    -> [M/W or M, hidden] (row-parallel down); matmul_all_gather [M/W, I] x [I, hidden] -> [M, hidden]."""
+    -> [M/W or M, hidden] (row-parallel down); matmul_all_gather [M/W, I] x [I, hidden] -> [M, hidden].
+    ``square``: N = K = hidden, K split (I = hidden / W) for the reducing ops, whole for the gathering ones."""
     per = inter // W
+    if square:
+        gathering = op in ("all_gather_matmul", "matmul_all_gather")
+        a, b = ((M // W, hidden), (hidden, hidden)) if gathering else ((M, hidden // W), (hidden // W, hidden))
+        rows = {"matmul_reduce_scatter": M // W}.get(op, M)
+        return a, b, (rows, hidden), 2.0 * a[0] * a[1] * hidden
     if op == "all_gather_matmul":
         return (M // W, hidden), (hidden, per), (M, per), 2.0 * M * hidden * per
     if op == "matmul_reduce_scatter":
@@ -196,6 +204,35 @@ class Torch:
             else:
                 d.all_gather(list(out.chunk(W)), local)
 
+    def symm_unfused(self, op: str, a, b, out):
+        """cuBLAS + torch's symmetric-memory collective for ``op`` (the best of one-shot and two-shot
+        for the all-reduce), as a list of callables, each leaving the result in its last return;
+        empty where torch's symmetric memory does not run."""
+        if self.fused_reason is not None:
+            return []
+        symm, group = torch.ops.symm_mem, self.group_name
+        if op == "matmul_all_reduce":  # the GEMM writes into a symmetric buffer, reduced in place
+            import torch.distributed._symmetric_memory as symm_mem
+
+            buf = symm_mem.empty(out.shape, dtype=out.dtype, device=out.device)
+            symm_mem.rendezvous(buf, group)
+
+            def two_shot():
+                torch.matmul(a, b, out=buf)
+                return symm.two_shot_all_reduce_(buf, "sum", group)
+
+            def one_shot():
+                torch.matmul(a, b, out=buf)
+                return symm.one_shot_all_reduce_out(buf, "sum", group, out)
+
+            return [two_shot, one_shot]
+        wait = torch.ops._c10d_functional.wait_tensor  # these run on torch's side stream
+        if op == "all_gather_matmul":
+            return [lambda: wait(symm._low_contention_all_gather(a, group)) @ b]
+        if op == "matmul_reduce_scatter":
+            return [lambda: wait(symm._low_contention_reduce_scatter(a @ b, "sum", group))]
+        return [lambda: wait(symm._low_contention_all_gather(a @ b, group))]
+
     def fused(self, op: str, a, b):
         """torch's fused op for ``op`` (``a @ b`` gathered first or scattered after), or None where torch has none."""
         if self.fused_reason is None and op in OPS[:2]:
@@ -203,22 +240,22 @@ class Torch:
         return None
 
 
-def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
+def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, args) -> dict:
     W, dev, dtype = ctx.world_size, ctx.device, DTYPES[args.dtype]
-    a_shape, b_shape, out_shape, flops = layer_shapes(op, M, args.hidden, args.intermediate, W)
+    a_shape, b_shape, out_shape, flops = layer_shapes(op, M, args.hidden, args.intermediate, W, shapes == "square")
     # drawn on the device: on the CPU, the inputs of the large shapes took longer than the timing
     g = torch.Generator(device=dev).manual_seed(1000 * ctx.rank + M)
     a = (torch.randn(a_shape, generator=g, device=dev) / a_shape[1] ** 0.5).to(dtype)
     b = torch.randn(b_shape, generator=g, device=dev).to(dtype)
-    if op == "all_gather_matmul":  # the same b on every rank
+    if op in ("all_gather_matmul", "matmul_all_gather"):  # the same b on every rank
         b = torch.randn(b_shape, generator=torch.Generator(device=dev).manual_seed(M), device=dev).to(dtype)
     out = torch.empty(out_shape, dtype=dtype, device=dev)
     gemm_out = torch.empty((a_shape[0], b_shape[1]), dtype=dtype, device=dev)
-    config = ops.Config(variant=args.variant) if args.variant in ops.VARIANTS[op] else None
     fused_fn = getattr(ops, op)
+    variants = {v: ops.Config(variant=v) for v in args.variants if v in ops.VARIANTS[op]}
 
-    def fused():
-        fused_fn(ctx, out, a, b, config=config)
+    def fused(config=None):
+        return lambda: fused_fn(ctx, out, a, b, config=config)
 
     # (out, inp) -> None: the op's collective through torch.distributed (nccl) or ccl
     nccl = functools.partial(tdist.collective, op) if tdist.nccl_reason is None else None
@@ -239,73 +276,70 @@ def measure_op(ctx, tdist, timer, op: str, M: int, args) -> dict:
                 coll(coll_out, coll_in)
         return run
 
-    def collective_with(coll):
-        return lambda: coll(coll_out, coll_in)
-
-    def gemm_cublas():
-        torch.matmul(gemm_a, b, out=gemm_res)
-
-    gemm_b, gemm_result = b, torch.empty_like(gemm_res)
-
-    def gemm_ours():
-        gemm_core(gemm_result, gemm_a, gemm_b)
-
     def maybe(fn):
         return timer(fn) if fn is not None else None
 
-    times = {"fused": timer(fused), "unfused": maybe(unfused_with(nccl) if nccl else None),
-             "unfused_ccl": timer(unfused_with(ours))}
-    # checked after timing: both ran the same inputs many times; compare the last results (the
-    # reference is cuBLAS + NCCL where NCCL runs, else cuBLAS + ccl)
-    fused()
+    times = {"fused": timer(fused())}
+    times.update({f"fused[{v}]": timer(fused(cfg)) for v, cfg in variants.items()})
+    times.update(unfused=maybe(unfused_with(nccl) if nccl else None), unfused_ccl=timer(unfused_with(ours)))
+    # checked after timing: the fused result of each strategy against cuBLAS + NCCL (else + ccl)
     unfused_with(nccl or ours)()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    error = _rel_error(out, ref_out)
     tolerance = 2e-2 if dtype != torch.float32 else 1e-2  # tf32 products, different summation orders
+    errors = {}
+    for name, cfg in [("fused", None), *variants.items()]:
+        fused(cfg)()
+        errors[name] = _rel_error(out, ref_out)
+    symm = tdist.symm_unfused(op, a, b, out)
+    times["torch_unfused"] = min((timer(fn) for fn in symm), default=None)
+    if symm:  # torch's result checked too: a peer that computes something else is no peer
+        errors["torch_unfused"] = _rel_error(symm[0](), ref_out)
     torch_fn = tdist.fused(op, a, b)
     times["torch_fused"] = maybe(torch_fn)
-    times["gemm_ours"] = timer(gemm_ours)
-    times["gemm_cublas"] = timer(gemm_cublas)
-    times["collective"] = maybe(collective_with(nccl) if nccl else None)
-    times["ccl"] = timer(collective_with(ours))
+    times["gemm_ours"] = timer(lambda: gemm_core(torch.empty_like(gemm_res), gemm_a, b))
+    times["gemm_cublas"] = timer(lambda: torch.matmul(gemm_a, b, out=gemm_res))
+    times["collective"] = maybe((lambda: nccl(coll_out, coll_in)) if nccl else None)
+    times["ccl"] = timer(lambda: ours(coll_out, coll_in))
     times["ideal"] = max(times["gemm_cublas"], min(t for t in (times["collective"], times["ccl"]) if t is not None))
-    variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, config).variant
-    return {"op": op, "variant": variant, "M": M, "a": list(a_shape), "b": list(b_shape), "out": list(out_shape),
-            "flops": flops,
-            "dtype": args.dtype, "times_s": times, "rel_error": error, "correct": error <= tolerance,
+    times["best_alt"] = min(times[k] for k in ALTERNATIVES if times.get(k) is not None)
+    variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, None).variant
+    return {"op": op, "shapes": shapes, "panel": f"{op} ({shapes})", "variant": variant, "M": M, "a": list(a_shape), "b": list(b_shape),
+            "out": list(out_shape), "flops": flops, "dtype": args.dtype, "times_s": times, "rel_error": errors,
+            "correct": all(e <= tolerance for e in errors.values()),
             "torch_fused_note": tdist.fused_reason if torch_fn is None and op in OPS[:2] else None}  # none for AR/MAG
+
+
+#: What a user could call instead of a fused op (the table's ``alt`` is the fastest that ran).
+ALTERNATIVES = ("torch_fused", "torch_unfused", "unfused", "unfused_ccl")
+COLUMNS = (("fused", "fused"), ("torch_fused", "torch fused"), ("torch_unfused", "torch unf."),
+           ("unfused", "cuBLAS+nccl"), ("unfused_ccl", "cuBLAS+ccl"), ("gemm_cublas", "GEMM alone"),
+           ("gemm_ours", "our GEMM"), ("ideal", "ideal"))
+HEADER = (f"{'op':<22} {'shape':<6} {'M':>6} {'strategy':<9} " + " ".join(f"{c:>11}" for _, c in COLUMNS)
+          + f" {'alt/fused':>9} {'fused/GEMM':>10} check\n{'':<46}(ms per call; goals: alt/fused >= 1.15, "
+          f"fused/GEMM <= 1.10)")
 
 
 def row_text(r: dict) -> str:
     t = r["times_s"]
-
-    def ms(x):
-        return f"{x * 1e3:9.3f}" if x is not None else f"{'-':>9}"
-
-    tflops = r["flops"] / t["fused"] / 1e12
-    baseline = t["unfused"] if t.get("unfused") is not None else t["unfused_ccl"]
-    return (f"{r['op']:<22} {r['M']:>6} {ms(t['fused'])} {ms(t['unfused'])} {ms(t.get('unfused_ccl'))} "
-            f"{ms(t['torch_fused'])} {ms(t['gemm_ours'])} {ms(t['gemm_cublas'])} {ms(t['collective'])} "
-            f"{ms(t.get('ccl'))} {ms(t['ideal'])} {tflops:8.1f} {baseline / t['fused']:7.2f}x "
-            f"{t['fused'] / t['ideal']:8.2f} {'ok' if r['correct'] else 'WRONG'}")
+    cells = " ".join(f"{t[k] * 1e3:11.3f}" if t.get(k) is not None else f"{'-':>11}" for k, _ in COLUMNS)
+    line = (f"{r['op']:<22} {r.get('shapes', 'mlp'):<6} {r['M']:>6} {r['variant']:<9} {cells} "
+            f"{t['best_alt'] / t['fused']:9.2f} {t['fused'] / t['gemm_cublas']:10.2f} "
+            f"{'ok' if r['correct'] else 'WRONG'}")
+    others = [f"{k[6:-1]} {v * 1e3:.3f}" for k, v in t.items() if k.startswith("fused[")]
+    return line + (f"\n{'':<46}strategies: " + ", ".join(others) if others else "")
 
 
-HEADER = (f"{'op':<22} {'M':>6} {'fused':>9} {'unfused':>9} {'unf_ccl':>9} {'torch':>9} {'gemm_our':>9} "
-          f"{'cublas':>9} {'nccl':>9} {'ccl':>9} {'ideal':>9} {'TFLOP/s':>8} {'vs unf':>8} {'f/ideal':>8} check\n"
-          f"{'':<22} {'':>6} {'(ms)':>9} {'nccl ms':>9} {'(ms)':>9} {'fused ms':>9} {'(ms)':>9} {'(ms)':>9} "
-          f"{'alone ms':>9} {'alone ms':>9} {'(ms)':>9}")
-
-
-def plot(result: dict, path: str, panel="op", series=("fused", "unfused", "unfused_ccl", "torch_fused", "ideal"),
+def plot(result: dict, path: str, panel="panel", series=("fused", "torch_fused", "torch_unfused", "unfused_ccl",
+                                                    "gemm_cublas"),
          title="iris.collectives.ops") -> str | None:
     """ms per call against M, one panel per ``panel`` value of the rows, one line per ``series``."""
     plt = pyplot()
     if plt is None:
         return NO_PLOT
     names = list(dict.fromkeys(r[panel] for r in result["rows"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    cols = min(4, len(names))
+    fig, axes = plt.subplots(-(-len(names) // cols), cols, figsize=(5.5 * cols, 4.2 * -(-len(names) // cols)),
+                             squeeze=False)
+    for ax, name in zip(axes.flat, names):
         rows = [r for r in result["rows"] if r[panel] == name]
         for key, style in zip(series, ("o-", "s--", "d--", "^:", "k-", "v-.")):
             points = [(r["M"], r["times_s"][key] * 1e3) for r in rows if r["times_s"].get(key)]
@@ -337,10 +371,12 @@ def run_layers(args) -> int:
     tdist = Torch(ctx, not args.no_torch_fused)
     device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu (interpreter)"
     rows = []
-    for op, M in [("mlp", M) for M in args.m] if args.mlp else [(op, M) for op in args.ops for M in args.m]:
+    points = [(op, shape, M) for shape in args.shapes for op in args.ops for M in args.m]
+    for op, shape, M in [("mlp", "mlp", M) for M in args.m] if args.mlp else points:
         if M % ctx.world_size:
             continue
-        rows += measure_mlp(ctx, tdist, timer, M, args) if args.mlp else [measure_op(ctx, tdist, timer, op, M, args)]
+        rows += (measure_mlp(ctx, tdist, timer, M, args) if args.mlp
+                 else [measure_op(ctx, tdist, timer, op, M, shape, args)])
         ops.clear_workspaces(ctx)  # collective, like the allocations it frees
         if ctx.rank == 0:
             print(mlp_text(rows[-2:]) if args.mlp else (HEADER + "\n") * (len(rows) == 1) + row_text(rows[-1]),
@@ -355,7 +391,7 @@ def run_layers(args) -> int:
         if tdist.fused_reason and not args.mlp:
             text += f"\ntorch fused ops: {tdist.fused_reason}"
         if tdist.nccl_reason and not args.mlp:
-            text += f"\nnccl columns empty: {tdist.nccl_reason}; 'vs unf' is against cuBLAS + ccl"
+            text += f"\nnccl columns empty: {tdist.nccl_reason}"
         gpus = f"_{ctx.world_size // shared}gpu" if ctx.device.type == "cuda" and shared > 1 else ""
         name = "tp_mlp" if args.mlp else "fused_ops"
         stem = os.path.join(args.out, f"{name}_{ctx.world_size}ranks{gpus}{'_quick' if args.quick else ''}")
@@ -432,11 +468,14 @@ def torch_ops(group: str, fused: bool):
         return (lambda a, b: symm.fused_all_gather_matmul(a.contiguous(), [b], 0, group),
                 lambda a, b: symm.fused_matmul_reduce_scatter(a, b, "sum", 0, group))
 
+    wait = torch.ops._c10d_functional.wait_tensor  # the low-contention ops run on a side stream
+
     def all_gather_matmul(a, b):
-        gathered = symm._low_contention_all_gather(a.contiguous(), group)
+        gathered = wait(symm._low_contention_all_gather(a.contiguous(), group))
         return gathered, [gathered @ b]
 
-    return all_gather_matmul, lambda a, b: symm._low_contention_reduce_scatter((a @ b).contiguous(), "sum", group)
+    return all_gather_matmul, lambda a, b: wait(symm._low_contention_reduce_scatter((a @ b).contiguous(), "sum",
+                                                                                    group))
 
 
 class _TorchLayer(torch.autograd.Function):
