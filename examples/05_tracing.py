@@ -1,8 +1,8 @@
 """A traced multi-rank exchange and its trace: a Perfetto JSON file, a text summary and a timeline PNG.
 
-    mpirun -n 4 python -m mpi4py examples/04_tracing.py                           # into a new temporary folder
-    mpirun -n 4 python -m mpi4py examples/04_tracing.py --out docs/tracing        # the docs' example trace
-    mpirun -n 4 python -m mpi4py examples/04_tracing.py --out docs/tracing --grid 16  # GPU, under MPS
+    mpirun -n 4 python -m mpi4py examples/05_tracing.py                           # into a new temporary folder
+    mpirun -n 4 python -m mpi4py examples/05_tracing.py --out docs/tracing        # the docs' example trace
+    mpirun -n 4 python -m mpi4py examples/05_tracing.py --out docs/tracing --grid 16  # GPU, under MPS
 
 Every program of every rank, per iteration (one kernel launch):
 
@@ -153,7 +153,7 @@ def main() -> int:
             try:
                 png = trace_tools.plot_timeline(
                     trace, os.path.join(args.out, "example_timeline.png"),
-                    title=f"04_tracing: {world} ranks on {ctx.backend}, {args.iters} launches")
+                    title=f"05_tracing: {world} ranks on {ctx.backend}, {args.iters} launches")
                 print(f"wrote {path}, {png} and example_summary.txt; open the JSON in https://ui.perfetto.dev")
             except iris.runtime.IrisError as exc:
                 print(f"wrote {path}; no picture: {exc}")

@@ -39,9 +39,14 @@ CASES = {
                                               for m in ("collective", "stores")]
         + [rf"(?m)^  dim 0, {m} +correct " for m in ("op_matmul_all_gather", "op_all_gather_matmul")],
     ),
+    # The MLP block checked against one device (48 tokens and 96 intermediate split over 1-4 ranks).
+    "04_tp_mlp.py": (
+        ["--m", "48", "--hidden", "32", "--intermediate", "96"],
+        [r"tensor-parallel MLP block: {n} ranks", r"(?m)^  iris fused ops +correct "],
+    ),
     # One traced launch into a temporary folder: every rank's events merged, none dropped (the
     # picture needs matplotlib, which the GPU image lacks: not required here).
-    "04_tracing.py": (
+    "05_tracing.py": (
         ["--iters", "1"],
         [r"# tracing: {n} ranks", r"(?m)^ +{last} += all .* dropped: 0$", r"{n} ranks, \d+ events, 0 dropped",
          r"wrote \S+example_trace\.json", r"results: correct on every rank"],

@@ -21,7 +21,7 @@ restart_mps() { timeout 20 bash -c "echo quit | nvidia-cuda-mps-control" 2>/dev/
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x IRIS_TIMEOUT_S -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}
-want() { [[ " ${EX_ONLY:-00 01 02 03} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
+want() { [[ " ${EX_ONLY:-00 01 02 03 04} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
 status=0
 summary=()
 # A step past STEP_TIMEOUT gets SIGTERM (mpirun passes it to the ranks), and SIGKILL 10 s later.
@@ -30,13 +30,14 @@ for s in $stages; do
   case $s in
     rma) step rma $MPI -n 2 python3 -m mpi4py benchmarks/rma_bandwidth.py ${RMA_ARGS:-} ;;
     collectives) for w in ${COLL_WORLDS:-2 4 8}; do step "collectives_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/tile_collectives.py ${COLL_ARGS:-}; done ;;
-    trace) step trace_example $MPI -n 4 python3 -m mpi4py examples/04_tracing.py --out docs/tracing
+    trace) step trace_example $MPI -n 4 python3 -m mpi4py examples/05_tracing.py --out docs/tracing
            step trace_overhead python3 benchmarks/trace_overhead.py ;;
     examples) for w in ${EX_WORLDS:-2 4 8}; do
         want 00 && step "ex00_$w" $MPI -n "$w" python3 -m mpi4py examples/00_hello_heap.py --n 1048576
         want 01 && step "ex01_$w" $MPI -n "$w" python3 -m mpi4py examples/01_message_passing.py --n 1048576 --block 8192 --rounds 20
         want 02 && step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
+        want 04 && step "ex04_$w" $MPI -n "$w" python3 -m mpi4py examples/04_tp_mlp.py --m 8192 --hidden 8192 --intermediate 28672 --iters 10
       done ;;
     gemm_core) step gemm_core python3 benchmarks/fused_ops.py --gemm-only --reps 10 ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
