@@ -483,10 +483,15 @@ def scenario_close_and_reopen(ctx):
     store_to_every_peer[(1,)](inbox, BLOCK, rank, second.get_heap_bases(), n, BLOCK)
     second.barrier()
     same(inbox.view(n, BLOCK)[:, 0], torch.arange(n, dtype=torch.float32) * 1000, "second heap")
+    # each context has its own uid, which finds it while it is open
+    assert isinstance(second.uid, int) and second.uid != ctx.uid, (ctx.uid, second.uid)
+    assert iris.runtime.context_of_uid(second.uid) is second and iris.runtime.context_of_uid(ctx.uid) is ctx
     del inbox
     gc.collect()
     second.close()
     second.close()  # idempotent
+    assert iris.runtime.context_of_uid(second.uid) is None  # closed
+    assert iris.runtime.context_of_uid(10**9) is None and iris.runtime.context_of_uid("1") is None
     expect_error(IrisUsageError, lambda: second.zeros(1), "closed", "iris.runtime.iris()")
     if job is not None:
         assert not [p for p in files if os.path.exists(p)], files
@@ -496,6 +501,7 @@ def scenario_close_and_reopen(ctx):
     # MPI stays usable, and so does the first Iris
     assert ctx.comm.allreduce(rank) == n * (n - 1) // 2
     with iris.runtime.iris(heap_size=1 << 20) as third:
+        assert third.uid > second.uid  # never reused
         x = third.full((4,), float(rank))
         symmetric_offset(third, x, "third heap")
         third.barrier()

@@ -31,7 +31,7 @@ from ._errors import (
 )
 from ._factories import SUPPORTED_DTYPES
 from ._heap import SymmetricHeap
-from ._iris import DEFAULT_HEAP_SIZE, Iris, iris
+from ._iris import DEFAULT_HEAP_SIZE, Iris, context_of_uid, iris
 from ._logging import logger, set_log_level
 from ._residency import programs_per_sm
 from ._tracing import Tracing
@@ -57,6 +57,7 @@ __all__ = [
     "Tracing",
     "UnsupportedDtypeError",
     "__version__",
+    "context_of_uid",
     "format_bytes",
     "iris",
     "logger",

@@ -4,7 +4,9 @@ tensor kernels start from)."""
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
+import weakref
 
 import torch
 
@@ -24,6 +26,17 @@ from ._tracing import Tracing
 from ._watchdog import Watchdog, write_watchdog_info
 
 DEFAULT_HEAP_SIZE = 1 << 30
+_UIDS = itertools.count(1)
+_LIVE: dict[int, weakref.ref] = {}  # uid -> context, weakly
+
+
+def context_of_uid(uid: int) -> Iris | None:
+    """The live context whose ``uid`` is ``uid`` in this process, or None (closed, collected, or
+    never made here). For code that names a context by an integer, e.g. torch operators, whose
+    arguments cannot be Python objects."""
+    ref = _LIVE.get(uid) if isinstance(uid, int) else None
+    ctx = ref() if ref is not None else None
+    return None if ctx is None or ctx._closed else ctx
 
 
 def _env_flag(name: str) -> bool:
@@ -45,8 +58,9 @@ class Iris(TensorFactories):
     the ranks found each other), ``comm`` (MPI: the mpi4py communicator; torch: an object with
     mpi4py's lowercase object collectives ``allgather``, ``gather``, ``bcast``, ``allreduce``
     (``op="sum"``, ``"min"`` or ``"max"``) and ``barrier``, over a gloo group), ``process_group``
-    (torch: torch.distributed's default group; MPI: None). Use it as a context manager, or call
-    :meth:`close`, to release the heap.
+    (torch: torch.distributed's default group; MPI: None), ``uid`` (an int naming this context in
+    this process, never reused; :func:`context_of_uid` finds the context from it). Use it as a
+    context manager, or call :meth:`close`, to release the heap.
     """
 
     def __init__(self, heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, *, comm=None,
@@ -98,6 +112,8 @@ class Iris(TensorFactories):
         self._watchdog = self._start_watchdog(float(timeout_s))
         self.tracing = Tracing(self)
         self._closed = False
+        self.uid = next(_UIDS)
+        _LIVE[self.uid] = weakref.ref(self, lambda _, uid=self.uid: _LIVE.pop(uid, None))
         logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
 
     def _start_watchdog(self, timeout_s: float) -> Watchdog:
