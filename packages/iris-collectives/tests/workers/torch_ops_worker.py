@@ -86,7 +86,7 @@ def global_gradcheck(ctx, name, fn, inputs, output_kind):
     ``inputs``: ``(kind, tensor)`` pairs; ``"own"``: ``[W, ...]``, every rank's value; ``"same"``: one
     value, every rank's. ``output_kind``: ``"own"`` (stacked over the ranks) or ``"same"``."""
     comm, rank = ctx.comm, ctx.rank
-    leaves = [t.detach().clone().requires_grad_(True) for _, t in inputs]
+    leaves = [t.detach().to(ctx.device).requires_grad_(True) for _, t in inputs]  # the ops' device
 
     def whole(*xs):
         mine = [OwnBlock.apply(x, comm, rank) if kind == "own" else x for (kind, _), x in zip(inputs, xs)]

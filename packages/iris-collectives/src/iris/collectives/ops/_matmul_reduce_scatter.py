@@ -146,8 +146,8 @@ def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: t
     ws = workspace(ctx, key, lambda ctx: rotated_buffers(ctx, M, N, accumulator_dtype(a.dtype), out.dtype, per_chunk,
                                                         gather))
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"],
-            ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), out.stride(0), out.stride(1))
+            ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0),
+            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
     constexprs = dict(call=call, rank=ctx.rank, world_size=ctx.world_size, RECORD=record_words(ctx.world_size),
                       GATHER=gather, HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,

@@ -158,9 +158,10 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
                    USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Persistent; see the module docstring. ``partial``: fp32 ``[(2 * (W - 1) + 1) * M_LOCAL, N]``
-    on the heap (the staging slots, two per peer, and this rank's own); ``gathered``: ``[2 * M_LOCAL, N]`` in ``out``'s dtype on the
-    heap (``GATHER`` only); ``out``: ``[M, N]`` with ``GATHER``, else ``[M_LOCAL, N]``;
-    ``flags``: ``RECORD`` int32 words per program on the heap, zeroed once."""
+    on the heap (the staging slots, two per peer, and this rank's own); ``gathered``:
+    ``[2 * M_LOCAL, N]`` in ``out``'s dtype on the heap (``GATHER`` only); ``out``: ``[M, N]``
+    with ``GATHER``, else ``[M_LOCAL, N]``; ``flags``: ``RECORD`` int32 words per program on the
+    heap, zeroed once."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
