@@ -37,12 +37,6 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-if "--quick" in sys.argv:
-    os.environ.setdefault("IRIS_BACKEND", "cpu")
-
 import torch
 import triton
 from common import NO_PLOT, pyplot, symm_mem_group, torch_group

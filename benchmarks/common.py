@@ -1,10 +1,19 @@
-"""What the benchmarks share: their plots' matplotlib, and a torch.distributed group over the Iris ranks."""
+"""What the benchmarks share: the peers' environment, their plots' matplotlib, and a torch.distributed group over the
+Iris ranks. Import it before ``iris.runtime``."""
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 
 NO_PLOT = "matplotlib is not installed: no plot"
+
+# Set on import, before any peer starts: torch's symmetric memory with ranks that share a GPU
+# (MPS), NVLink multicast off (NCCL and torch), and --quick on the cpu backend.
+for _name, _value in (("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NCCL_NVLS_ENABLE", "0")) + ((("IRIS_BACKEND", "cpu"),) if "--quick" in sys.argv else ()):
+    os.environ.setdefault(_name, _value)
 
 
 def pyplot():

@@ -6,7 +6,8 @@ the best a user could call instead: ``torch_fused`` (``fused_all_gather_matmul``
 ``fused_matmul_reduce_scatter``), ``torch_unfused`` (cuBLAS + torch's symmetric-memory collective:
 ``two_shot_all_reduce_`` or ``one_shot_all_reduce``, ``_low_contention_all_gather`` /
 ``_reduce_scatter``), ``unfused`` (cuBLAS + NCCL) and ``unfused_ccl`` (cuBLAS + this library's
-``ccl``); the GEMM alone (``gemm_cublas``, ``gemm_ours``: the floor) and the collectives alone;
+``ccl``); the GEMM alone (``gemm_cublas``: the floor; ``gemm_ours``: this library's GEMM core, full
+grid) and the collectives alone;
 ``ideal`` = max(GEMM, fastest collective). Goal columns: ``alt/fused`` (best alternative over fused,
 goal >= 1.15) and ``fused/gemm`` (goal <= 1.10). Ranks sharing a GPU (MPS): NCCL refuses them
 (empty columns, a gloo group); torch's symmetric memory runs with
@@ -18,7 +19,6 @@ Writes ``fused_ops_<W>ranks[_<G>gpu].{json,md,png}``.
 
     mpirun -n 4 python benchmarks/fused_ops.py --shapes square,mlp --m 4096,8192,16384
     mpirun -n 2 python benchmarks/fused_ops.py --ops matmul_all_reduce --variants one_shot,rotated
-    python benchmarks/fused_ops.py --gemm-only                  # one GPU: GEMM core vs torch.matmul
     mpirun -n 2 python benchmarks/fused_ops.py --quick          # CPU smoke test (tiny shapes)
     mpirun -n 2 python benchmarks/fused_ops.py --mlp            # the compiled MLP, trained (below)
 
@@ -37,10 +37,6 @@ import os
 import statistics
 import sys
 import time
-
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")  # ranks sharing a GPU (MPS)
 
 import torch
 from common import NO_PLOT, pyplot, symm_mem_group, torch_group
@@ -70,9 +66,6 @@ def parse_args(argv=None):
                    help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--gemm-only", action="store_true",
-                   help="one process: the GEMM core vs torch.matmul at the layers' per-rank shapes")
-    p.add_argument("--world", type=int, default=2, help="with --gemm-only: the W the per-rank shapes assume")
     p.add_argument("--mlp", action="store_true", help="the compiled sequence-parallel MLP, forward and backward")
     p.add_argument("--no-torch-fused", action="store_true", help="skip torch's symm_mem fused ops")
     p.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps: a smoke test on the cpu backend")
@@ -120,38 +113,28 @@ class Timer:
         if self.ctx is not None:
             self.ctx.barrier()
 
+    def _mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     def __call__(self, fn) -> float:
         for _ in range(self.warmup):
             fn()
         self._sync()
-        times = []
-        if self.cuda:
-            # back to back, an event pair around each call and no wait between calls, as a model
-            # enqueues its layers: the host's time per call hides behind the GPU's where shorter
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(self.reps)]
-            for start, end in events:
-                start.record()
-                fn()
-                end.record()
-            torch.cuda.synchronize()
-            times = [start.elapsed_time(end) / 1e3 for start, end in events]
-        else:
-            for _ in range(self.reps):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
+        # back to back, a mark before and after each call and no wait between calls, as a model
+        # enqueues its layers: the host's time per call hides behind the GPU's where shorter
+        marks = []
+        for _ in range(self.reps):
+            start = self._mark()
+            fn()
+            marks.append((start, self._mark()))
         self._sync()
-        seconds = statistics.median(times)
-        if self.ctx is not None:  # the slowest rank's median is the layer's time
-            seconds = self.ctx.comm.allreduce(seconds, op=_mpi_max())
-        return seconds
-
-
-def _mpi_max():
-    from mpi4py import MPI
-
-    return MPI.MAX
+        seconds = statistics.median(a.elapsed_time(b) / 1e3 if self.cuda else b - a for a, b in marks)
+        # the slowest rank's median is the layer's time
+        return max(self.ctx.comm.allgather(seconds)) if self.ctx is not None else seconds
 
 
 class Torch:
@@ -302,8 +285,9 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, args) -> dict:
     times["ideal"] = max(times["gemm_cublas"], min(t for t in (times["collective"], times["ccl"]) if t is not None))
     times["best_alt"] = min(times[k] for k in ALTERNATIVES if times.get(k) is not None)
     variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, None).variant
-    return {"op": op, "shapes": shapes, "panel": f"{op} ({shapes})", "variant": variant, "M": M, "a": list(a_shape), "b": list(b_shape),
-            "out": list(out_shape), "flops": flops, "dtype": args.dtype, "times_s": times, "rel_error": errors,
+    return {"op": op, "shapes": shapes, "panel": f"{op} ({shapes})", "variant": variant, "M": M,
+            "a": list(a_shape), "b": list(b_shape), "out": list(out_shape), "flops": flops, "dtype": args.dtype,
+            "times_s": times, "rel_error": errors,
             "correct": all(e <= tolerance for e in errors.values()),
             "torch_fused_note": tdist.fused_reason if torch_fn is None and op in OPS[:2] else None}  # none for AR/MAG
 
@@ -359,8 +343,8 @@ def write(result: dict, text: str, stem: str, title="Fused GEMM + communication"
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=1)
     with open(stem + ".md", "w") as f:
-        f.write(f"{title}, {result['world_size']} ranks on {result['device']} "
-                f"(`benchmarks/fused_ops.py{' ' + flag if flag else ''}`):\n\n```text\n{text}\n```\n")
+        f.write(f"{title}, {result['world_size']} ranks on {result['device']}, {time.strftime('%Y-%m-%d')} "
+                f"(`benchmarks/fused_ops.py {' '.join(sys.argv[1:]) or flag}`):\n\n```text\n{text}\n```\n")
 
 
 def run_layers(args) -> int:
@@ -403,43 +387,6 @@ def run_layers(args) -> int:
     tdist.dist.destroy_process_group()
     ctx.close()
     return 0 if ok else 1
-
-
-def run_gemm_only(args) -> int:
-    """One process: the GEMM core against torch.matmul at every layer's per-rank GEMM."""
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = DTYPES[args.dtype]
-    timer = Timer(None, args.reps, args.warmup)
-    rows = []
-    print(f"{'op':<22} {'M':>6} {'GEMM (M x N x K)':>22} {'ours ms':>9} {'torch ms':>9} {'ours TF/s':>10} "
-          f"{'torch TF/s':>10} {'ours/torch':>10}")
-    for op in args.ops:
-        for M in args.m:
-            a_shape, b_shape, _, flops = layer_shapes(op, M, args.hidden, args.intermediate, args.world)
-            if op == "all_gather_matmul":
-                a_shape = (M, a_shape[1])  # the GEMM runs on the gathered rows
-            g = torch.Generator(device=dev).manual_seed(M)
-            a = torch.randn(a_shape, generator=g, device=dev).to(dtype)
-            b = torch.randn(b_shape, generator=g, device=dev).to(dtype)
-            ours, ref = (torch.empty(a_shape[0], b_shape[1], dtype=dtype, device=dev) for _ in range(2))
-            t_ours = timer(lambda: gemm_core(ours, a, b))
-            t_torch = timer(lambda: torch.matmul(a, b, out=ref))
-            flops = 2.0 * a_shape[0] * a_shape[1] * b_shape[1]
-            error = _rel_error(ours, ref)
-            row = {"op": op, "M": M, "shape": [a_shape[0], b_shape[1], a_shape[1]], "ours_s": t_ours,
-                   "torch_s": t_torch, "rel_error": error, "correct": error <= 2e-2}
-            rows.append(row)
-            mnk = "x".join(str(x) for x in row["shape"])
-            print(f"{op:<22} {M:>6} {mnk:>22} {t_ours * 1e3:9.3f} {t_torch * 1e3:9.3f} {flops / t_ours / 1e12:10.1f} "
-                  f"{flops / t_torch / 1e12:10.1f} {t_torch / t_ours:10.2f}{'' if row['correct'] else ' WRONG'}",
-                  flush=True)
-    stem = os.path.join(args.out, f"fused_ops_gemm_only{'_quick' if args.quick else ''}")
-    os.makedirs(args.out, exist_ok=True)
-    device = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu (interpreter)"
-    with open(stem + ".json", "w") as f:
-        json.dump({"device": device, "dtype": args.dtype, "world": args.world, "rows": rows}, f, indent=1)
-    print(f"wrote {stem}.json")
-    return 0 if all(r["correct"] for r in rows) else 1
 
 
 # --- --mlp: the compiled sequence-parallel MLP, forward and forward + backward -------------------
@@ -592,8 +539,6 @@ def mlp_text(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.gemm_only:
-        return run_gemm_only(args)
     try:
         return run_layers(args)
     except BaseException:

@@ -29,12 +29,6 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-if "--quick" in sys.argv:
-    os.environ.setdefault("IRIS_BACKEND", "cpu")
-
 import torch
 import triton
 import triton.language as tl

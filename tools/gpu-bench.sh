@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
-# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples] [gemm_core]
+# environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
 # [ccl] [ccl_host] [fused] [tp_mlp] (no argument: rma collectives trace examples; the others only
 # when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_RANKS and MLP_WORLDS set the world sizes,
 # EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS, CCL_ARGS, FUSED_ARGS and MLP_ARGS
@@ -39,7 +39,6 @@ for s in $stages; do
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 04 && step "ex04_$w" $MPI -n "$w" python3 -m mpi4py examples/04_tp_mlp.py --m 8192 --hidden 8192 --intermediate 28672 --iters 10
       done ;;
-    gemm_core) step gemm_core python3 benchmarks/fused_ops.py --gemm-only --reps 10 ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
       done ;;
