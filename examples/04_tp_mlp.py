@@ -136,25 +136,26 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=0, help="timed calls per implementation (0: check only)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    M, H, I = args.m, args.hidden, args.intermediate
+    M, H, inter = args.m, args.hidden, args.intermediate
     # the ops' workspaces live on the heap: the reduce-scatter's fp32 staging slots (under 2 M x H)
     # and the gather's copy of this rank's tokens
     heap = (1 << 26) + 3 * M * H * 4
     with iris.runtime.iris(heap_size=heap) as ctx:
         rank, W = ctx.rank, ctx.world_size
-        if M % W or I % W:
-            raise SystemExit(f"--m {M} and --intermediate {I} must be multiples of the {W} ranks")
+        if M % W or inter % W:
+            raise SystemExit(f"--m {M} and --intermediate {inter} must be multiples of the {W} ranks")
         dtype = DTYPES[args.dtype or ("bf16" if ctx.device.type == "cuda" else "fp32")]
-        weights = full_weights(H, I, args.seed)
+        weights = full_weights(H, inter, args.seed)
         x_full = torch.randn(M, H, generator=torch.Generator().manual_seed(args.seed + 1))
         rows = slice(rank * M // W, (rank + 1) * M // W)
         x_shard = x_full[rows].to(ctx.device, dtype).contiguous()
         gate_up, down = rank_weights(*weights, rank, W, dtype, ctx.device)
 
-        # the same block on one device, in fp64 from the same (rounded) inputs
-        w_gate, w_up, w_down = (w.to(dtype).double() for w in weights)
-        x64 = x_full.to(dtype).double()
-        expected = ((torch.nn.functional.silu(x64 @ w_gate) * (x64 @ w_up)) @ w_down)[rows]
+        # the same block on one device (this rank's), in fp64 from the same (rounded) inputs
+        w_gate, w_up, w_down = (w.to(ctx.device, dtype).double() for w in weights)
+        x64 = x_full.to(ctx.device, dtype).double()
+        expected = ((torch.nn.functional.silu(x64 @ w_gate) * (x64 @ w_up)) @ w_down)[rows].cpu()
+        del w_gate, w_up, w_down, x64
         tolerance = 1e-4 if dtype == torch.float32 and ctx.device.type == "cpu" else 3e-2
 
         def error(y):
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
         ok = all(e <= tolerance for e in worst.values())
         if rank == 0:
             print(f"tensor-parallel MLP block: {W} ranks, backend {ctx.backend}, {M} tokens, hidden {H}, "
-                  f"intermediate {I} ({I // W} per rank), {str(dtype).removeprefix('torch.')}")
+                  f"intermediate {inter} ({inter // W} per rank), {str(dtype).removeprefix('torch.')}")
             for name in blocks:
                 status = "correct" if worst[name] <= tolerance else "WRONG"
                 timing = f"; {times[name]:9.3f} ms per block" if name in times else ""
