@@ -37,6 +37,10 @@ Example::
 # any kernel below is defined: importing this package first must work as well.
 import iris.runtime  # noqa: F401
 
+# The torch operators (iris.collectives.functional, which imports ccl and ops; about 70 ms): the
+# front doors of ccl and ops hand their calls to them while torch.compile traces, and find them
+# through _compiling, so they need not import functional themselves (no import circle).
+from . import functional  # noqa: F401
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
 from ._context import CollectiveMethods, DeviceContext
 from ._errors import IrisCallMismatchError, IrisWaitTimeoutError

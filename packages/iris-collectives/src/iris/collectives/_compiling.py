@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from torch.compiler import is_compiling
 
-__all__ = ["is_compiling", "traced"]
+__all__ = ["is_compiling", "traced", "use_front"]
+
+_FRONT = None
+
+
+def use_front(module) -> None:
+    """Called once by :mod:`iris.collectives.functional._front` as it is imported (the package's
+    ``__init__`` imports it): the module whose functions the front doors call while tracing."""
+    global _FRONT
+    _FRONT = module
 
 
 def traced():
-    """The front doors' compiled form, :mod:`iris.collectives.functional._front` (imported on first
-    use: importing it registers the operators, and it imports the front doors' modules)."""
-    from .functional import _front
-
-    return _front
+    """The front doors' compiled form, :mod:`iris.collectives.functional._front`: registered here
+    by that module, so that the front doors' modules, which it imports, do not import it back."""
+    return _FRONT

@@ -39,7 +39,9 @@ import torch
 
 from ..ccl._config import Config as _CclConfig
 from ..ops._config import Config as _OpsConfig
-from . import _collective_ops, _fused_ops  # noqa: F401  (registers the operators)
+
+# registers the operators, and the front doors' compiled form (_front)
+from . import _collective_ops, _front, _fused_ops  # noqa: F401
 from ._collective_ops import DIFFERENTIABLE_OPS
 from ._handles import context_of, encode_config, handle_of
 from ._sum_gradients import sum_gradients

@@ -7,10 +7,13 @@ dispatcher would add tens of microseconds of Python to a call whose whole host c
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from iris.runtime import IrisUsageError
 
+from .._compiling import use_front
 from ..ccl._config import Config as CclConfig
 from ..ops._config import Config as OpsConfig
 from . import _collective_ops, _fused_ops  # noqa: F401  (registers the operators)
@@ -46,3 +49,6 @@ def fused(name: str, ctx, out, a, b, bias=None, config=None):
     call = f"iris.collectives.ops.{name}"
     op = getattr(torch.ops.iris, name)
     return _into(call, out, op(handle_of(ctx), a, b, bias, encode_config(config, OpsConfig, call), out.dtype))
+
+
+use_front(sys.modules[__name__])
