@@ -73,8 +73,8 @@ DEFAULTS: list[tuple[tuple[str, str, str, int], dict]] = [
     # in lockstep) and 1.11 with "rotated" before its reduction was sliced; matmul_all_reduce 2.27
     # (one_shot: every rank reads every partial), 1.33 (two_shot) and 1.27 (rotated). At 2 ranks
     # "rotated" was also the fastest of each op's strategies (0.79 against 0.84 ms; 0.85 against
-    # 0.93 and 0.95). all_gather_matmul keeps "pull": "arrival" was up to 6 % faster or 2 % slower,
-    # depending on M and the shapes, at both world sizes. docs/performance.md has the measurements.
+    # 0.93 and 0.95). all_gather_matmul keeps "pull": neither was faster everywhere ("arrival" took
+    # 0.92-1.12x its time over M, shapes and world sizes). docs/performance.md has the measurements.
     (("cuda", "matmul_reduce_scatter", "*", 0), dict(variant="rotated")),
     (("cuda", "matmul_all_reduce", "*", 0), dict(variant="rotated")),
     (("cpu", "*", "*", 0), dict(block_m=16, block_n=16, block_k=16, group_m=4, num_warps=4, num_stages=1,
