@@ -60,7 +60,7 @@ def parse_args(argv=None):
                    help="tokens (rows of the full activation)")
     p.add_argument("--hidden", type=int, default=8192)
     p.add_argument("--intermediate", type=int, default=28672, help="split over the ranks")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
+    p.add_argument("--dtype", type=lambda s: s.split(","), default=["bf16"], help=f"some of {','.join(DTYPES)}")
     p.add_argument("--shapes", type=lambda s: s.split(","), default=["mlp"], help="mlp and/or square")
     p.add_argument("--variants", type=lambda s: s.split(","), default=[],
                    help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS)")
@@ -71,9 +71,11 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps: a smoke test on the cpu backend")
     p.add_argument("--out", default=RESULTS, help="folder for the JSON, Markdown and PNG")
     args = p.parse_args(argv)
+    if set(args.dtype) - set(DTYPES):
+        p.error(f"--dtype {','.join(args.dtype)}: each must be one of {', '.join(DTYPES)}")
     if args.quick:
         args.m, args.hidden, args.intermediate, args.reps, args.warmup = [48], 64, 96, 2, 1
-        args.dtype = "fp32" if args.dtype == "bf16" else args.dtype
+        args.dtype = ["fp32" if d == "bf16" else d for d in args.dtype]
     elif args.mlp and "--m" not in " ".join(argv or sys.argv):
         args.m = [4096, 16384]  # each M compiles every model twice (inference, training)
     return args
@@ -223,8 +225,8 @@ class Torch:
         return None
 
 
-def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, args) -> dict:
-    W, dev, dtype = ctx.world_size, ctx.device, DTYPES[args.dtype]
+def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, dtype_name: str, args) -> dict:
+    W, dev, dtype = ctx.world_size, ctx.device, DTYPES[dtype_name]
     a_shape, b_shape, out_shape, flops = layer_shapes(op, M, args.hidden, args.intermediate, W, shapes == "square")
     # drawn on the device: on the CPU, the inputs of the large shapes took longer than the timing
     g = torch.Generator(device=dev).manual_seed(1000 * ctx.rank + M)
@@ -285,8 +287,8 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, args) -> dict:
     times["ideal"] = max(times["gemm_cublas"], min(t for t in (times["collective"], times["ccl"]) if t is not None))
     times["best_alt"] = min(times[k] for k in ALTERNATIVES if times.get(k) is not None)
     variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, None).variant
-    return {"op": op, "shapes": shapes, "panel": f"{op} ({shapes})", "variant": variant, "M": M,
-            "a": list(a_shape), "b": list(b_shape), "out": list(out_shape), "flops": flops, "dtype": args.dtype,
+    return {"op": op, "shapes": shapes, "panel": f"{op} ({shapes}, {dtype_name})", "variant": variant, "M": M,
+            "a": list(a_shape), "b": list(b_shape), "out": list(out_shape), "flops": flops, "dtype": dtype_name,
             "times_s": times, "rel_error": errors,
             "correct": all(e <= tolerance for e in errors.values()),
             "torch_fused_note": tdist.fused_reason if torch_fn is None and op in OPS[:2] else None}  # none for AR/MAG
@@ -297,19 +299,20 @@ ALTERNATIVES = ("torch_fused", "torch_unfused", "unfused", "unfused_ccl")
 COLUMNS = (("fused", "fused"), ("torch_fused", "torch fused"), ("torch_unfused", "torch unf."),
            ("unfused", "cuBLAS+nccl"), ("unfused_ccl", "cuBLAS+ccl"), ("gemm_cublas", "GEMM alone"),
            ("gemm_ours", "our GEMM"), ("ideal", "ideal"))
-HEADER = (f"{'op':<22} {'shape':<6} {'M':>6} {'strategy':<9} " + " ".join(f"{c:>11}" for _, c in COLUMNS)
-          + f" {'alt/fused':>9} {'fused/GEMM':>10} check\n{'':<46}(ms per call; goals: alt/fused >= 1.15, "
+HEADER = (f"{'op':<22} {'shape':<11} {'M':>6} {'strategy':<9} " + " ".join(f"{c:>11}" for _, c in COLUMNS)
+          + f" {'alt/fused':>9} {'fused/GEMM':>10} check\n{'':<51}(ms per call; goals: alt/fused >= 1.15, "
           f"fused/GEMM <= 1.10)")
 
 
 def row_text(r: dict) -> str:
     t = r["times_s"]
     cells = " ".join(f"{t[k] * 1e3:11.3f}" if t.get(k) is not None else f"{'-':>11}" for k, _ in COLUMNS)
-    line = (f"{r['op']:<22} {r.get('shapes', 'mlp'):<6} {r['M']:>6} {r['variant']:<9} {cells} "
+    shape = f"{r.get('shapes', 'mlp')} {r['dtype']}"
+    line = (f"{r['op']:<22} {shape:<11} {r['M']:>6} {r['variant']:<9} {cells} "
             f"{t['best_alt'] / t['fused']:9.2f} {t['fused'] / t['gemm_cublas']:10.2f} "
             f"{'ok' if r['correct'] else 'WRONG'}")
     others = [f"{k[6:-1]} {v * 1e3:.3f}" for k, v in t.items() if k.startswith("fused[")]
-    return line + (f"\n{'':<46}strategies: " + ", ".join(others) if others else "")
+    return line + (f"\n{'':<51}strategies: " + ", ".join(others) if others else "")
 
 
 def plot(result: dict, path: str, panel="panel", series=("fused", "torch_fused", "torch_unfused", "unfused_ccl",
@@ -355,18 +358,18 @@ def run_layers(args) -> int:
     tdist = Torch(ctx, not args.no_torch_fused)
     device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu (interpreter)"
     rows = []
-    points = [(op, shape, M) for shape in args.shapes for op in args.ops for M in args.m]
-    for op, shape, M in [("mlp", "mlp", M) for M in args.m] if args.mlp else points:
+    points = [(op, shape, dt, M) for dt in args.dtype for shape in args.shapes for op in args.ops for M in args.m]
+    for op, shape, dt, M in [("mlp", "mlp", args.dtype[0], M) for M in args.m] if args.mlp else points:
         if M % ctx.world_size:
             continue
         rows += (measure_mlp(ctx, tdist, timer, M, args) if args.mlp
-                 else [measure_op(ctx, tdist, timer, op, M, shape, args)])
+                 else [measure_op(ctx, tdist, timer, op, M, shape, dt, args)])
         ops.clear_workspaces(ctx)  # collective, like the allocations it frees
         if ctx.rank == 0:
             print(mlp_text(rows[-2:]) if args.mlp else (HEADER + "\n") * (len(rows) == 1) + row_text(rows[-1]),
                   flush=True)
     shared = getattr(ctx, "ranks_on_device", 1)
-    result = {"world_size": ctx.world_size, "device": device, "dtype": args.dtype, "hidden": args.hidden,
+    result = {"world_size": ctx.world_size, "device": device, "dtype": ",".join(args.dtype), "hidden": args.hidden,
               "intermediate": args.intermediate, "quick": args.quick, "torch": torch.__version__,
               "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason, "ranks_per_gpu": shared,
               "rows": rows}
@@ -479,7 +482,7 @@ def mlp_models(ctx, tdist, w1, w2) -> dict:
 def measure_mlp(ctx, tdist, timer, M: int, args) -> list[dict]:
     """The forward and the forward + backward rows at ``M`` tokens, each implementation checked
     (its result and input gradient) against ``iris_unfused`` run eagerly."""
-    W, dev, dtype = ctx.world_size, ctx.device, DTYPES[args.dtype]
+    W, dev, dtype = ctx.world_size, ctx.device, DTYPES[args.dtype[0]]
     g = torch.Generator(device=dev).manual_seed(2000 + ctx.rank)
 
     def randn(rows, cols, scale=1.0):

@@ -135,13 +135,14 @@ def test_fused_ops_quick(tmp_path):
     # every op, fused and unfused (gloo stands in for nccl on the cpu backend, next to ccl), checked
     # against each other
     # both shape sets, and the strategies named beside the table's choice, each checked
+    # (bf16 runs as fp32 in quick mode: the interpreter's bf16 products are widened anyway)
     proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--quick", "--shapes", "mlp,square", "--variants",
-                     "rotated,one_shot", "--out", str(tmp_path), timeout=600)
+                     "rotated,one_shot", "--dtype", "bf16,fp16", "--out", str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "fused_ops_2ranks*_quick.json").with_suffix("")
     result = json.loads(stem.with_suffix(".json").read_text())
-    assert {(r["op"], r["shapes"]) for r in result["rows"]} == {
-        (op, shape) for op in ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce", "matmul_all_gather")
-        for shape in ("mlp", "square")}, result
+    assert {(r["op"], r["shapes"], r["dtype"]) for r in result["rows"]} == {
+        (op, shape, dt) for op in ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
+                                   "matmul_all_gather") for shape in ("mlp", "square") for dt in ("fp32", "fp16")}
     assert all(r["correct"] and r["times_s"]["fused"] > 0 and r["times_s"]["ideal"] > 0 for r in result["rows"])
     # the unfused baseline with this library's collective, and that collective alone
     assert all(r["times_s"]["unfused_ccl"] > 0 and r["times_s"]["ccl"] > 0 for r in result["rows"]), result
