@@ -4,9 +4,11 @@ runs all of them but the demo."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -26,6 +28,29 @@ TEST_DEPS = ["torch", "mpich", "mpi4py", "pytest"]
 #: install (pyenv's builds in its image; 3.14 is not to be had from PyPI or Debian 12). CI's own
 #: Python (3.11) runs every other session.
 PYTHONS = ["3.10", "3.13"]
+
+
+#: ``IRIS_NOX_DROP_ENVS=1`` removes each session's environment when the session ends, so that a
+#: full run holds one at a time (about 1.8 GB with torch and Triton) instead of ten: CI sets it, on
+#: machines whose disk would not hold them all. Unset, nox keeps them (``nox -r`` reuses them).
+DROP_ENVS = os.environ.get("IRIS_NOX_DROP_ENVS", "") not in ("", "0")
+
+
+def one_env_at_a_time(func: Callable[..., None]) -> Callable[..., None]:
+    """Session decorator (innermost): with ``DROP_ENVS``, the session's venv is deleted when it ends,
+    passed or failed."""
+
+    @functools.wraps(func)
+    def run(session: nox.Session, *args: object, **kwargs: object) -> None:
+        try:
+            func(session, *args, **kwargs)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if DROP_ENVS and location and Path(location).is_dir():
+                shutil.rmtree(location, ignore_errors=True)
+                session.log(f"removed {location} (IRIS_NOX_DROP_ENVS)")
+
+    return run
 
 
 def _version_key(line: str) -> tuple[int, ...]:
@@ -94,6 +119,7 @@ def pytest(session: nox.Session, *args: str, posargs: list[str], triton: str | N
 @nox.session
 @nox.parametrize("package, triton", [(p, t) for t in TRITONS for p in PACKAGES],
                  ids=[f"{p}, triton-{t}" for t in TRITONS for p in PACKAGES])
+@one_env_at_a_time
 def tests(session: nox.Session, package: str, triton: str) -> None:
     """The tests of one package, on the cpu backend (Triton's interpreter, shared memory)."""
     # iris-device's network-path compile checks link NVSHMEM's real device bitcode (only the
@@ -105,6 +131,7 @@ def tests(session: nox.Session, package: str, triton: str) -> None:
 
 @nox.session
 @nox.parametrize("triton", TRITONS, ids=[f"triton-{t}" for t in TRITONS])
+@one_env_at_a_time
 def multirank(session: nox.Session, triton: str) -> None:
     """Cross-package integration tests, the examples and the benchmarks' quick modes, several ranks each."""
     rest = install(session, *PACKAGES, triton=triton, extra=("matplotlib",))
@@ -140,6 +167,7 @@ expose_pyenv_pythons(PYTHONS)
 
 
 @nox.session(python=PYTHONS)
+@one_env_at_a_time
 def tests_python(session: nox.Session) -> None:
     """iris-device's and iris-runtime's tests on the oldest and newest CPython (not in the default
     run: torch for these comes from PyPI as its CUDA build, about 3 GB per Python, and pins
@@ -149,6 +177,7 @@ def tests_python(session: nox.Session) -> None:
 
 
 @nox.session
+@one_env_at_a_time
 def stress(session: nox.Session) -> None:
     """Nightly-style randomised stress of the collectives (not in the default run): 400 seeded cases
     at each of 2, 3 and 4 ranks on the newest tested Triton (CI's tests session runs 200 in all).
@@ -159,6 +188,7 @@ def stress(session: nox.Session) -> None:
 
 
 @nox.session
+@one_env_at_a_time
 def mutations(session: nox.Session) -> None:
     """``tools/mutations.py``: first that every mutation still applies to the source (``--check``:
     one whose text is gone fails, naming itself), then the quick subset (``--quick``, about three
@@ -173,6 +203,7 @@ def mutations(session: nox.Session) -> None:
 
 
 @nox.session
+@one_env_at_a_time
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository."""
     session.install("ruff==0.17.6")
@@ -180,6 +211,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+@one_env_at_a_time
 def packaging(session: nox.Session) -> None:
     """Each package builds a wheel alone; iris-device needs neither torch, mpi4py nor the runtime."""
     # triton (only) for the check that iris.device imports with torch and mpi4py blocked.
@@ -189,6 +221,7 @@ def packaging(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
+@one_env_at_a_time
 def release(session: nox.Session, package: str) -> None:
     """Prepare one package's release (not in the default run): sdist and wheel, twine check, the
     CHANGELOG section of its version, the wheel in a clean venv with its declared dependencies,
@@ -214,6 +247,7 @@ def ensure_browser(session: nox.Session) -> None:
 
 
 @nox.session
+@one_env_at_a_time
 def docs(session: nox.Session) -> None:
     """Build the documentation with warnings as errors, run every code block it shows, and check
     in headless Chromium at 1366x900 that no code block scrolls sideways."""
@@ -227,6 +261,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
+@one_env_at_a_time
 def demo(session: nox.Session) -> None:
     """The main job: 4 ranks on whatever this machine has (GPU if usable, else the CPU)."""
     rest = install(session, *PACKAGES)
