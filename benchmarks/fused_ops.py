@@ -63,7 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", type=lambda s: s.split(","), default=["bf16"], help=f"some of {','.join(DTYPES)}")
     p.add_argument("--shapes", type=lambda s: s.split(","), default=["mlp"], help="mlp and/or square")
     p.add_argument("--variants", type=lambda s: s.split(","), default=[],
-                   help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS)")
+                   help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS); "
+                        "NAME/input: with partial_dtype='input' (rotated/input)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--mlp", action="store_true", help="the compiled sequence-parallel MLP, forward and backward")
@@ -237,7 +238,8 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, dtype_name: str,
     out = torch.empty(out_shape, dtype=dtype, device=dev)
     gemm_out = torch.empty((a_shape[0], b_shape[1]), dtype=dtype, device=dev)
     fused_fn = getattr(ops, op)
-    variants = {v: ops.Config(variant=v) for v in args.variants if v in ops.VARIANTS[op]}
+    variants = {v: ops.Config(variant=v.partition("/")[0], partial_dtype=v.partition("/")[2] or None)
+                for v in args.variants if v.partition("/")[0] in ops.VARIANTS[op]}
 
     def fused(config=None):
         return lambda: fused_fn(ctx, out, a, b, config=config)

@@ -137,7 +137,7 @@ def test_fused_ops_quick(tmp_path):
     # both shape sets, and the strategies named beside the table's choice, each checked
     # (bf16 runs as fp32 in quick mode: the interpreter's bf16 products are widened anyway)
     proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--quick", "--shapes", "mlp,square", "--variants",
-                     "rotated,one_shot", "--dtype", "bf16,fp16", "--out", str(tmp_path), timeout=600)
+                     "rotated,rotated/input,one_shot", "--dtype", "bf16,fp16", "--out", str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "fused_ops_2ranks*_quick.json").with_suffix("")
     result = json.loads(stem.with_suffix(".json").read_text())
     assert {(r["op"], r["shapes"], r["dtype"]) for r in result["rows"]} == {
@@ -151,7 +151,7 @@ def test_fused_ops_quick(tmp_path):
                for r in result["rows"]), result
     strategies = {(r["op"], k) for r in result["rows"] for k in r["rel_error"]}
     assert {("matmul_all_reduce", "rotated"), ("matmul_all_reduce", "one_shot"),
-            ("matmul_reduce_scatter", "rotated")} <= strategies, strategies
+            ("matmul_reduce_scatter", "rotated"), ("matmul_reduce_scatter", "rotated/input")} <= strategies, strategies
     assert "alt/fused" in proc.stdout and "fused/GEMM" in stem.with_suffix(".md").read_text()
 
 

@@ -92,6 +92,11 @@ def cases():
                        signature("a b bias partial gathered out flags", dt, rs),
                        dict(common, call=name, world_size=world, RECORD=ROT.record_words(world), GATHER=gather,
                             USE_TMA=tma), ("a", "b", "out", "partial", "gathered"), None)
+            if (dt, tma) == ("bf16", True):  # Config(partial_dtype="input"): the slots in bf16
+                sig = dict(signature("a b bias partial gathered out flags", dt, rs), partial=PTR[dt])
+                yield (f"matmul_reduce_scatter_rotated_input/{dt}/{path}", ROT.rotated_kernel, sig,
+                       dict(common, call="input", world_size=4, RECORD=ROT.record_words(4), GATHER=False,
+                            USE_TMA=tma), ("a", "b", "out", "partial", "gathered"), None)
             yield (f"matmul_all_gather/{dt}/{path}", MAG._matmul_all_gather_kernel,
                    signature("a b bias staging out flags", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "staging"), None)

@@ -16,7 +16,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "ops_compile_check.py")
 OPS = {"matmul_all_reduce", "matmul_all_reduce_two_shot", "matmul_all_reduce_rotated", "matmul_reduce_scatter",
-       "matmul_reduce_scatter_rotated", "matmul_all_gather", "all_gather_matmul", "all_gather_matmul_arrival"}
+       "matmul_reduce_scatter_rotated", "matmul_reduce_scatter_rotated_input", "matmul_all_gather", "all_gather_matmul",
+       "all_gather_matmul_arrival"}
 CORE = {"matmul_core", "matmul_core_ws"}  # the GEMM core alone, plain and warp-specialised
 
 

@@ -83,3 +83,18 @@ def test_four_byte_inputs_take_a_shorter_k_block_on_the_gpu():
     forced = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", ops.Config(block_k=64), itemsize=4)
     assert forced.block_k == 64  # what the caller sets stays
     assert _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", None, itemsize=4).block_k == 16
+
+
+def test_partial_dtype_input_picks_rotated_and_is_refused_where_no_partials_travel():
+    cpu_default = _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", None)
+    assert cpu_default.partial_dtype == "accumulator" and cpu_default.variant == "owner"
+    for op in ("matmul_reduce_scatter", "matmul_all_reduce"):
+        picked = _config.choose(op, 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))
+        assert picked.variant == "rotated" and picked.partial_dtype == "input"
+    with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config\.partial_dtype='input' needs strategy "
+                                             r"'rotated', got variant='two_shot': drop variant"):
+        _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cpu", ops.Config(variant="two_shot", partial_dtype="input"))
+    with pytest.raises(IrisUsageError, match=r"all_gather_matmul: .*stages no partial products"):
+        _config.choose("all_gather_matmul", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))
+    with pytest.raises(IrisUsageError, match=r"config\.partial_dtype='bf16' must be 'accumulator' or 'input'"):
+        _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="bf16"))

@@ -189,6 +189,63 @@ def scenario_matmul_all_reduce_rotated(ctx):
               f"matmul_all_reduce rotated call {i}")
 
 
+def ref_partials_in_input_dtype(W, M, N, K, dtype, out_dtype, seed, with_bias, gather):
+    """``Config(partial_dtype="input")``: each rank's fp32 partial (rank 0's with the all-reduce's
+    bias) rounded to ``dtype``, then summed in fp32 in rank order (the reduce-scatter's bias
+    after), rounded once; the all-reduce's full result or, without ``gather``, all of it (the
+    caller slices). One rank: no partial is handed over, the exact result."""
+    if W == 1:
+        return ref_matmul_all_reduce(W, M, N, K, dtype, out_dtype, seed, with_bias)
+    bias = ints((N,), dtype, seed + 5).float()
+    parts = [ints((M, K), dtype, seed + 10 * r).float() @ ints((K, N), dtype, seed + 10 * r + 1).float()
+             for r in range(W)]
+    if with_bias and gather:
+        parts[0] = parts[0] + bias
+    total = torch.zeros(M, N)
+    for part in parts:
+        total = total + part.to(dtype).float()
+    if with_bias and not gather:
+        total = total + bias
+    return total.to(out_dtype)
+
+
+def scenario_partials_in_input_dtype(ctx):
+    """``Config(partial_dtype="input")`` (strategy ``rotated`` implied): bf16 partials over K = 200
+    (about 100 in magnitude, some above 256) lose bits when rounded (the result differs from the fp32-staged one, which
+    the scenario asserts of its own data), fp16 ones do not; both ops, bias on and off, an fp32
+    output, back-to-back calls; the all-reduce with M not a multiple of W stages fp32."""
+    W, r = ctx.world_size, ctx.rank
+    cfg = dataclasses.replace(SMALL, partial_dtype="input")
+    cases = [(W * 7, 70, 200, "bf16", "bf16", True), (W * 9, 33, 200, "bf16", "fp32", False),
+             (W * 11, 50, 27, "fp16", "fp16", True)]
+    for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+        seed, m = 3000 + i, M // W
+        dtype, out_dtype = DTYPES[dt], DTYPES[odt]
+        if W > 1 and dt == "bf16":  # the data must tell the two dtypes apart, or the check proves nothing
+            exact = ref_matmul_all_reduce(W, M, N, K, dtype, torch.float32, seed, with_bias)
+            rounded = ref_partials_in_input_dtype(W, M, N, K, dtype, torch.float32, seed, with_bias, True)
+            assert bool((exact != rounded).any()), f"case {i}: bf16 partials lose nothing on this data"
+        out = run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, cfg)
+        check(out, ref_partials_in_input_dtype(W, M, N, K, dtype, out_dtype, seed, with_bias, True),
+              f"matmul_all_reduce partial_dtype=input {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+        out = run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, cfg)
+        full = ref_partials_in_input_dtype(W, M, N, K, dtype, torch.float32, seed, with_bias, False)
+        check(out, full[r * m:(r + 1) * m].to(out_dtype),
+              f"matmul_reduce_scatter partial_dtype=input {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+    M, N, K = W * 12, 40, 200
+    results = [run_matmul_reduce_scatter(ctx, M, N, K, torch.bfloat16, torch.bfloat16, 3100 + i, True, cfg)
+               for i in range(repeats(ctx))]
+    for i, got in enumerate(results):
+        full = ref_partials_in_input_dtype(W, M, N, K, torch.bfloat16, torch.float32, 3100 + i, True, False)
+        check(got, full[r * (M // W):(r + 1) * (M // W)].to(torch.bfloat16),
+              f"matmul_reduce_scatter partial_dtype=input call {i}")
+    if W > 1:  # one_shot takes over: fp32 partials, the exact result
+        M = W * 7 + 1
+        out = run_matmul_all_reduce(ctx, M, 30, 200, torch.bfloat16, torch.float32, 3200, True, cfg)
+        check(out, ref_matmul_all_reduce(W, M, 30, 200, torch.bfloat16, torch.float32, 3200, True),
+              f"matmul_all_reduce partial_dtype=input M={M} (not a multiple of {W})")
+
+
 def gather_scenario(ctx, op, name, seed0, config=SMALL, only=None):
     W = ctx.world_size
     cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),

@@ -48,6 +48,14 @@ class Config:
       specialise a persistent loop whose body waits (a compile error) and, where they do
       specialise one with a signal after the tile, drop its atomic (seen in the TTGIR), so a
       fused op's flags would be lost. Ignored without tensor descriptors.
+    - ``partial_dtype``: the dtype in which strategy ``rotated`` of ``matmul_reduce_scatter`` and
+      ``matmul_all_reduce`` hands the partial products between ranks. ``"accumulator"`` (default):
+      fp32 (fp64 for fp64 inputs), so the result is rounded once. ``"input"``: the inputs' dtype,
+      as torch's fused ops do: half the bytes on the wire for bf16 and fp16, at the cost of one
+      rounding per rank's partial before the fp32 sum (still in rank order, still bit-identical
+      on every rank). Setting it without ``variant`` picks ``rotated``; the other strategies, and
+      ``matmul_all_reduce`` falling back to ``one_shot`` (M not a multiple of the ranks), stage
+      fp32. The ops without partial products refuse ``"input"``.
     """
 
     variant: str | None = None
@@ -62,6 +70,7 @@ class Config:
     input_precision: str | None = None
     flatten: bool | None = None
     warp_specialize: bool | None = None
+    partial_dtype: str | None = None
 
 
 #: Defaults by (backend, op or "*", shape class or "*", world size or 0 for any): the first
@@ -134,6 +143,9 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     fields.setdefault("input_precision", "tf32")
     fields.setdefault("flatten", False)
     fields.setdefault("warp_specialize", False)
+    fields.setdefault("partial_dtype", "accumulator")
+    if given.get("partial_dtype") == "input" and "variant" not in given and "rotated" in VARIANTS[op]:
+        given["variant"] = "rotated"  # the strategy that stages partials in the inputs' dtype
     fields.update(given)
     chosen = Config(**{f.name: fields.get(f.name) for f in dataclasses.fields(Config)})
     where = f"iris.collectives.ops.{op}"
@@ -153,6 +165,13 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     for name in ("flatten", "warp_specialize"):
         if not isinstance(getattr(chosen, name), bool):
             raise IrisUsageError(f"{where}: config.{name}={getattr(chosen, name)!r} must be True or False")
+    if chosen.partial_dtype not in ("accumulator", "input"):
+        raise IrisUsageError(f"{where}: config.partial_dtype={chosen.partial_dtype!r} must be 'accumulator' or 'input'")
+    if chosen.partial_dtype == "input" and chosen.variant != "rotated":
+        fix = ("drop variant or set variant='rotated'" if "rotated" in VARIANTS[op]
+               else "this op stages no partial products: leave partial_dtype unset")
+        raise IrisUsageError(f"{where}: config.partial_dtype='input' needs strategy 'rotated', got "
+                             f"variant={chosen.variant!r}: {fix}")
     if chosen.input_precision not in ("tf32", "ieee"):
         raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")
     return chosen

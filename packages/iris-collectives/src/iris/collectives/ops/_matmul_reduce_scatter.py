@@ -143,8 +143,8 @@ def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: t
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     m_local = M // ctx.world_size
     per_chunk = _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)  # more programs would idle
-    ws = workspace(ctx, key, lambda ctx: rotated_buffers(ctx, M, N, accumulator_dtype(a.dtype), out.dtype, per_chunk,
-                                                        gather))
+    staged = a.dtype if cfg.partial_dtype == "input" else accumulator_dtype(a.dtype)
+    ws = workspace(ctx, key, lambda ctx: rotated_buffers(ctx, M, N, staged, out.dtype, per_chunk, gather))
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"],
             ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))

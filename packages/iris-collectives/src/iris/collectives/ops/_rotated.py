@@ -5,14 +5,16 @@ The rows of ``a @ b`` are ``W`` chunks of ``M / W`` rows, chunk ``c`` owned by r
 rank visits the chunks in a rotated order, ``rank + 1, rank + 2, ...``, its own chunk last, so
 that in any step the ranks work on ``W`` different chunks:
 
-- a peer's chunk: each program computes its tiles of this rank's partial product (fp32) and
-  stores them straight into the owner's staging slot for this rank (remote stores, no wait),
-  then signals the owner once for the whole chunk;
+- a peer's chunk: each program computes its tiles of this rank's partial product (in fp32) and
+  stores them straight into the owner's staging slot for this rank (remote stores, no wait), then
+  signals the owner once for the whole chunk;
 - its own chunk, last: the peers computed their partials of it in earlier steps, so the wait for
-  their signals is normally already over; each tile is this rank's partial (in registers) plus
-  the peers' (loaded from the local slots), summed in rank order in fp32, rounded once into
-  ``out``. The bias is added once: after the sum for the reduce-scatter, to rank 0's partial for
-  the all-reduce (as its other strategies do, so all strategies give the same bits).
+  their signals is normally already over; each tile is this rank's partial (stored to its own
+  slot) plus the peers' (loaded from the local slots), summed in rank order in fp32, rounded once
+  into ``out``. The slots hold fp32 or, with ``Config(partial_dtype="input")``, the inputs' dtype
+  (each partial then rounded once before the sum, as torch's fused ops do). The bias is added
+  once: after the sum for the reduce-scatter, to rank 0's partial for the all-reduce (as its
+  other strategies do, so all strategies give the same bits).
 
 ``matmul_all_reduce`` adds a third phase (``GATHER``): the owner also stores its rounded chunk
 in a heap buffer and signals; every rank then copies the other ranks' chunks into ``out``. Every
@@ -69,7 +71,7 @@ def _push_partials(ctx, a_op, b_op, bias, partial, owner, parity, M_LOCAL, N, K,
                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr):
     """This program's tiles of ``owner``'s chunk of this rank's partial product (rank 0's with the
-    bias when ``BIAS_FIRST``), stored (weak, fp32) into this rank's slot on ``owner``. Per program;
+    bias when ``BIAS_FIRST``), stored (weak, in the slots' dtype) into this rank's slot on ``owner``. Per program;
     the caller signals afterwards."""
     slot = (parity * (ctx.world_size - 1) + _slot(owner, ctx.rank, ctx.world_size)).to(tl.int64)
     remote = translate(partial + slot * M_LOCAL * N, ctx.rank, owner, ctx.heap_bases)
@@ -83,7 +85,8 @@ def _push_partials(ctx, a_op, b_op, bias, partial, owner, parity, M_LOCAL, N, K,
                            BLOCK_M, BLOCK_N, BLOCK_K)
         if ctx.rank == 0:
             acc = add_bias(acc, bias, cols, N, BIAS_FIRST)
-        tl.store(remote + local_rows[:, None] * N + cols[None, :], acc, mask=row_mask[:, None] & (cols[None, :] < N))
+        tl.store(remote + local_rows[:, None] * N + cols[None, :], round_to(acc, partial.dtype.element_ty),
+                 mask=row_mask[:, None] & (cols[None, :] < N))
 
 
 @triton.constexpr_function
@@ -116,13 +119,15 @@ def _reduce_own(ctx, a_op, b_op, bias, partial, out, gathered, parity, M_LOCAL, 
                            BLOCK_M, BLOCK_N, BLOCK_K)
         if rank == 0:
             acc = add_bias(acc, bias, cols, N, HAS_BIAS and GATHER)  # the all-reduce's bias joins rank 0's part
-        tl.store(own_slot + local_rows[:, None] * N + cols[None, :], acc, mask=row_mask[:, None] & (cols[None, :] < N))
+        # rounded like the peers' partials (Config.partial_dtype), so every rank sums the same values
+        tl.store(own_slot + local_rows[:, None] * N + cols[None, :], round_to(acc, partial.dtype.element_ty),
+                 mask=row_mask[:, None] & (cols[None, :] < N))
         tl.debug_barrier()  # the slices below read what other threads of the program stored
         for r0 in tl.static_range(0, BLOCK_M, SLICE):
             rows = pid_m * BLOCK_M + r0 + tl.arange(0, SLICE)
             mask = (rows < M_LOCAL)[:, None] & (cols[None, :] < N)
             offsets = rows[:, None] * N + cols[None, :]
-            total = tl.zeros([SLICE, BLOCK_N], dtype=acc.dtype)
+            total = tl.zeros([SLICE, BLOCK_N], dtype=acc.dtype)  # fp32 (fp64) whatever the slots hold
             for p in tl.static_range(ctx.world_size):  # rank order on every rank: the same sum everywhere
                 if p == rank:
                     total = total + tl.load(own_slot + offsets, mask=mask, other=0)
@@ -157,8 +162,8 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
                    world_size: tl.constexpr, RECORD: tl.constexpr, GATHER: tl.constexpr, HAS_BIAS: tl.constexpr,
                    USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """Persistent; see the module docstring. ``partial``: fp32 ``[(2 * (W - 1) + 1) * M_LOCAL, N]``
-    on the heap (the staging slots, two per peer, and this rank's own); ``gathered``:
+    """Persistent; see the module docstring. ``partial``: ``[(2 * (W - 1) + 1) * M_LOCAL, N]`` in
+    fp32 or the inputs' dtype on the heap (the staging slots, two per peer, and this rank's own); ``gathered``:
     ``[2 * M_LOCAL, N]`` in ``out``'s dtype on the heap (``GATHER`` only); ``out``: ``[M, N]``
     with ``GATHER``, else ``[M_LOCAL, N]``; ``flags``: ``RECORD`` int32 words per program on the
     heap, zeroed once."""
@@ -203,13 +208,14 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
             signal(record + (ARRIVED + world_size) + rank, rank, owner, ctx.heap_bases)
 
 
-def rotated_buffers(ctx, M: int, N: int, acc_dtype: torch.dtype, out_dtype: torch.dtype, programs: int,
+def rotated_buffers(ctx, M: int, N: int, staged_dtype: torch.dtype, out_dtype: torch.dtype, programs: int,
                     gather: bool) -> dict:
     """The heap buffers of :func:`rotated_kernel` for ``M`` rows over ``W`` ranks and at most
-    ``programs`` programs per rank (flags zeroed; ``gathered`` only with ``gather``)."""
+    ``programs`` programs per rank: the partials' slots in ``staged_dtype``, flags zeroed,
+    ``gathered`` (in ``out_dtype``) only with ``gather``."""
     W = ctx.world_size
     m_local = M // W
-    buffers = {"partial": ctx.zeros((2 * (W - 1) + 1) * m_local, N, dtype=acc_dtype),
+    buffers = {"partial": ctx.zeros((2 * (W - 1) + 1) * m_local, N, dtype=staged_dtype),
                "flags": ctx.zeros(programs * record_words(W), dtype=torch.int32)}
     if gather:
         buffers["gathered"] = ctx.zeros(2 * m_local, N, dtype=out_dtype)
