@@ -12,10 +12,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MENTION = re.compile(r"\b((?:benchmarks|tools|examples)/[A-Za-z0-9_.-]+\.(?:py|sh))\b")
 
 
+SKIP_DIRS = {"_build", "dist", "build", "node_modules", "__pycache__"}  # plus hidden ones (.git, .nox)
+
+
 def tracked_text_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return [p for p in out.split() if p.endswith((".md", ".py", ".sh", ".toml", ".txt"))
-            and not p.endswith("CHANGELOG.md") and p != ".ci/run"]
+    """The repository's text files: git's list in a checkout, else a walk that skips build output."""
+    proc = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode == 0 and proc.stdout.strip():
+        paths = proc.stdout.split()
+    else:
+        paths = []
+        for top, dirs, names in os.walk(ROOT):
+            dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and not d.endswith(".egg-info")]
+            paths += [os.path.relpath(os.path.join(top, n), ROOT) for n in names]
+    return [p for p in paths if p.endswith((".md", ".py", ".sh", ".toml", ".txt")) and not p.endswith("CHANGELOG.md")]
 
 
 def test_every_named_script_exists():
