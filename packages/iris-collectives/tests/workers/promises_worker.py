@@ -26,6 +26,7 @@ Every rank regenerates every rank's inputs from seeds, so references need no com
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
@@ -155,6 +156,27 @@ def scenario_matmul_reduce_scatter(ctx):
             total = total + bias.to(FP32)
         check(out, total[r * m:(r + 1) * m].to(out_dtype),
               f"matmul_reduce_scatter {variant} {dtype}->{out_dtype} bias={with_bias} rank {r}/{W}")
+
+
+def scenario_matmul_all_reduce_partials_in_input_dtype(ctx):
+    """``Config(partial_dtype="input")``: rank 0's partial plus the bias (full mantissas) is
+    rounded to the inputs' dtype, to nearest even, before the rank-order sum; the other partials
+    are exact in that dtype here (a power of two times an element of ``b``). The same bits on every
+    rank. One rank takes the kernel that hands nothing over: one rounding."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    M, N, K = 8 * W, 40, 16
+    for i, (dtype, out_dtype) in enumerate([(BF16, BF16), (FP16, FP32)]):
+        parts, bias = k_split_inputs(W, M, N, K, dtype, 300 + i)
+        out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
+        cfg = dataclasses.replace(op_config(dtype), partial_dtype="input")
+        ops.matmul_all_reduce(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev), bias.to(dev), config=cfg)
+        staged = [p[2] for p in parts]
+        if W > 1:
+            staged[0] = (staged[0] + bias.to(FP32)).to(dtype)
+        expected = rank_order(staged, None if W > 1 else bias.to(FP32)).to(out_dtype)
+        what = f"matmul_all_reduce partial_dtype=input {dtype}->{out_dtype} rank {r}/{W}"
+        check(out, expected, what)
+        same_on_every_rank(ctx, out, what)
 
 
 def gather_op_case(ctx, op, variant, dtype, out_dtype, seed):
