@@ -168,13 +168,25 @@ MUTATIONS = [
                "        if ctx.world_size > 1:\n"
                "            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
              [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
+    Mutation("rotated-partials-truncate", "Config(partial_dtype='input'): each partial is rounded to the inputs' "
+             "dtype to nearest even",
+             [(f"{COLL}/ops/_rotated.py", "round_to(acc, partial.dtype.element_ty)", "acc.to(partial.dtype.element_ty)",
+               2)],
+             [("worker", "3", "promises_worker.py", "matmul_all_reduce_partials_in_input_dtype")],
+             expect="rounded once to nearest even"),
+    Mutation("rotated-partials-fp32", "Config(partial_dtype='input') stages the partials in the inputs' dtype",
+             [(f"{COLL}/ops/_matmul_reduce_scatter.py",
+               "staged = a.dtype if cfg.partial_dtype == \"input\" else accumulator_dtype(a.dtype)",
+               "staged = accumulator_dtype(a.dtype)", 1)],
+             [("worker", "2", "ops_worker.py", "partials_in_input_dtype")], expect="elements differ"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37, a
 #: minute or so each on the cpu backend. Every mutation's text is checked first in any case.
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
-         "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait"]
+         "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
+         "rotated-partials-truncate", "rotated-partials-fp32"]
 
 
 def copy_packages(root: str) -> None:
