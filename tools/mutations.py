@@ -181,7 +181,8 @@ MUTATIONS = [
              [("worker", "2", "ops_worker.py", "partials_in_input_dtype")], expect="elements differ"),
 ]
 
-#: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37, a
+#: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
+#: ``Config(partial_dtype="input")``, a
 #: minute or so each on the cpu backend. Every mutation's text is checked first in any case.
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
