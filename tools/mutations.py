@@ -182,8 +182,8 @@ MUTATIONS = [
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
-#: ``Config(partial_dtype="input")``, a
-#: minute or so each on the cpu backend. Every mutation's text is checked first in any case.
+#: ``Config(partial_dtype="input")``, seconds to a minute each on the cpu backend. Every mutation's
+#: text is checked first in any case.
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
