@@ -2,11 +2,11 @@
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
 # [ccl] [ccl_host] [fused] [tp_mlp] (no argument: rma collectives trace examples; the others only
-# when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_RANKS and MLP_WORLDS set the world sizes,
+# when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS and MLP_WORLDS set the world sizes,
 # EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS, CCL_ARGS, FUSED_ARGS and MLP_ARGS
-# more arguments of each
-# benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0. Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each
-# benchmark measures, and the commands behind the committed results: docs/performance.md.
+# more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
+# Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each benchmark
+# measures, and the commands behind the committed results: docs/performance.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -43,7 +43,9 @@ for s in $stages; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl.py --host ;;
-    fused) step "fused_${FUSED_RANKS:-2}" $MPI -n "${FUSED_RANKS:-2}" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-} ;;
+    fused) for w in ${FUSED_WORLDS:-2 4}; do
+        step "fused_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-}
+      done ;;
     tp_mlp) for w in ${MLP_WORLDS:-2 4}; do
         step "tp_mlp_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/fused_ops.py --mlp ${MLP_ARGS:-}
       done ;;
