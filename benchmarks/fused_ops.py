@@ -15,7 +15,7 @@ goal >= 1.15) and ``fused/gemm`` (goal <= 1.10). Ranks sharing a GPU (MPS): NCCL
 tensor-parallel MLP (hidden 8192, intermediate 28672 split over the W ranks); ``square``: N = K =
 8192, K split over the ranks for the ops that reduce (``layer_shapes``). CUDA events around each of
 ``--reps`` back-to-back calls, the median; each result checked against cuBLAS + a collective.
-Writes ``fused_ops_<W>ranks[_<G>gpu].{json,md,png}``.
+Writes ``fused_ops_<W>ranks[_<G>gpu][_<tag>][_quick].{json,md,png}``.
 
     mpirun -n 4 python benchmarks/fused_ops.py --shapes square,mlp --m 4096,8192,16384
     mpirun -n 2 python benchmarks/fused_ops.py --ops matmul_all_reduce --variants one_shot,rotated
@@ -69,7 +69,11 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--mlp", action="store_true", help="the compiled sequence-parallel MLP, forward and backward")
     p.add_argument("--no-torch-fused", action="store_true", help="skip torch's symm_mem fused ops")
+    p.add_argument("--torch-two-shot-max-ranks", type=int, default=4, metavar="W",
+                   help="with more ranks sharing a GPU, time torch's one-shot all-reduce alone: its two-shot "
+                        "stalled with 8 ranks on one H200 (docs/performance.md)")
     p.add_argument("--quick", action="store_true", help="tiny shapes, 2 reps: a smoke test on the cpu backend")
+    p.add_argument("--tag", default="", help="appended to the results' file names (a run beside the main one)")
     p.add_argument("--out", default=RESULTS, help="folder for the JSON, Markdown and PNG")
     args = p.parse_args(argv)
     if set(args.dtype) - set(DTYPES):
@@ -144,9 +148,14 @@ class Torch:
     """torch.distributed over the same ranks (nccl on GPUs, gloo on the cpu backend), and torch's
     symm_mem fused ops where they run."""
 
-    def __init__(self, ctx, want_fused: bool):
+    def __init__(self, ctx, want_fused: bool, two_shot_max_ranks: int = 4):
         self.ctx = ctx
         self.one_per_gpu = getattr(ctx, "ranks_on_device", 1) == 1
+        #: why torch's two-shot all-reduce is not timed, or None
+        self.two_shot_reason = None
+        if not self.one_per_gpu and ctx.world_size > two_shot_max_ranks:
+            self.two_shot_reason = (f"torch's two_shot_all_reduce_ not timed with {ctx.world_size} ranks sharing a "
+                                    f"GPU (it stalled there; --torch-two-shot-max-ranks {two_shot_max_ranks})")
         #: why the nccl columns are empty, or None (on the cpu backend gloo stands in: quick mode)
         self.nccl_reason = None
         if ctx.device.type == "cuda" and not self.one_per_gpu:
@@ -211,7 +220,7 @@ class Torch:
                 torch.matmul(a, b, out=buf)
                 return symm.one_shot_all_reduce_out(buf, "sum", group, out)
 
-            return [two_shot, one_shot]
+            return [one_shot] if self.two_shot_reason else [two_shot, one_shot]
         wait = torch.ops._c10d_functional.wait_tensor  # these run on torch's side stream
         if op == "all_gather_matmul":
             return [lambda: wait(symm._low_contention_all_gather(a, group)) @ b]
@@ -357,7 +366,7 @@ def run_layers(args) -> int:
     heap_size = 64 << 20 if args.quick else 8 << 30  # workspaces are freed after each op's shapes
     ctx = iris.runtime.iris(heap_size=heap_size)
     timer = Timer(ctx, args.reps, args.warmup)
-    tdist = Torch(ctx, not args.no_torch_fused)
+    tdist = Torch(ctx, not args.no_torch_fused, args.torch_two_shot_max_ranks)
     device = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu (interpreter)"
     rows = []
     points = [(op, shape, dt, M) for dt in args.dtype for shape in args.shapes for op in args.ops for M in args.m]
@@ -373,7 +382,8 @@ def run_layers(args) -> int:
     shared = getattr(ctx, "ranks_on_device", 1)
     result = {"world_size": ctx.world_size, "device": device, "dtype": ",".join(args.dtype), "hidden": args.hidden,
               "intermediate": args.intermediate, "quick": args.quick, "torch": torch.__version__,
-              "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason, "ranks_per_gpu": shared,
+              "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason,
+              "two_shot_note": tdist.two_shot_reason, "ranks_per_gpu": shared,
               "rows": rows}
     if ctx.rank == 0:
         text = mlp_text(rows) if args.mlp else HEADER + "\n" + "\n".join(row_text(r) for r in rows)
@@ -381,9 +391,12 @@ def run_layers(args) -> int:
             text += f"\ntorch fused ops: {tdist.fused_reason}"
         if tdist.nccl_reason and not args.mlp:
             text += f"\nnccl columns empty: {tdist.nccl_reason}"
+        if tdist.two_shot_reason and not args.mlp:
+            text += f"\ntorch unf. of matmul_all_reduce: {tdist.two_shot_reason}"
         gpus = f"_{ctx.world_size // shared}gpu" if ctx.device.type == "cuda" and shared > 1 else ""
         name = "tp_mlp" if args.mlp else "fused_ops"
-        stem = os.path.join(args.out, f"{name}_{ctx.world_size}ranks{gpus}{'_quick' if args.quick else ''}")
+        tag = "".join(f"_{t}" for t in (args.tag, "quick" * args.quick) if t)
+        stem = os.path.join(args.out, f"{name}_{ctx.world_size}ranks{gpus}{tag}")
         mlp = ("mode", MLP_IMPLS, "sequence-parallel MLP, compiled") if args.mlp else ()
         write(result, text, stem, *(("Sequence-parallel MLP, compiled", "--mlp") if args.mlp else ()))
         note = plot(result, stem + ".png", *mlp)
