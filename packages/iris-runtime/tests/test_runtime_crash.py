@@ -42,6 +42,17 @@ def test_exception_mid_run_aborts_the_job(mpich_leftovers):
 
 @pytest.mark.multirank
 @pytest.mark.once
+def test_exception_after_torch_init_process_group_still_says_why(mpich_leftovers):
+    # torch's excepthook buffers stderr around ours, and our hook aborts before torch writes it out
+    proc = run_ranks(NRANKS, CRASH, "midrun_in_torch_group", timeout=90, env=JOB_LIMIT, expect_failure=True)
+    out = proc.stdout + proc.stderr
+    last = NRANKS - 1
+    assert f"RuntimeError: rank {last} fails on purpose in the middle of the run" in out, out
+    assert f"[{last}/{NRANKS}] iris: rank {last} failed; aborting all {NRANKS} ranks" in out, out
+
+
+@pytest.mark.multirank
+@pytest.mark.once
 @pytest.mark.skipif(resolve_backend(None) != "cpu",
                     reason="only the cpu backend has a start-up window with files in /dev/shm; the cuda heap has none")
 def test_failure_during_heap_startup_leaves_no_files(mpich_leftovers):

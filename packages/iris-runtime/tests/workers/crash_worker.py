@@ -1,6 +1,7 @@
 """Ranks that fail on purpose: the job must end at once, say why, and leave no heap files.
 
     mpiexec -n 2 python -m mpi4py crash_worker.py midrun     # last rank raises, the others sit in barrier()
+    mpiexec -n 2 python -m mpi4py crash_worker.py midrun_in_torch_group   # the same after init_process_group
     mpiexec -n 2 python -m mpi4py crash_worker.py startup    # last rank fails while the heap is being set up
 
 Lines starting with ``CHECK`` are read by test_crash.py.
@@ -29,6 +30,18 @@ def scenario_midrun(ctx):
         raise RuntimeError(f"rank {ctx.rank} fails on purpose in the middle of the run")
     ctx.barrier()  # never returns: the failing rank must take the job down
     raise AssertionError(f"rank {ctx.rank} left a barrier that a dead rank never entered")
+
+
+def scenario_midrun_in_torch_group(ctx):
+    # torch.distributed.init_process_group wraps sys.excepthook: it points sys.stderr at a buffer
+    # while the hook it wrapped (ours) runs, and writes the buffer out after that hook returns, which
+    # an abort never does. The message must get out all the same.
+    import torch.distributed as dist
+
+    port = ctx.comm.bcast(29500 + os.getpid() % 2000 if ctx.rank == 0 else None, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=ctx.rank,
+                            world_size=ctx.world_size)
+    scenario_midrun(ctx)
 
 
 def fail_while_opening_a_peer_heap(rank: int) -> None:

@@ -149,9 +149,15 @@ def install_abort_on_exception(boot: Bootstrap) -> None:
         if issubclass(exc_type, KeyboardInterrupt):
             previous(exc_type, exc, tb)
         text = "".join(traceback.format_exception(exc_type, exc, tb))
-        sys.stderr.write("".join(f"[{rank}/{size}] {line}\n" for line in text.rstrip().splitlines()))
-        sys.stderr.write(f"[{rank}/{size}] iris: rank {rank} failed; aborting all {size} ranks\n")
-        sys.stderr.flush()
+        text = "".join(f"[{rank}/{size}] {line}\n" for line in text.rstrip().splitlines())
+        text += f"[{rank}/{size}] iris: rank {rank} failed; aborting all {size} ranks\n"
+        # The process's own stderr too: torch.distributed.init_process_group wraps this hook and
+        # points sys.stderr at a buffer it writes out only after the hook returns, which the abort
+        # below never does (the message was lost).
+        streams = [sys.stderr] + [sys.__stderr__] * (sys.__stderr__ not in (None, sys.stderr))
+        for stream in streams:
+            stream.write(text)
+            stream.flush()
         sys.stdout.flush()
         run_abort_hooks()
         boot.abort(1)
