@@ -85,16 +85,21 @@ def torch_blocks(ctx, gate_up, down) -> tuple[dict, str | None]:
             # gloo: NCCL refuses ranks that share a GPU, and symmetric memory needs only a store
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=ctx.rank,
                                     world_size=ctx.world_size)
+        import torch.distributed._symmetric_memory  # defines the torch.ops.symm_mem ops
+
         group = dist.group.WORLD.group_name
         symm, wait = torch.ops.symm_mem, torch.ops._c10d_functional.wait_tensor
+        # looked up here, so that a torch without them is reported rather than failing mid-run
+        gather_mm, mm_scatter = symm.fused_all_gather_matmul, symm.fused_matmul_reduce_scatter
+        gather, scatter = symm._low_contention_all_gather, symm._low_contention_reduce_scatter
 
         def fused(x):
-            _, (h,) = symm.fused_all_gather_matmul(x, [gate_up], 0, group)
-            return symm.fused_matmul_reduce_scatter(gated(h), down, "sum", 0, group)
+            _, (h,) = gather_mm(x, [gate_up], 0, group)
+            return mm_scatter(gated(h), down, "sum", 0, group)
 
         def unfused(x):  # cuBLAS + torch's symmetric-memory all-gather and reduce-scatter
-            h = wait(symm._low_contention_all_gather(x, group)) @ gate_up
-            return wait(symm._low_contention_reduce_scatter(gated(h) @ down, "sum", group))
+            h = wait(gather(x, group)) @ gate_up
+            return wait(scatter(gated(h) @ down, "sum", group))
 
         return {"torch fused ops": fused, "cuBLAS + torch symm_mem": unfused}, None
     except Exception as exc:  # reported, and the block is timed without them
@@ -180,6 +185,12 @@ def main(argv=None) -> int:
                 print(f"  iris / fastest torch block: {times['iris fused ops'] / best:.2f}")
             if why_not:
                 print(f"  torch's blocks: {why_not}")
+        for name, e in errors.items():  # each rank names its own failures, in case rank 0's output is cut
+            if e > tolerance:
+                print(f"[{rank}/{W}] {name}: max rel. error {e:.1e} > {tolerance:.0e}", file=sys.stderr, flush=True)
+        # a nonzero exit under `python -m mpi4py` aborts the job: let every rank finish writing first
+        sys.stdout.flush()
+        ctx.comm.barrier()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     return 0 if ok else 1

@@ -26,6 +26,7 @@ import torch
 import iris.runtime.testing
 from iris.collectives import ccl, ops
 from iris.collectives import functional as F
+from iris.collectives.functional import _handles
 from iris.collectives.nn import ColumnParallelLinear, RowParallelLinear
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
@@ -104,6 +105,11 @@ def scenario_operators_match_front_doors(ctx):
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     h = F.handle_of(ctx)
     assert F.handle_of(ctx) == h and F.context_of(h, "test") is ctx
+    # the world size is part of the handle, so that graphs compiled for other world sizes differ
+    # (inductor's on-disk cache keys on the graph's constants)
+    other_world = (h >> _handles.WORLD_BITS) << _handles.WORLD_BITS | (W + 1)
+    expect_error(lambda: F.context_of(other_world, "test"), IrisUsageError, f"handle {other_world}",
+                 "another process or job")
     x = ints((4 * W, 3), 10 + r, dev)
     for name, args in (("all_reduce", ()), ("reduce_scatter", ()), ("all_gather", ()), ("all_to_all", ())):
         result = getattr(F, name)(ctx, x, *args)
@@ -159,6 +165,17 @@ def scenario_front_doors_compile_fullgraph(ctx):
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     for got, expected in zip(compiled(*inputs()), model(*inputs())):
         same(expected, got, "compiled front door")
+    # the graph calls the operators with the handle as a constant, world size included: what
+    # keeps inductor's on-disk cache from serving a graph compiled for another world size
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(model, backend=capture, fullgraph=True)(*inputs())
+    assert len(codes) == 1 and f"({F.handle_of(ctx)}, " in codes[0], codes
 
 
 def scenario_gradcheck_collectives(ctx):
@@ -205,19 +222,22 @@ def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):
     rows = slice(r * S // W, (r + 1) * S // W) if sequence_parallel else slice(None)
     tp_x, tp_target = x.detach()[rows].to(dev).requires_grad_(True), target[rows].to(dev)
     step = torch.compile(tp, fullgraph=True, **compile_options)
+    # the loss in fp32 at least, fp64 for an fp64 model: an fp32 loss summed in another order differs
+    # by an ulp (1.2e-7, seen on the GPU), far above the fp64 comparison's 1e-12
+    acc = torch.promote_types(dtype, torch.float32)
     optimizer = torch.optim.SGD(tp.parameters(), lr=0.5)
 
     def tp_loss():
         # the single-device loss is the mean over all S rows; with sequence parallelism each rank
         # holds S / W of them, and the ranks' losses add up to it
-        return ((step(tp_x) - tp_target).float() ** 2).sum() / target.numel()
+        return ((step(tp_x) - tp_target).to(acc) ** 2).sum() / target.numel()
 
     def total(loss):  # the loss of the whole model: one value, or the ranks' parts summed
         return sum(ctx.comm.allgather(loss.item())) if sequence_parallel else loss.item()
 
     loss = tp_loss()
     loss.backward()
-    ref_loss = ((full(x) - target).float() ** 2).mean()
+    ref_loss = ((full(x) - target).to(acc) ** 2).mean()
     ref_loss.backward()
     block = slice(r * inter // W, (r + 1) * inter // W)
     out = [("loss", total(loss), ref_loss.item()), ("input grad", tp_x.grad, x.grad[rows]),
@@ -228,7 +248,7 @@ def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):
     optimizer.step()
     torch.optim.SGD(full.parameters(), lr=0.5).step()
     with torch.no_grad():
-        out.append(("loss after the step", total(tp_loss()), ((full(x) - target).float() ** 2).mean().item()))
+        out.append(("loss after the step", total(tp_loss()), ((full(x) - target).to(acc) ** 2).mean().item()))
     return out
 
 

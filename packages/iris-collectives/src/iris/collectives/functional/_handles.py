@@ -1,13 +1,19 @@
 """How a torch operator names an Iris context and a ``Config``: small integers and strings.
 
 A torch operator's schema admits tensors, numbers, strings, dtypes and lists of them, not a Python
-object such as :class:`iris.runtime.Iris`. So the operators take a context's *handle*, the small
-integer ``ctx.uid`` that the runtime gives every context (``int ctx`` in their schemas), and look
-the context up with :func:`iris.runtime.context_of_uid`. An integer rather than a string group
-name (torch's ``symm_mem`` ops take one): the ranks need not agree on names, and in a compiled
-graph it is a constant like any other int, guarded by the compiler, so one compiled model serves
-one context and a second context recompiles. The runtime holds the contexts weakly; a handle whose
-context was closed or collected raises.
+object such as :class:`iris.runtime.Iris`. So the operators take a context's *handle*, an integer
+(``int ctx`` in their schemas) that packs the ``ctx.uid`` the runtime gives every context with the
+context's world size, and look the context up with :func:`iris.runtime.context_of_uid`. An
+integer rather than a string group name (torch's ``symm_mem`` ops take one): the ranks need not
+agree on names, and in a compiled graph it is a constant like any other int, guarded by the
+compiler, so one compiled model serves one context and a second context recompiles. The runtime
+holds the contexts weakly; a handle whose context was closed or collected raises.
+
+Why the world size is in the handle: the shapes of the gathering and scattering operators' results
+depend on it, and inductor keeps compiled graphs on disk keyed by the graph's code, its constants
+included. With the uid alone (1 in every job), a model compiled by a 2-rank job was taken from that
+cache by a 4-rank job with the same per-rank shapes, and its size checks failed ("expected size
+8==4"). Now the graphs of different world sizes differ in the handle they call the operators with.
 
 A ``Config`` (``ccl.Config`` or ``ops.Config``, frozen dataclasses) travels as a string of its
 set fields (``"variant='two_shot';block=4096"``; ``""`` for none), decoded once per string.
@@ -21,27 +27,32 @@ import functools
 
 from iris.runtime import IrisUsageError, context_of_uid
 
+#: The handle's low bits hold the world size, the bits above them the uid.
+WORLD_BITS = 24
+
 
 def handle_of(ctx) -> int:
-    """The handle of ``ctx`` (an :class:`iris.runtime.Iris`): its ``uid``. Under ``torch.compile``
-    an attribute read, which the compiler turns into a guarded constant (a function of ``ctx``
-    run as a constant, ``assume_constant_result``, is refused by torch 2.11 for a non-constant
-    argument); nothing is registered while tracing, so the operators' fake implementations find
-    the context at once."""
-    handle = getattr(ctx, "uid", None)
-    if not isinstance(handle, int) or not hasattr(ctx, "get_device_context"):
+    """The handle of ``ctx`` (an :class:`iris.runtime.Iris`): its ``uid`` and its world size in one
+    int, ``uid << WORLD_BITS | world_size``. Under ``torch.compile`` attribute reads and integer
+    arithmetic, which the compiler turns into a guarded constant (a function of ``ctx`` run as a
+    constant, ``assume_constant_result``, is refused by torch 2.11 for a non-constant argument);
+    nothing is registered while tracing, so the operators' fake implementations find the context
+    at once."""
+    uid, world = getattr(ctx, "uid", None), getattr(ctx, "world_size", None)
+    if not isinstance(uid, int) or not isinstance(world, int) or not hasattr(ctx, "get_device_context"):
         raise IrisUsageError(f"iris.collectives: ctx={ctx!r} is not an Iris context; pass the object that "
                              f"iris.runtime.iris() returned")
-    return handle
+    return uid << WORLD_BITS | world
 
 
 def context_of(handle: int, call: str):
     """The context of ``handle``; raises :class:`IrisUsageError` naming ``call`` when there is none."""
-    ctx = context_of_uid(handle)
-    if ctx is None:
+    ok = isinstance(handle, int) and handle >= 0
+    ctx = context_of_uid(handle >> WORLD_BITS) if ok else None
+    if ctx is None or ctx.world_size != handle & ((1 << WORLD_BITS) - 1):
         raise IrisUsageError(f"{call}: no Iris context with handle {handle!r} is open in this process (it was closed "
-                             f"or collected, or the handle comes from another process); build the model on an "
-                             f"open context (iris.runtime.iris()) and call the operator through "
+                             f"or collected, or the handle comes from another process or job); build the model "
+                             f"on an open context (iris.runtime.iris()) and call the operator through "
                              f"iris.collectives.functional or the modules, which take the context itself")
     return ctx
 
