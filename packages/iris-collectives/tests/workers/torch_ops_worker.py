@@ -240,13 +240,18 @@ def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):
     ref_loss = ((full(x) - target).to(acc) ** 2).mean()
     ref_loss.backward()
     block = slice(r * inter // W, (r + 1) * inter // W)
-    out = [("loss", total(loss), ref_loss.item()), ("input grad", tp_x.grad, x.grad[rows]),
-           ("column weight grad", tp[0].weight.grad, full[0].weight.grad[block]),
-           ("column bias grad", tp[0].bias.grad, full[0].bias.grad[block]),
-           ("row weight grad", tp[2].weight.grad, full[2].weight.grad[:, block]),
-           ("row bias grad", tp[2].bias.grad, full[2].bias.grad)]
+    # copies: under mode="reduce-overhead" the gradients live in CUDA graphs' memory, which the
+    # next call of the model overwrites (torch raises on reading them afterwards)
+    out = [(what, got.detach().clone() if isinstance(got, torch.Tensor) else got, expected)
+           for what, got, expected in (
+               ("loss", total(loss), ref_loss.item()), ("input grad", tp_x.grad, x.grad[rows]),
+               ("column weight grad", tp[0].weight.grad, full[0].weight.grad[block]),
+               ("column bias grad", tp[0].bias.grad, full[0].bias.grad[block]),
+               ("row weight grad", tp[2].weight.grad, full[2].weight.grad[:, block]),
+               ("row bias grad", tp[2].bias.grad, full[2].bias.grad))]
     optimizer.step()
     torch.optim.SGD(full.parameters(), lr=0.5).step()
+    torch.compiler.cudagraph_mark_step_begin()  # a new training step (what CUDA graph trees expect)
     with torch.no_grad():
         out.append(("loss after the step", total(tp_loss()), ((full(x) - target).to(acc) ** 2).mean().item()))
     return out
