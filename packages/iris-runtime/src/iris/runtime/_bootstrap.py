@@ -154,10 +154,11 @@ def install_abort_on_exception(boot: Bootstrap) -> None:
         # The process's own stderr too: torch.distributed.init_process_group wraps this hook and
         # points sys.stderr at a buffer it writes out only after the hook returns, which the abort
         # below never does (the message was lost).
-        streams = [sys.stderr] + [sys.__stderr__] * (sys.__stderr__ not in (None, sys.stderr))
-        for stream in streams:
-            stream.write(text)
-            stream.flush()
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        if sys.__stderr__ is not None and sys.__stderr__ is not sys.stderr:
+            sys.__stderr__.write(text)
+            sys.__stderr__.flush()
         sys.stdout.flush()
         run_abort_hooks()
         boot.abort(1)
