@@ -228,6 +228,25 @@ class Torch:
             return [lambda: wait(symm._low_contention_reduce_scatter(a @ b, "sum", group))]
         return [lambda: wait(symm._low_contention_all_gather(a @ b, group))]
 
+    def runnable(self, fns: list, name: str, notes: dict) -> list:
+        """The callables of ``fns`` that run on every rank: torch's symmetric-memory kernels refuse
+        some dtypes (two_shot_all_reduce_ has no fp16). Each is called once; one that raises on any
+        rank is dropped on all of them (the outcome is agreed over MPI, so no rank waits in a peer
+        the others skipped), and ``notes[name]`` says why."""
+        kept = []
+        for fn in fns:
+            try:
+                fn()
+                why = None
+            except Exception as exc:  # a refused dtype raises before any rank communicates
+                why = f"{getattr(fn, '__name__', name)}: {type(exc).__name__}: {exc}"[:200]
+            reasons = [r for r in self.ctx.comm.allgather(why) if r]
+            if reasons:
+                notes[name] = "; ".join(filter(None, (notes.get(name), reasons[0])))
+            else:
+                kept.append(fn)
+        return kept
+
     def fused(self, op: str, a, b):
         """torch's fused op for ``op`` (``a @ b`` gathered first or scattered after), or None where torch has none."""
         if self.fused_reason is None and op in OPS[:2]:
@@ -285,11 +304,13 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, dtype_name: str,
     for name, cfg in [("fused", None), *variants.items()]:
         fused(cfg)()
         errors[name] = _rel_error(out, ref_out)
-    symm = tdist.symm_unfused(op, a, b, out)
+    peer_notes = {}
+    symm = tdist.runnable(tdist.symm_unfused(op, a, b, out), "torch_unfused", peer_notes)
     times["torch_unfused"] = min((timer(fn) for fn in symm), default=None)
     if symm:  # torch's result checked too: a peer that computes something else is no peer
         errors["torch_unfused"] = _rel_error(symm[0](), ref_out)
     torch_fn = tdist.fused(op, a, b)
+    torch_fn = (tdist.runnable([torch_fn], "torch_fused", peer_notes) or [None])[0] if torch_fn else None
     times["torch_fused"] = maybe(torch_fn)
     times["gemm_ours"] = timer(lambda: gemm_core(torch.empty_like(gemm_res), gemm_a, b))
     times["gemm_cublas"] = timer(lambda: torch.matmul(gemm_a, b, out=gemm_res))
@@ -302,7 +323,9 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, dtype_name: str,
             "a": list(a_shape), "b": list(b_shape), "out": list(out_shape), "flops": flops, "dtype": dtype_name,
             "times_s": times, "rel_error": errors,
             "correct": all(e <= tolerance for e in errors.values()),
-            "torch_fused_note": tdist.fused_reason if torch_fn is None and op in OPS[:2] else None}  # none for AR/MAG
+            "torch_fused_note": peer_notes.get("torch_fused") or (
+                tdist.fused_reason if torch_fn is None and op in OPS[:2] else None),  # none for AR/MAG
+            "torch_unfused_note": peer_notes.get("torch_unfused")}
 
 
 #: What a user could call instead of a fused op (the table's ``alt`` is the fastest that ran).
@@ -364,6 +387,10 @@ def write(result: dict, text: str, stem: str, title="Fused GEMM + communication"
 def run_layers(args) -> int:
     """Every op at every M, or with ``--mlp`` the MLP at every M; rank 0 prints and writes the results."""
     heap_size = 64 << 20 if args.quick else 8 << 30  # workspaces are freed after each op's shapes
+    # fp32 rows compare like with like: the fused ops multiply fp32 as tf32 by default
+    # (Config.input_precision), so cuBLAS and torch's ops get tf32 too (torch's default is full fp32,
+    # which made cuBLAS 1.6x slower than the fused ops' GEMM on an H200)
+    torch.backends.cuda.matmul.allow_tf32 = True
     ctx = iris.runtime.iris(heap_size=heap_size)
     timer = Timer(ctx, args.reps, args.warmup)
     tdist = Torch(ctx, not args.no_torch_fused, args.torch_two_shot_max_ranks)
@@ -383,7 +410,7 @@ def run_layers(args) -> int:
     result = {"world_size": ctx.world_size, "device": device, "dtype": ",".join(args.dtype), "hidden": args.hidden,
               "intermediate": args.intermediate, "quick": args.quick, "torch": torch.__version__,
               "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason,
-              "two_shot_note": tdist.two_shot_reason, "ranks_per_gpu": shared,
+              "two_shot_note": tdist.two_shot_reason, "ranks_per_gpu": shared, "fp32_matmul": "tf32",
               "rows": rows}
     if ctx.rank == 0:
         text = mlp_text(rows) if args.mlp else HEADER + "\n" + "\n".join(row_text(r) for r in rows)
@@ -393,6 +420,11 @@ def run_layers(args) -> int:
             text += f"\nnccl columns empty: {tdist.nccl_reason}"
         if tdist.two_shot_reason and not args.mlp:
             text += f"\ntorch unf. of matmul_all_reduce: {tdist.two_shot_reason}"
+        # peers that refused a dtype, once per (op, dtype) rather than per row
+        refused = {(r["op"], r["dtype"], col): r[key] for r in rows if not args.mlp
+                   for col, key in (("torch fused", "torch_fused_note"), ("torch unf.", "torch_unfused_note"))
+                   if r.get(key) and r[key] != tdist.fused_reason}
+        text += "".join(f"\n{col} of {op} {dt}: {why}" for (op, dt, col), why in refused.items())
         gpus = f"_{ctx.world_size // shared}gpu" if ctx.device.type == "cuda" and shared > 1 else ""
         name = "tp_mlp" if args.mlp else "fused_ops"
         tag = "".join(f"_{t}" for t in (args.tag, "quick" * args.quick) if t)
