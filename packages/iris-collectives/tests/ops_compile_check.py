@@ -59,40 +59,55 @@ def core_cases():
     sig = {"a": "*bf16", "b": "*bf16", "bias": "*bf16", "out": "*bf16",
            **{n: "i32" for n in STRIDES.split()}}
     for ws in (False, True):
-        constexprs = dict(HAS_BIAS=False, USE_TMA=True, PRECISION="ieee", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+        constexprs = dict(HAS_BIAS=False, USE_TMA=1, PRECISION="ieee", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
                           GROUP_M=8, FLATTEN=False, TMA_STORE=ws, WARP_SPECIALIZE=ws)
         yield (f"matmul_core{'_ws' if ws else ''}/bf16/tma", CORE._matmul_kernel, sig, constexprs,
                ("a", "b", "out", "M", "N", "K", "stride_am", "stride_bk", "stride_om"),
                {"num_warps": 4 if ws else 8, "num_stages": 3 if ws else 4})
 
 
+RS = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"  # per-rank shapes
+
+
 def cases():
     """(name, kernel, signature, constexprs, aligned args, options) for each op, dtype and load
     path (options None: the ops' launch options)."""
+    # USE_TMA: 0 pointer loads, 1 descriptors of a row-major B, 2 of a column-major B's transpose
+    # (what fp32 always takes, and bf16 for weight.t())
+    paths = {"bf16": (1, 0, 2), "fp32": (2, 0), "fp64": (0,)}  # fp64 takes the pointer path
     for dt in ("bf16", "fp32", "fp64"):
         precision = "tf32" if dt == "fp32" else "ieee"
-        for tma in (True, False) if dt != "fp64" else (False,):  # fp64 takes the pointer path
+        for tma in paths[dt]:
+            if (dt, tma) == ("bf16", 2):  # the column-major B of the shared core and of all_gather_matmul's own
+                common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+                yield ("matmul_all_reduce/bf16/tma_columns", MAR._matmul_all_reduce_kernel,
+                       signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=2),
+                       ("a", "b", "out", "partial"), None)
+                yield ("all_gather_matmul/bf16/tma_columns", AGM._all_gather_matmul_kernel,
+                       signature("a_shard staged b bias out flags", dt, RS), dict(common, USE_TMA=2),
+                       ("a_shard", "staged", "b", "out"), None)
+                continue
             common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
-            path = "tma" if tma else "ptr"
+            path = {0: "ptr", 1: "tma", 2: "tma_columns"}[tma]
             yield (f"matmul_all_reduce/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=tma),
                    ("a", "b", "out", "partial"), None)
             yield (f"matmul_all_reduce_two_shot/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=True, USE_TMA=tma),
                    ("a", "b", "out", "partial"), None)
-            rs = "M N K M_LOCAL stride_am stride_ak stride_bk stride_bn stride_om stride_on"  # per-rank shapes
+            rs = RS
             yield (f"matmul_reduce_scatter/{dt}/{path}", MRS._matmul_reduce_scatter_kernel,
                    signature("a b bias partial out locks", dt, rs), dict(common, USE_TMA=tma),
                    ("a", "b", "out", "partial"), None)
             # strategy rotated: the reduce-scatter, and with GATHER the all-reduce (bf16 descriptors
             # at four ranks, where its loops over the peers run more than once)
             for name, gather in (("matmul_reduce_scatter_rotated", False), ("matmul_all_reduce_rotated", True)):
-                world = 4 if (dt, tma) == ("bf16", True) else 2
+                world = 4 if (dt, tma) == ("bf16", 1) else 2
                 yield (f"{name}/{dt}/{path}", ROT.rotated_kernel,
                        signature("a b bias partial gathered out flags", dt, rs),
                        dict(common, call=name, world_size=world, RECORD=ROT.record_words(world), GATHER=gather,
                             USE_TMA=tma), ("a", "b", "out", "partial", "gathered"), None)
-            if (dt, tma) == ("bf16", True):  # Config(partial_dtype="input"): the slots in bf16
+            if (dt, tma) == ("bf16", 1):  # Config(partial_dtype="input"): the slots in bf16
                 sig = dict(signature("a b bias partial gathered out flags", dt, rs), partial=PTR[dt])
                 yield (f"matmul_reduce_scatter_rotated_input/{dt}/{path}", ROT.rotated_kernel, sig,
                        dict(common, call="input", world_size=4, RECORD=ROT.record_words(4), GATHER=False,
@@ -108,7 +123,7 @@ def cases():
             # unrolled loop). One such build is enough; each costs about twice a two-rank one.
             yield (f"all_gather_matmul_arrival/{dt}/{path}", AGM._arrival_kernel,
                    signature("a_shard staged b bias out flags", dt, rs),
-                   dict(common, USE_TMA=tma, world_size=4 if (dt, tma) == ("bf16", True) else 2),
+                   dict(common, USE_TMA=tma, world_size=4 if (dt, tma) == ("bf16", 1) else 2),
                    ("a_shard", "staged", "b", "out"), None)
 
 

@@ -34,6 +34,9 @@ def test_every_op_compiles_for_sm90(compiled):
     failed = {k: r["error"] + "\n" + r.get("trace", "") for k, r in compiled.items() if not r["ok"]}
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
     assert {k.split("/")[0] for k in compiled} == OPS | CORE
+    # fp32 reads B column-major only (the layout its tf32 MMAs take), bf16 both ways
+    assert "matmul_all_reduce/fp32/tma_columns" in compiled and "matmul_all_reduce/fp32/tma" not in compiled
+    assert {"matmul_all_reduce/bf16/tma_columns", "all_gather_matmul/bf16/tma_columns"} <= set(compiled)
 
 
 def test_descriptor_path_uses_tma_and_wgmma(compiled):
@@ -42,7 +45,7 @@ def test_descriptor_path_uses_tma_and_wgmma(compiled):
             assert r["mma"] > 0 and r["tma_loads"] == 0, (key, r)
             continue
         assert r["wgmma"] > 0, (key, r)  # Hopper tensor cores, not mma.sync
-        if key.endswith("/tma"):
+        if key.rsplit("/", 1)[1].startswith("tma"):  # "tma" and "tma_columns" (B's transpose)
             assert r["tma_loads"] > 0 and r["tensormaps"] > 0, (key, r)
         else:
             assert r["tma_loads"] == 0, (key, r)

@@ -98,3 +98,60 @@ def test_partial_dtype_input_picks_rotated_and_is_refused_where_no_partials_trav
         _config.choose("all_gather_matmul", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))
     with pytest.raises(IrisUsageError, match=r"config\.partial_dtype='bf16' must be 'accumulator' or 'input'"):
         _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="bf16"))
+
+
+def test_b_operand_reads_b_in_the_layout_its_tensor_cores_take(monkeypatch):
+    # the host's choice of USE_TMA for B: row-major B through its own descriptor, column-major B
+    # (weight.t()) through its transpose's without a copy, fp32 under tf32 always column-major
+    # (transposed once by the host), and the pointer path where no descriptor fits
+    import torch
+
+    from iris.collectives.ops import _launch
+
+    monkeypatch.setattr(_launch, "INTERPRETER_TMA", True)  # the interpreter's descriptor path, as on a GPU
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cuda", None)
+    a = torch.ones(64, 32, dtype=torch.bfloat16, device=dev)
+    rows = torch.arange(32 * 64, dtype=torch.bfloat16, device=dev).reshape(32, 64)
+    columns = rows.t().contiguous().t()
+    got, mode = _launch.b_operand(cfg, rows, a)
+    assert mode == _launch.TMA_B_ROWS and got is rows
+    got, mode = _launch.b_operand(cfg, columns, a)
+    assert mode == _launch.TMA_B_COLUMNS and got is columns  # read in place
+    wide = rows.float()
+    got, mode = _launch.b_operand(cfg, wide, a.float())
+    assert mode == _launch.TMA_B_COLUMNS and got.stride() == (1, 32) and torch.equal(got, wide)
+    ieee = _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cuda", ops.Config(input_precision="ieee"))
+    got, mode = _launch.b_operand(ieee, wide, a.float())
+    assert mode == _launch.TMA_B_ROWS and got is wide  # full fp32 products: no tensor cores, no copy
+    odd = torch.ones(32, 65, dtype=torch.bfloat16, device=dev)[:, :63]  # row stride of 130 bytes
+    got, mode = _launch.b_operand(cfg, odd, a)
+    assert mode == _launch.TMA_OFF and got is odd
+    skewed = torch.ones(64, 33, dtype=torch.bfloat16, device=dev)[:, :32]  # A with rows 66 bytes apart
+    got, mode = _launch.b_operand(cfg, rows, skewed)  # no descriptor of A: none of B either
+    assert mode == _launch.TMA_OFF and got is rows
+
+
+def test_the_descriptor_allocator_is_set_in_every_thread_that_launches():
+    # Triton keeps its allocator per thread (a ContextVar): set once per process, the backward of a
+    # compiled model, which autograd runs in its own thread, found none ("no allocator was set")
+    import threading
+
+    from iris.collectives.ops import _workspace
+
+    def has_one():
+        return _workspace._thread_has_allocator()
+
+    _workspace.ensure_allocator()
+    assert has_one()
+    seen = {}
+
+    def worker():
+        seen["before"] = has_one()
+        _workspace.ensure_allocator()
+        seen["after"] = has_one()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == {"before": False, "after": True}, seen

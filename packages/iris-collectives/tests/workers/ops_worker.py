@@ -12,6 +12,7 @@ interpreter runs every program of every call in turn, and CI has two cores).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import sys
 
@@ -56,6 +57,16 @@ def poisoned(shape, dtype, device) -> torch.Tensor:
 
 # --- references (host, fp32, exact for small integers) ----------------------------------------------
 
+#: The layout the run_* helpers hand b to the ops in: row-major, or column-major (``weight.t()``'s
+#: layout, read through descriptors of the transpose); scenario_tma_path runs both.
+B_COLUMN_MAJOR = False
+
+
+def b_layout(b: torch.Tensor) -> torch.Tensor:
+    """``b`` in the layout of :data:`B_COLUMN_MAJOR` (same values)."""
+    return b.t().contiguous().t() if B_COLUMN_MAJOR else b
+
+
 def ref_matmul_all_reduce(W, M, N, K, dtype, out_dtype, seed, with_bias):
     total = sum(ints((M, K), dtype, seed + 10 * r).float() @ ints((K, N), dtype, seed + 10 * r + 1).float()
                 for r in range(W))
@@ -67,7 +78,7 @@ def ref_matmul_all_reduce(W, M, N, K, dtype, out_dtype, seed, with_bias):
 def run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None):
     dev, r = ctx.device, ctx.rank
     a = ints((M, K), dtype, seed + 10 * r).to(dev)
-    b = ints((K, N), dtype, seed + 10 * r + 1).to(dev)
+    b = b_layout(ints((K, N), dtype, seed + 10 * r + 1).to(dev))
     bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
     if out is None:
         out = poisoned((M, N), out_dtype, dev)
@@ -86,7 +97,7 @@ def ref_matmul_reduce_scatter(W, rank, M, N, K, dtype, out_dtype, seed, with_bia
 def run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config):
     dev, r = ctx.device, ctx.rank
     a = ints((M, K), dtype, seed + 10 * r).to(dev)
-    b = ints((K, N), dtype, seed + 10 * r + 1).to(dev)
+    b = b_layout(ints((K, N), dtype, seed + 10 * r + 1).to(dev))
     bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
     out = poisoned((M // ctx.world_size, N), out_dtype, dev)
     ops.matmul_reduce_scatter(ctx, out, a, b, bias, config=config)
@@ -105,7 +116,7 @@ def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, o
     """all_gather_matmul or matmul_all_gather: rank r's [M / W, K] rows, one b for every rank."""
     dev, r = ctx.device, ctx.rank
     a = ints((M // ctx.world_size, K), dtype, seed + 10 * r).to(dev)
-    b = ints((K, N), dtype, seed + 1).to(dev)
+    b = b_layout(ints((K, N), dtype, seed + 1).to(dev))
     bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
     if out is None:
         out = poisoned((M, N), out_dtype, dev)
@@ -294,8 +305,10 @@ def scenario_tma_path(ctx):
     """The tensor-descriptor K loop: the GPU default, and under the interpreter, which emulates
     tl.make_tensor_descriptor (Triton 3.9), forced by ``_launch.INTERPRETER_TMA``. Same bits as
     the reference for the four ops; all_gather_matmul's descriptors of peers' shards (translated
-    pointers) in both strategies. Strides are multiples of 16 bytes (the descriptors' rule); M, N
-    and K are still ragged."""
+    pointers) in both strategies. b row-major and column-major (descriptors of its transpose;
+    fp32's row-major b is transposed by the host first). Strides are multiples of 16 bytes (the
+    descriptors' rule); M, N and K are still ragged."""
+    global B_COLUMN_MAJOR
     from iris.collectives.ops import _launch, _workspace
     from iris.collectives.ops._config import VARIANTS
 
@@ -309,27 +322,30 @@ def scenario_tma_path(ctx):
     W = ctx.world_size
     _launch.INTERPRETER_TMA = True
     try:
-        for dt in ("fp32", "bf16"):
-            d = DTYPES[dt]
+        for columns, dt in itertools.product((False, True), ("fp32", "bf16")):
+            B_COLUMN_MAJOR, d, how = columns, DTYPES[dt], f"{dt} b {'column' if columns else 'row'}-major"
             out = run_matmul_all_reduce(ctx, 40, 40, 24, d, d, 500, True, SMALL)
-            check(out, ref_matmul_all_reduce(W, 40, 40, 24, d, d, 500, True), f"tma matmul_all_reduce {dt}")
-            out = run_matmul_reduce_scatter(ctx, W * 12, 40, 24, d, d, 501, True, SMALL)
-            check(out, ref_matmul_reduce_scatter(W, ctx.rank, W * 12, 40, 24, d, d, 501, True),
-                  f"tma matmul_reduce_scatter {dt}")
+            check(out, ref_matmul_all_reduce(W, 40, 40, 24, d, d, 500, True), f"tma matmul_all_reduce {how}")
+            for variant in VARIANTS["matmul_reduce_scatter"]:
+                cfg = dataclasses.replace(SMALL, variant=variant)
+                out = run_matmul_reduce_scatter(ctx, W * 12, 40, 24, d, d, 501, True, cfg)
+                check(out, ref_matmul_reduce_scatter(W, ctx.rank, W * 12, 40, 24, d, d, 501, True),
+                      f"tma matmul_reduce_scatter {variant} {how}")
             out = run_gather_op(ctx, ops.matmul_all_gather, W * 12, 40, 24, d, d, 502, True, SMALL)
-            check(out, ref_all_gather_matmul(W, W * 12, 40, 24, d, d, 502, True), f"tma matmul_all_gather {dt}")
+            check(out, ref_all_gather_matmul(W, W * 12, 40, 24, d, d, 502, True), f"tma matmul_all_gather {how}")
             # all_gather_matmul takes descriptors only when every tile lies in one shard: M / W = 32
             for variant in VARIANTS["all_gather_matmul"]:
                 cfg = dataclasses.replace(SMALL, variant=variant)
                 out = run_gather_op(ctx, ops.all_gather_matmul, W * 32, 40, 24, d, d, 503, True, cfg)
                 check(out, ref_all_gather_matmul(W, W * 32, 40, 24, d, d, 503, True),
-                      f"tma all_gather_matmul {variant} {dt}")
-        took = {variant for key, ws in _workspace._CACHES[ctx].items() if key[0] == "all_gather_matmul"
-                for variant in ws.grids}
-        assert any(("USE_TMA", True) in variant for variant in took), \
-            f"no descriptor launch of all_gather_matmul: {took}"
+                      f"tma all_gather_matmul {variant} {how}")
+        for op in ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce", "matmul_all_gather"):
+            took = {dict(variant)["USE_TMA"] for key, ws in _workspace._CACHES[ctx].items() if key[0] == op
+                    for variant in ws.grids}
+            assert {_launch.TMA_B_ROWS, _launch.TMA_B_COLUMNS} <= took, f"{op}: descriptor launches {took}"
     finally:
         _launch.INTERPRETER_TMA = False
+        B_COLUMN_MAJOR = False
 
 
 def scenario_late_first_call(ctx):

@@ -78,12 +78,14 @@ def _register(name: str):
     def impl(ctx: int, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config: str = "",
              out_dtype: torch.dtype | None = None) -> torch.Tensor:
         context, cfg, front = _run(name, ctx, config)
-        # The kernels read a and b through tensor descriptors only with unit column stride; the
-        # layers pass weight.t() and the backward passes b.t(), which take the pointer path (the
-        # compiled MLP of benchmarks/fused_ops.py --mlp took 1.2x the time of its ops timed alone
-        # on contiguous operands). A copy of the weight costs about 2 x its bytes of traffic.
+        # The kernels read a through tensor descriptors only row-major, and b row-major or
+        # column-major (the layers' weight.t() and the backward's b.t() are column-major: read in
+        # place). Any other layout would take the pointer path (the compiled MLP of
+        # benchmarks/fused_ops.py --mlp took 1.2x the time of its ops alone when weight.t() did):
+        # a copy costs about 2 x the tensor's bytes of traffic, far less.
         shape = _out_shape(name, a, b, context.world_size)  # first: it checks that both are 2-D
-        a, b = (t if t.stride(1) == 1 else t.contiguous() for t in (a, b))
+        a = a if a.stride(1) == 1 else a.contiguous()
+        b = b if 1 in b.stride() else b.contiguous()
         out = a.new_empty(shape, dtype=out_dtype or a.dtype)
         return front(context, out, a, b, None if bias is None else bias.contiguous(), config=cfg)
 

@@ -31,8 +31,19 @@ from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
 from ._checks import check_inputs, check_matrix
 from ._config import choose
-from ._gemm import accumulator_of, add_bias, dot_k, dot_k_tma, grouped_tile, row_major_descriptor, tile_cols, tile_rows
-from ._launch import launch, tma_ok
+from ._gemm import (
+    TMA_B_COLUMNS,
+    accumulator_of,
+    add_bias,
+    b_descriptor,
+    dot_k,
+    dot_k_tma,
+    grouped_tile,
+    row_major_descriptor,
+    tile_cols,
+    tile_rows,
+)
+from ._launch import TMA_OFF, b_operand, launch
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.all_gather_matmul"
@@ -103,7 +114,7 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     own_first = (rank * M_LOCAL) // BLOCK_M
     if USE_TMA:
-        b_desc = row_major_descriptor(b, K, N, stride_bk, BLOCK_K, BLOCK_N)
+        b_desc = b_descriptor(b, K, N, stride_bk, stride_bn, USE_TMA, BLOCK_N, BLOCK_K)
     for t in range(pid, tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         pid_m = (pid_m + own_first) % tiles_m
@@ -114,7 +125,7 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
             p = (pid_m * BLOCK_M) // M_LOCAL
             a_desc = _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M, BLOCK_K)
             acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
-                            PRECISION)
+                            PRECISION, B_COLUMNS=USE_TMA == TMA_B_COLUMNS)
         else:
             for i in tl.static_range(world_size):
                 acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
@@ -193,7 +204,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
         if pid == 0:
             signal_all(flags + rank, rank, world_size, ctx.heap_bases)
     if USE_TMA:
-        b_desc = row_major_descriptor(b, K, N, stride_bk, BLOCK_K, BLOCK_N)
+        b_desc = b_descriptor(b, K, N, stride_bk, stride_bn, USE_TMA, BLOCK_N, BLOCK_K)
     done = 0
     for phase in tl.static_range(world_size):
         if phase == 0:
@@ -213,7 +224,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
             acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=accumulator_of(a_shard.dtype.element_ty))
             if USE_TMA:
                 acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
-                                PRECISION)
+                                PRECISION, B_COLUMNS=USE_TMA == TMA_B_COLUMNS)
             else:
                 for i in tl.static_range(world_size):
                     acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
@@ -266,7 +277,8 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
         staged.copy_(a_shard)  # stream-ordered before the kernel; the last call's readers are done
     # Descriptors only when every tile lies in one shard (a tile across two would need two
     # descriptors and a row offset below zero in one of them).
-    use_tma = m_local % cfg.block_m == 0 and tma_ok(cfg, a_shard, staged, b)
+    b, use_tma = b_operand(cfg, b, a_shard, staged)
+    use_tma = use_tma if m_local % cfg.block_m == 0 else TMA_OFF
     args = (ctx.get_device_context(), a_shard, staged, b, bias if bias is not None else b, out, ws.buffers["flags"],
             M, N, K, m_local, a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1))

@@ -25,6 +25,11 @@ from iris.device import INTERPRETER
 
 from .._views import INDEX_TYPE
 
+#: ``USE_TMA`` of a kernel whose B is column-major (``b.stride(0) == 1``, as ``weight.t()`` is):
+#: its descriptor is of B's transpose (``N x K``, row-major) and each box is transposed after the
+#: load. 0 is the pointer path and 1 descriptors of a row-major B (see ``_launch.b_operand``).
+TMA_B_COLUMNS: tl.constexpr = tl.constexpr(2)
+
 
 @triton.constexpr_function
 def accumulator_of(dtype):
@@ -96,17 +101,25 @@ def dot_k(acc, a_ptr, rows, row_mask, stride_am, stride_ak, b_ptr, cols, N, K, s
 
 @triton.jit
 def dot_k_tma(acc, a_desc, row0, b_desc, col0, K, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
-              WARP_SPECIALIZE: tl.constexpr = False):
+              WARP_SPECIALIZE: tl.constexpr = False, B_COLUMNS: tl.constexpr = False):
     """``acc + A[row0 : row0 + BLOCK_M, :K] @ B[:K, col0 : col0 + BLOCK_N]`` through tensor
     descriptors (TMA on sm_90; see :func:`make_descriptors`). Rows, columns and the K tail past
     the descriptors' shapes load as 0. Per program; weak loads.
+
+    ``B_COLUMNS``: ``b_desc`` is of B's transpose (``N x K``); each ``BLOCK_N x BLOCK_K`` box is
+    transposed in registers' view only (``tl.trans``), which the tensor cores read as a K-major
+    operand. fp32 (tf32) MMAs read B only that way: a row-major fp32 B ran 5x slower than cuBLAS
+    on an H200 (6.8 against 1.33 ms, 4096 x 8192 x 8192).
 
     ``WARP_SPECIALIZE``: ask Triton to split the loop into a producer warpgroup (the TMA loads)
     and consumer warpgroups (the MMAs), as cuBLAS's Hopper kernels do; with ``num_warps=4`` Triton
     3.6+ builds one producer and two consumers (12 warps). See ``Config.warp_specialize``."""
     for k0 in tl.range(0, K, BLOCK_K, warp_specialize=WARP_SPECIALIZE):
         a = a_desc.load([row0, k0])
-        b = b_desc.load([k0, col0])
+        if B_COLUMNS:
+            b = tl.trans(b_desc.load([col0, k0]))
+        else:
+            b = b_desc.load([k0, col0])
         if INTERPRETER:
             a = a.to(tl.float32)  # as in dot_k: the interpreter's bf16 tl.dot is wrong
             b = b.to(tl.float32)
@@ -126,23 +139,37 @@ def row_major_descriptor(ptr, rows, cols, row_stride, BLOCK_R: tl.constexpr, BLO
 
 
 @triton.jit
-def make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr):
-    """Tensor descriptors of A (``M x K``, row stride ``stride_am``) and B (``K x N``, row stride
-    ``stride_bk``) with the GEMM's blocks (see :func:`row_major_descriptor`). Per program, built
-    once before the tile loop."""
-    return (row_major_descriptor(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K),
-            row_major_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N))
+def b_descriptor(b_ptr, K, N, stride_bk, stride_bn, USE_TMA: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """Tensor descriptor of B (``K x N``): of B itself (row stride ``stride_bk``) read in
+    ``BLOCK_K x BLOCK_N`` boxes, or when ``USE_TMA == TMA_B_COLUMNS`` of its transpose (``N x K``,
+    row stride ``stride_bn``) in ``BLOCK_N x BLOCK_K`` boxes, for :func:`dot_k_tma` with
+    ``B_COLUMNS``. Per program, no memory access but the descriptor's own."""
+    if USE_TMA == TMA_B_COLUMNS:
+        return row_major_descriptor(b_ptr, N, K, stride_bn, BLOCK_N, BLOCK_K)
+    else:
+        return row_major_descriptor(b_ptr, K, N, stride_bk, BLOCK_K, BLOCK_N)
 
 
 @triton.jit
-def gemm_operands(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, USE_TMA: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, stride_bn, USE_TMA: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tensor descriptors of A (``M x K``, row stride ``stride_am``) and B (see
+    :func:`b_descriptor`) with the GEMM's blocks (see :func:`row_major_descriptor`). Per program,
+    built once before the tile loop."""
+    return (row_major_descriptor(a_ptr, M, K, stride_am, BLOCK_M, BLOCK_K),
+            b_descriptor(b_ptr, K, N, stride_bk, stride_bn, USE_TMA, BLOCK_N, BLOCK_K))
+
+
+@triton.jit
+def gemm_operands(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, stride_bn, USE_TMA: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """What :func:`tile_product` reads A and B through: their tensor descriptors when ``USE_TMA``
-    (see :func:`make_descriptors`), else the pointers themselves. Per program, once before the
-    tile loop."""
+    (1: B row-major, ``TMA_B_COLUMNS``: B column-major; see :func:`make_descriptors`), else the
+    pointers themselves. Per program, once before the tile loop."""
     if USE_TMA:
-        return make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K)
+        return make_descriptors(a_ptr, M, K, stride_am, b_ptr, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N,
+                                BLOCK_K)
     else:
         return a_ptr, b_ptr
 
@@ -159,7 +186,8 @@ def tile_product(a_op, b_op, row0, col0, rows, row_mask, cols, N, K, stride_am, 
     Per program; weak loads."""
     if USE_TMA:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION, WARP_SPECIALIZE)
+        return dot_k_tma(acc, a_op, row0, b_op, col0, K, BLOCK_K, PRECISION, WARP_SPECIALIZE,
+                         USE_TMA == TMA_B_COLUMNS)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=accumulator_of(a_op.dtype.element_ty))
         return dot_k(acc, a_op, rows, row_mask, stride_am, stride_ak, b_op, cols, N, K, stride_bk, stride_bn,

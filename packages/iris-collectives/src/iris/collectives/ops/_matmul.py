@@ -18,7 +18,7 @@ from iris.device import round_to
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, row_major_descriptor, tile_cols, tile_product, tile_rows
-from ._launch import tma_ok
+from ._launch import TMA_OFF, b_operand, tma_ok
 
 CALL = "iris.collectives.ops._matmul.matmul"
 
@@ -33,7 +33,7 @@ def _matmul_kernel(a, b, bias, out, M, N, K, stride_am, stride_ak, stride_bk, st
     tensor descriptor of ``out`` (GPU, 16-byte aligned rows)."""
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     if TMA_STORE:
         out_desc = row_major_descriptor(out, M, N, stride_om, BLOCK_M, BLOCK_N)
     for t in tl.range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0), flatten=FLATTEN):
@@ -70,7 +70,8 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
     cfg = choose("matmul_all_reduce", M, N, K, 1, a.device.type, config, a.element_size())
     # Under warp specialisation the tile goes out through a descriptor store: with the masked
     # pointer store, Triton 3.6's specialised kernel wrote wrong tiles on an H200 (docs/performance.md).
-    out_tma = tma_ok(cfg, a, b, out)
+    b, use_tma = b_operand(cfg, b, a)
+    out_tma = use_tma != TMA_OFF and tma_ok(cfg, out)
     warp_specialize = cfg.warp_specialize and out_tma
     tma_store = (tma_store or warp_specialize) and out_tma
     tiles = -(-M // cfg.block_m) * -(-N // cfg.block_n)
@@ -83,7 +84,7 @@ def matmul(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tens
             programs = min(tiles, per_sm * torch.cuda.get_device_properties(a.device).multi_processor_count)
     _matmul_kernel[(programs,)](
         a, b, bias if bias is not None else a, out, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        out.stride(0), out.stride(1), HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
+        out.stride(0), out.stride(1), HAS_BIAS=bias is not None, USE_TMA=use_tma,
         PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         GROUP_M=cfg.group_m, FLATTEN=cfg.flatten, TMA_STORE=tma_store, WARP_SPECIALIZE=warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)

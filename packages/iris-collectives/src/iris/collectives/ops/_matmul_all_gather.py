@@ -29,7 +29,7 @@ from .._views import TensorView, Tile
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
-from ._launch import launch, tma_ok
+from ._launch import b_operand, launch
 from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_all_gather"
@@ -60,7 +60,7 @@ def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K,
     ctx = DeviceContext.initialize(context, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    a_op, b_op = gemm_operands(a, M_LOCAL, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M_LOCAL, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     for t in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         local_rows = tile_rows(pid_m, BLOCK_M)
@@ -105,11 +105,12 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
                 "flags": ctx.zeros(_host.barrier_words(num_tiles), dtype=torch.int32)}
 
     ws = workspace(ctx, key, make)
+    b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["staging"], out,
             ws.buffers["flags"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1))
     constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
-                      USE_TMA=tma_ok(cfg, a, b), PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
+                      USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     launch(ctx, ws, _matmul_all_gather_kernel, num_tiles, cfg, args, constexprs)
     return out

@@ -27,7 +27,7 @@ from .._views import TensorView, Tile
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
-from ._launch import accumulator_dtype, launch, tma_ok
+from ._launch import accumulator_dtype, b_operand, launch
 from ._matmul_reduce_scatter import rotated
 from ._workspace import workspace
 
@@ -48,7 +48,7 @@ def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K,
     dst = TensorView(out, M, N, stride_om, stride_on)
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     for t in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(t, tiles_m, tiles_n, GROUP_M)
         rows = tile_rows(pid_m, BLOCK_M)
@@ -109,7 +109,7 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
 
     ws = workspace(ctx, key, make)
     dst = ws.buffers.get("out", out)
-    use_tma = tma_ok(cfg, a, b)
+    b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"], dst,
             ws.buffers["locks"], M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), dst.stride(0),
             dst.stride(1))

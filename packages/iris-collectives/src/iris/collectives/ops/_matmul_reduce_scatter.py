@@ -34,7 +34,7 @@ from .._views import Tile
 from ._checks import check_inputs, check_matrix, check_rows_divide
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
-from ._launch import accumulator_dtype, launch, tma_ok
+from ._launch import accumulator_dtype, b_operand, launch
 from ._rotated import record_words, rotated_buffers, rotated_kernel
 from ._workspace import workspace
 
@@ -66,7 +66,7 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     per_chunk = tiles_m * tiles_n
-    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     for t in range(tl.program_id(0), world_size * per_chunk, tl.num_programs(0)):
         owner = t // per_chunk
         pid_m, pid_n = grouped_tile(t % per_chunk, tiles_m, tiles_n, GROUP_M)
@@ -126,11 +126,12 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
                 "locks": ctx.zeros(num_tiles * _host.LOCK_WORDS, dtype=torch.int32)}
 
     ws = workspace(ctx, key, make)
+    b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"], out,
             ws.buffers["locks"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             out.stride(0), out.stride(1))
     constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
-                      USE_TMA=tma_ok(cfg, a, b), PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
+                      USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     launch(ctx, ws, _matmul_reduce_scatter_kernel, num_tiles, cfg, args, constexprs)
     return out
@@ -145,11 +146,12 @@ def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: t
     per_chunk = _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)  # more programs would idle
     staged = a.dtype if cfg.partial_dtype == "input" else accumulator_dtype(a.dtype)
     ws = workspace(ctx, key, lambda ctx: rotated_buffers(ctx, M, N, staged, out.dtype, per_chunk, gather))
+    b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"],
             ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0),
             a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
     constexprs = dict(call=call, rank=ctx.rank, world_size=ctx.world_size, RECORD=record_words(ctx.world_size),
-                      GATHER=gather, HAS_BIAS=bias is not None, USE_TMA=tma_ok(cfg, a, b),
+                      GATHER=gather, HAS_BIAS=bias is not None, USE_TMA=use_tma,
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                       GROUP_M=cfg.group_m)
     launch(ctx, ws, rotated_kernel, per_chunk, cfg, args, constexprs)

@@ -170,7 +170,7 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
     ctx = DeviceContext.initialize(context, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
-    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
     record = flags + tl.program_id(0) * RECORD
     epoch = advance(record + CALLS, 1) + 1  # this program's call count, 1 for the first call
     parity = epoch % 2

@@ -33,8 +33,14 @@ _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: Counts :func:`clear` calls: what was derived from a freed workspace (the host collectives'
 #: launch plans) is stale once it moves.
 generation = 0
-_ALLOCATOR_SET = False
-_LOCK = threading.Lock()
+_SET_IN_THREAD = threading.local()  # where Triton's own record cannot be read
+try:  # Triton's per-thread allocator and its "none set" type (private; 3.6-3.9)
+    from triton.runtime._allocation import NullAllocator as _NullAllocator
+    from triton.runtime._allocation import _allocator as _triton_allocator
+
+    _TRITON_ALLOCATOR = (_triton_allocator, _NullAllocator)
+except ImportError:
+    _TRITON_ALLOCATOR = None
 
 
 @dataclass
@@ -78,19 +84,32 @@ def clear(ctx) -> None:
             ctx.free(t)
 
 
+def _torch_scratch(size: int, alignment: int, stream):
+    """Triton's allocator: scratch memory from torch's caching allocator on the current device."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _thread_has_allocator() -> bool:
+    """Whether Triton has an allocator in this thread: Triton keeps it in a ``ContextVar``, so a
+    new thread (autograd's backward thread, a user's worker) starts without one. Read from
+    Triton's own variable where it has one (3.6-3.9), else per thread from our own record."""
+    if _TRITON_ALLOCATOR is None:  # another Triton layout: trust what this thread did
+        return getattr(_SET_IN_THREAD, "done", False)
+    variable, null = _TRITON_ALLOCATOR
+    return not isinstance(variable.get(), null)
+
+
 def ensure_allocator() -> None:
-    """Give Triton an allocator for the scratch memory of device-side tensor descriptors, once.
+    """Give Triton an allocator for the scratch memory of device-side tensor descriptors, in the
+    calling thread, where it has none (one the user set is kept).
 
     ``tl.make_tensor_descriptor`` in a kernel needs global scratch memory, which Triton asks the
-    host allocator for at launch; torch's caching allocator on the current device serves it."""
-    global _ALLOCATOR_SET
-    with _LOCK:
-        if _ALLOCATOR_SET:
-            return
-        import triton
+    host allocator for at launch; torch's caching allocator on the current device serves it.
+    Triton's allocator is per thread: set once per process, the backward of a compiled model
+    (autograd's own thread) failed with "no allocator was set" on an H200."""
+    if _thread_has_allocator():
+        return
+    import triton
 
-        def alloc(size: int, alignment: int, stream):
-            return torch.empty(size, dtype=torch.int8, device="cuda")
-
-        triton.set_allocator(alloc)
-        _ALLOCATOR_SET = True
+    triton.set_allocator(_torch_scratch)
+    _SET_IN_THREAD.done = True
