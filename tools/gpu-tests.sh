@@ -6,6 +6,8 @@
 # it is running (in a process group of its own) and prints the summary of what ran, so that a run
 # under an outer time limit still reports. A plain `timeout` around this script ends the shell but
 # not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
+# The whole suite at 2 and 4 ranks takes longer than one 10-minute call: IRIS_TEST_SHARD=1/2 and
+# then 2/2 run it in two halves (tools/pytest_shard.py; a test function's world sizes stay together).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -29,4 +31,4 @@ skip_compile=(--ignore-glob='*test_*compile*.py' -k 'not sm90')
 if [ $# -eq 0 ]; then set -- packages/iris-runtime/tests packages/iris-device/tests packages/iris-collectives/tests tests; fi
 deadline=()
 [ -n "${GPU_TESTS_DEADLINE_S:-}" ] && deadline=(timeout -s INT -k 30 "$GPU_TESTS_DEADLINE_S")
-"${deadline[@]}" python3 -m pytest "${skip_compile[@]}" "$@"
+PYTHONPATH="$PWD/tools:$PYTHONPATH" "${deadline[@]}" python3 -m pytest -p pytest_shard "${skip_compile[@]}" "$@"
