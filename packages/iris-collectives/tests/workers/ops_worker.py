@@ -348,6 +348,44 @@ def scenario_tma_path(ctx):
         B_COLUMN_MAJOR = False
 
 
+def scenario_calls_from_another_thread(ctx):
+    """Each op called in a thread of its own after calls in the main thread, as autograd runs a
+    backward: Triton keeps the allocator that tensor descriptors need per thread, and one set
+    once per process left the second thread without one ("no allocator was set", the compiled
+    MLP's backward on an H200). Shapes the descriptor path takes on a GPU; results as in the
+    main thread."""
+    import threading
+
+    W = ctx.world_size
+    d = torch.bfloat16
+    cases = [(lambda: run_matmul_all_reduce(ctx, 48, 40, 24, d, d, 920, True, SMALL),
+              lambda: ref_matmul_all_reduce(W, 48, 40, 24, d, d, 920, True), "matmul_all_reduce"),
+             (lambda: run_matmul_reduce_scatter(ctx, W * 16, 40, 24, d, d, 921, True, SMALL),
+              lambda: ref_matmul_reduce_scatter(W, ctx.rank, W * 16, 40, 24, d, d, 921, True),
+              "matmul_reduce_scatter"),
+             (lambda: run_gather_op(ctx, ops.all_gather_matmul, W * 32, 40, 24, d, d, 922, True, SMALL),
+              lambda: ref_all_gather_matmul(W, W * 32, 40, 24, d, d, 922, True), "all_gather_matmul"),
+             (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, 40, 24, d, d, 923, True, SMALL),
+              lambda: ref_all_gather_matmul(W, W * 16, 40, 24, d, d, 923, True), "matmul_all_gather")]
+    for run, ref, name in cases:
+        check(run(), ref(), f"{name} in the main thread")
+        got = {}
+
+        def in_thread(run=run):
+            try:
+                got["out"] = run()
+                torch.cuda.synchronize(ctx.device) if ctx.device.type == "cuda" else None
+            except Exception as exc:  # re-raised below, in the scenario's thread
+                got["error"] = exc
+
+        thread = threading.Thread(target=in_thread, name=f"iris-test-{name}")
+        thread.start()
+        thread.join()
+        if "error" in got:
+            raise AssertionError(f"{name} in a second thread raised {got['error']!r}") from got["error"]
+        check(got["out"], ref(), f"{name} in a second thread")
+
+
 def scenario_late_first_call(ctx):
     """Rank 0 reaches the first call of a shape 0.5 s late (as behind a long GEMM): the peers'
     kernels must not signal into its new flags before its zero fill, which would erase them and
