@@ -62,6 +62,9 @@ def parse_args(argv=None):
     p.add_argument("--intermediate", type=int, default=28672, help="split over the ranks")
     p.add_argument("--dtype", type=lambda s: s.split(","), default=["bf16"], help=f"some of {','.join(DTYPES)}")
     p.add_argument("--shapes", type=lambda s: s.split(","), default=["mlp"], help="mlp and/or square")
+    p.add_argument("--b-layout", choices=("rows", "columns"), default="rows",
+                   help="b as a row-major [K, N] matrix, or column-major (weight.t() of an [N, K] weight, "
+                        "as the nn layers pass it; fp32 then skips its transposing copy)")
     p.add_argument("--variants", type=lambda s: s.split(","), default=[],
                    help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS); "
                         "NAME/input: with partial_dtype='input' (rotated/input)")
@@ -263,6 +266,8 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, dtype_name: str,
     b = torch.randn(b_shape, generator=g, device=dev).to(dtype)
     if op in ("all_gather_matmul", "matmul_all_gather"):  # the same b on every rank
         b = torch.randn(b_shape, generator=torch.Generator(device=dev).manual_seed(M), device=dev).to(dtype)
+    if args.b_layout == "columns":  # the same values, laid out as weight.t(); every column gets this b
+        b = b.t().contiguous().t()
     out = torch.empty(out_shape, dtype=dtype, device=dev)
     gemm_out = torch.empty((a_shape[0], b_shape[1]), dtype=dtype, device=dev)
     fused_fn = getattr(ops, op)
@@ -408,7 +413,8 @@ def run_layers(args) -> int:
                   flush=True)
     shared = getattr(ctx, "ranks_on_device", 1)
     result = {"world_size": ctx.world_size, "device": device, "dtype": ",".join(args.dtype), "hidden": args.hidden,
-              "intermediate": args.intermediate, "quick": args.quick, "torch": torch.__version__,
+              "intermediate": args.intermediate, "b_layout": args.b_layout, "quick": args.quick,
+              "torch": torch.__version__,
               "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason,
               "two_shot_note": tdist.two_shot_reason, "ranks_per_gpu": shared, "fp32_matmul": "tf32",
               "rows": rows}

@@ -152,9 +152,11 @@ def test_fused_ops_quick(tmp_path):
     # both shape sets, and the strategies named beside the table's choice, each checked
     # (bf16 runs as fp32 in quick mode: the interpreter's bf16 products are widened anyway)
     proc = run_ranks(2, os.path.join(BENCH, "fused_ops.py"), "--quick", "--shapes", "mlp,square", "--variants",
-                     "rotated,rotated/input,one_shot", "--dtype", "bf16,fp16", "--out", str(tmp_path), timeout=600)
+                     "rotated,rotated/input,one_shot", "--dtype", "bf16,fp16", "--b-layout", "columns", "--out",
+                     str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "fused_ops_2ranks*_quick.json").with_suffix("")
     result = json.loads(stem.with_suffix(".json").read_text())
+    assert result["b_layout"] == "columns", result  # b as the nn layers pass it (weight.t())
     assert {(r["op"], r["shapes"], r["dtype"]) for r in result["rows"]} == {
         (op, shape, dt) for op in ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce",
                                    "matmul_all_gather") for shape in ("mlp", "square") for dt in ("fp32", "fp16")}
