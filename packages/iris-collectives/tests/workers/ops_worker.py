@@ -124,6 +124,24 @@ def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, o
     return out
 
 
+def four_ops(ctx, d, N, K, seed, with_bias, m_all_reduce, m_local_gather):
+    """``(run, reference, name)`` of each op once, SMALL tiles, seeds ``seed`` to ``seed + 3``:
+    matmul_all_reduce of ``m_all_reduce`` rows, the others of ``W * 16`` rows but all_gather_matmul
+    (``W * m_local_gather``: a multiple of 16 per rank takes the descriptor path on a GPU)."""
+    W, r = ctx.world_size, ctx.rank
+    return [(lambda: run_matmul_all_reduce(ctx, m_all_reduce, N, K, d, d, seed, with_bias, SMALL),
+             lambda: ref_matmul_all_reduce(W, m_all_reduce, N, K, d, d, seed, with_bias), "matmul_all_reduce"),
+            (lambda: run_matmul_reduce_scatter(ctx, W * 16, N, K, d, d, seed + 1, with_bias, SMALL),
+             lambda: ref_matmul_reduce_scatter(W, r, W * 16, N, K, d, d, seed + 1, with_bias),
+             "matmul_reduce_scatter"),
+            (lambda: run_gather_op(ctx, ops.all_gather_matmul, W * m_local_gather, N, K, d, d, seed + 2, with_bias,
+                                   SMALL),
+             lambda: ref_all_gather_matmul(W, W * m_local_gather, N, K, d, d, seed + 2, with_bias),
+             "all_gather_matmul"),
+            (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, N, K, d, d, seed + 3, with_bias, SMALL),
+             lambda: ref_all_gather_matmul(W, W * 16, N, K, d, d, seed + 3, with_bias), "matmul_all_gather")]
+
+
 # --- scenarios ----------------------------------------------------------------------------------------
 
 def scenario_matmul_all_reduce(ctx):
@@ -356,17 +374,7 @@ def scenario_calls_from_another_thread(ctx):
     main thread."""
     import threading
 
-    W = ctx.world_size
-    d = torch.bfloat16
-    cases = [(lambda: run_matmul_all_reduce(ctx, 48, 40, 24, d, d, 920, True, SMALL),
-              lambda: ref_matmul_all_reduce(W, 48, 40, 24, d, d, 920, True), "matmul_all_reduce"),
-             (lambda: run_matmul_reduce_scatter(ctx, W * 16, 40, 24, d, d, 921, True, SMALL),
-              lambda: ref_matmul_reduce_scatter(W, ctx.rank, W * 16, 40, 24, d, d, 921, True),
-              "matmul_reduce_scatter"),
-             (lambda: run_gather_op(ctx, ops.all_gather_matmul, W * 32, 40, 24, d, d, 922, True, SMALL),
-              lambda: ref_all_gather_matmul(W, W * 32, 40, 24, d, d, 922, True), "all_gather_matmul"),
-             (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, 40, 24, d, d, 923, True, SMALL),
-              lambda: ref_all_gather_matmul(W, W * 16, 40, 24, d, d, 923, True), "matmul_all_gather")]
+    cases = four_ops(ctx, torch.bfloat16, 40, 24, 920, True, m_all_reduce=48, m_local_gather=32)
     for run, ref, name in cases:
         check(run(), ref(), f"{name} in the main thread")
         got = {}
@@ -391,19 +399,9 @@ def scenario_late_first_call(ctx):
     kernels must not signal into its new flags before its zero fill, which would erase them and
     hang both sides (seen on an H200); workspace creation waits for every rank. Each op with flags,
     a fresh workspace each."""
-    W = ctx.world_size
     ctx.barrier()
     ops.clear_workspaces(ctx)
-    d = torch.float32
-    cases = [(lambda: run_matmul_all_reduce(ctx, 40, 24, 16, d, d, 910, False, SMALL),
-              lambda: ref_matmul_all_reduce(W, 40, 24, 16, d, d, 910, False), "matmul_all_reduce"),
-             (lambda: run_matmul_reduce_scatter(ctx, W * 16, 24, 16, d, d, 911, False, SMALL),
-              lambda: ref_matmul_reduce_scatter(W, ctx.rank, W * 16, 24, 16, d, d, 911, False),
-              "matmul_reduce_scatter"),
-             (lambda: run_gather_op(ctx, ops.all_gather_matmul, W * 16, 24, 16, d, d, 912, False, SMALL),
-              lambda: ref_all_gather_matmul(W, W * 16, 24, 16, d, d, 912, False), "all_gather_matmul"),
-             (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, 24, 16, d, d, 913, False, SMALL),
-              lambda: ref_all_gather_matmul(W, W * 16, 24, 16, d, d, 913, False), "matmul_all_gather")]
+    cases = four_ops(ctx, torch.float32, 24, 16, 910, False, m_all_reduce=40, m_local_gather=16)
     for run, ref, name in cases:
         if ctx.rank == 0:
             iris.runtime.testing.busy_stream(ctx, 0.5)
