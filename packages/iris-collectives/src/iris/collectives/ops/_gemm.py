@@ -27,7 +27,8 @@ from .._views import INDEX_TYPE
 
 #: ``USE_TMA`` of a kernel whose B is column-major (``b.stride(0) == 1``, as ``weight.t()`` is):
 #: its descriptor is of B's transpose (``N x K``, row-major) and each box is transposed after the
-#: load. 0 is the pointer path and 1 descriptors of a row-major B (see ``_launch.b_operand``).
+#: load. 0 is the pointer path and 1 descriptors of a row-major B (``_launch`` names all three and
+#: chooses among them in ``b_operand``).
 TMA_B_COLUMNS: tl.constexpr = tl.constexpr(2)
 
 

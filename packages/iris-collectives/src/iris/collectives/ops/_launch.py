@@ -6,6 +6,7 @@ import torch
 
 from iris.device import INTERPRETER
 
+from . import _gemm
 from ._workspace import Workspace, ensure_allocator
 
 #: Tests only: let the interpreter take the tensor-descriptor path too (Triton 3.9's interpreter
@@ -39,8 +40,8 @@ def tma_ok(cfg, *matrices: torch.Tensor) -> bool:
     return True
 
 
-#: ``USE_TMA`` values a kernel is compiled with (see ``_gemm.TMA_B_COLUMNS``).
-TMA_OFF, TMA_B_ROWS, TMA_B_COLUMNS = 0, 1, 2
+#: ``USE_TMA`` values a kernel is compiled with; the column-major one is the kernels' own constant.
+TMA_OFF, TMA_B_ROWS, TMA_B_COLUMNS = 0, 1, _gemm.TMA_B_COLUMNS.value
 
 
 def b_operand(cfg, b: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -54,15 +55,15 @@ def b_operand(cfg, b: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor
 
     fp32 under tf32 reads B column-major only: the tensor cores' tf32 instructions take a K-major
     B, and a row-major fp32 B made the GEMM 5x slower than cuBLAS on an H200 (6.8 against 1.33 ms
-    for 4096 x 8192 x 8192; 1.6 ms column-major). A row-major fp32 B is transposed into a new
-    column-major tensor first: ``2 x K x N x 4`` bytes of traffic (0.1 ms for 8192 x 8192), far
-    less than it saves; pass ``weight.t()`` of an ``N x K`` weight to skip it."""
+    for 4096 x 8192 x 8192; 1.45 ms column-major). A row-major fp32 B is transposed into a new
+    column-major tensor first (0.38 ms for 8192 x 8192, far less than it saves); pass
+    ``weight.t()`` of an ``N x K`` weight to skip it."""
     if tma_ok(cfg, *others, b):
         if b.dtype == torch.float32 and cfg.input_precision == "tf32":
             b = b.t().contiguous().t()
             return (b, TMA_B_COLUMNS) if tma_ok(cfg, *others, b.t()) else (b, TMA_OFF)
         return b, TMA_B_ROWS
-    if b.dim() == 2 and tma_ok(cfg, *others, b.t()):
+    if tma_ok(cfg, *others, b.t()):
         return b, TMA_B_COLUMNS
     return b, TMA_OFF
 
