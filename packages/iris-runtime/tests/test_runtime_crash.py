@@ -71,3 +71,6 @@ def test_failure_during_heap_startup_leaves_no_files(mpich_leftovers):
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end\n{out}"
     assert f"injected start-up failure on rank {NRANKS - 1}" in out, out
     assert "IrisBackendError: cpu backend: could not create the" in out, out
+    # Every rank raises and aborts at once here; the launcher must still pass on each one's message.
+    for r in range(NRANKS):
+        assert f"[{r}/{NRANKS}] iris: rank {r} failed; aborting all {NRANKS} ranks" in out, out
