@@ -18,10 +18,10 @@ import traceback
 assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 
-import collectives_compile_check  # noqa: E402  (beside this file: the shared sm_90 compile)
 import triton  # noqa: E402
 
 from iris.collectives.ccl import _kernels as K  # noqa: E402
+from iris.device.testing import compile_ptx  # noqa: E402
 
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32", "int64": "*i64"}
 TILE = dict(BLOCK_M=4, BLOCK_N=1024)
@@ -70,7 +70,7 @@ def main() -> int:
     results = {}
     for name, fn, signature, constexprs, aligned in cases():
         try:
-            ptx = collectives_compile_check.compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4})
+            ptx = compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4})
             results[name] = dict(ok=True, **counts(ptx))
         except Exception as exc:  # reported to the test
             results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],

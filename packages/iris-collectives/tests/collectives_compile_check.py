@@ -28,107 +28,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "wor
 import collective_kernels as K  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
 import iris.collectives as ic  # noqa: E402
 from iris.collectives import _all_reduce as AR  # noqa: E402
 from iris.collectives import _sync as S  # noqa: E402
 from iris.device._watchdog import WATCHDOG_PTX_TAG  # noqa: E402
+from iris.device.testing import compile_ptx, memory_order  # noqa: E402
 
-TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32"}
-
-
-def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None) -> str:
-    """PTX of ``fn`` for sm_90: ``signature`` and ``constexprs`` as ASTSource takes them, the
-    arguments named in ``aligned`` marked 16-divisible, ``options`` added to Triton's."""
-    sig = dict(signature)
-    sig.update({k: "constexpr" for k in constexprs})
-    names = list(sig)
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    options = {"debug": bool(triton.knobs.runtime.debug), **(options or {})}
-    return triton.compile(src, target=TARGET, options=options).asm["ptx"]
-
-
-# The memory-model instructions of a kernel, in program (text) order, normalized so that Triton 3.6
-# and 3.9 read the same where they mean the same (iris-device's compile checks parse the same way;
-# each package's tests stand alone):
-#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands, and the
-#                                       votes bar.red.and/or, which order memory like bar.sync)
-#   "fence.acq_rel.sys", "membar.gl"    fences, as written
-#   "atom.<sem>.<scope>.<op>.<type>"    atom and red (3.9 writes red where the old value is unused;
-#                                       same ordering), qualifiers in one order, state space dropped,
-#                                       "-" for a missing sem or scope qualifier
-#   "ld.acquire.sys", "ld.volatile"     loads and stores with a memory-order qualifier
-#   "loop{" ... "}"                     the body of a loop (a label with a branch back to it)
-# Predicates (which threads execute an instruction) are dropped: Triton 3.6 and 3.9 spell thread
-# 0's predicate differently.
-_ORDER_SEMS = ("relaxed", "acquire", "release", "acq_rel")
-_ORDER_SCOPES = ("cta", "gpu", "sys")
-_ORDER_TOKEN = re.compile(
-    r"(?<![\w.%$])(?:"
-    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync|bar(?:rier)?(?:\.cta)?\.red\.(?:and|or|popc))\b"
-    r"|(?P<fence>(?:fence|membar)\.[\w.]+)"
-    r"|(?P<atom>(?:atom|red)\.[\w.]+)"
-    r"|(?P<ldst>(?:ld|st)\.[\w.]*?\b(?:acquire|release|relaxed|volatile)\b[\w.]*)"
-    r"|bra(?:\.uni)?\s+(?P<target>\$L__BB\w+)"
-    r")")
-_ORDER_LABEL = re.compile(r"^(\$L__BB\w+):")
-
-
-def _order_atom(text: str) -> str:
-    parts = text.split(".")[1:]
-    sem = next((p for p in parts if p in _ORDER_SEMS), "-")
-    scope = next((p for p in parts if p in _ORDER_SCOPES), "-")
-    rest = [p for p in parts if p not in _ORDER_SEMS and p not in _ORDER_SCOPES and p != "global"]
-    return ".".join(["atom", sem, scope, *rest])
-
-
-def _order_ldst(text: str) -> str:
-    parts = text.split(".")
-    sem = next(p for p in parts if p in _ORDER_SEMS or p == "volatile")
-    scope = [p for p in parts if p in _ORDER_SCOPES][:1]
-    return ".".join([parts[0], sem, *scope])
-
-
-def memory_order(ptx: str) -> list[str]:
-    """The kernel's memory-model instructions in order (see the table above)."""
-    items: list[tuple[str, str]] = []  # (kind, text): "op", "label" or "branch"
-    for line in ptx.splitlines():
-        text = line.split("//")[0].strip()
-        if not text or text.startswith("."):
-            continue
-        label = _ORDER_LABEL.match(text)
-        if label:
-            items.append(("label", label.group(1)))
-            continue
-        for m in _ORDER_TOKEN.finditer(text):  # several per line inside inline-asm blocks
-            if m.group("bar"):
-                items.append(("op", "bar.sync"))
-            elif m.group("fence"):
-                items.append(("op", m.group("fence")))
-            elif m.group("atom"):
-                items.append(("op", _order_atom(m.group("atom"))))
-            elif m.group("ldst"):
-                items.append(("op", _order_ldst(m.group("ldst"))))
-            else:
-                items.append(("branch", m.group("target")))
-    defined = {text: i for i, (kind, text) in enumerate(items) if kind == "label"}
-    opens: dict[int, int] = {}
-    closes: dict[int, int] = {}
-    for i, (kind, text) in enumerate(items):
-        if kind == "branch" and defined.get(text, i) < i:  # a branch back: a loop from the label to here
-            opens[defined[text]] = opens.get(defined[text], 0) + 1
-            closes[i] = closes.get(i, 0) + 1
-    out: list[str] = []
-    for i, (kind, text) in enumerate(items):
-        out += ["loop{"] * opens.get(i, 0)
-        if kind == "op":
-            out.append(text)
-        out += ["}"] * closes.get(i, 0)
-    return out
 
 
 def one_thread_predicates(ptx: str) -> set:

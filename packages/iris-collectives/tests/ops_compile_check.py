@@ -19,7 +19,6 @@ import traceback
 assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
 os.environ.setdefault("IRIS_BACKEND", "cuda")
 
-import collectives_compile_check  # noqa: E402  (beside this file: the shared sm_90 compile)
 import triton  # noqa: E402
 
 from iris.collectives.ops import _all_gather_matmul as AGM  # noqa: E402
@@ -28,6 +27,7 @@ from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
 from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
 from iris.collectives.ops import _matmul_reduce_scatter as MRS  # noqa: E402
 from iris.collectives.ops import _rotated as ROT  # noqa: E402
+from iris.device import testing  # noqa: E402
 
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "fp64": "*fp64"}
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
@@ -35,8 +35,8 @@ TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
 
 def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None) -> str:
     # the GEMM's launch options (by default the H200 config's warps and stages)
-    return collectives_compile_check.compile_ptx(fn, signature, constexprs, aligned,
-                                                 options=options or {"num_warps": 8, "num_stages": 3})
+    return testing.compile_ptx(fn, signature, constexprs, aligned,
+                              options=options or {"num_warps": 8, "num_stages": 3})
 
 
 def signature(names: str, dt: str, ints: str) -> dict:

@@ -40,109 +40,17 @@ from device_test_kernels import (
     sem_of,
 )
 from device_test_tables import ATOMIC_DTYPES, ERROR_CASES, EXACT_OPS, FORMS, OPS, SCOPES, SEMS
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 import iris.device as device
 from iris.device import DeviceContext
+from iris.device.testing import compile_ptx, memory_order
 
-TARGET = GPUTarget("cuda", 90, 32)
 TL_TYPES = {"int16": "i16", "uint16": "u16", "int32": "i32", "int64": "i64", "uint32": "u32", "uint64": "u64",
             "fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64", "int8": "i8"}
 
 
-def compile_ptx(fn, signature: dict, constexprs: dict, aligned=()) -> str:
-    """PTX of ``fn`` for sm_90. ``aligned`` arguments get the 16-divisibility the JIT gives aligned
-    pointers and multiples of 16; debug follows Triton's knob, as a launch would."""
-    sig = dict(signature)
-    sig.update({k: "constexpr" for k in constexprs})
-    names = list(sig)
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
-    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    options = {"debug": bool(triton.knobs.runtime.debug)}
-    return triton.compile(src, target=TARGET, options=options).asm["ptx"]
-
-
 def instructions(ptx: str) -> list[str]:
     return re.findall(r"(?<![\w.])(?:ld|st|atom|red)\.[\w.]+", ptx)  # not bar.red (a vote)
-
-
-# The memory-model instructions of a kernel, in program (text) order, normalized so that Triton 3.6
-# and 3.9 read the same where they mean the same:
-#   "bar.sync"                          a CTA barrier (bar.sync / barrier.sync, any operands, and the
-#                                       votes bar.red.and/or, which order memory like bar.sync)
-#   "fence.acq_rel.sys", "membar.gl"    fences, as written
-#   "atom.<sem>.<scope>.<op>.<type>"    atom and red (3.9 writes red where the old value is unused;
-#                                       same ordering), qualifiers in one order, state space dropped,
-#                                       "-" for a missing sem or scope qualifier
-#   "ld.acquire.sys", "st.release.gpu"  loads and stores with a memory-order qualifier (volatile too)
-#   "loop{" ... "}"                     the body of a loop (a label with a branch back to it)
-# Predicates (which threads execute an instruction) are dropped: Triton 3.6 and 3.9 spell thread
-# 0's predicate differently.
-_ORDER_SEMS = ("relaxed", "acquire", "release", "acq_rel")
-_ORDER_SCOPES = ("cta", "gpu", "sys")
-_ORDER_TOKEN = re.compile(
-    r"(?<![\w.%$])(?:"
-    r"(?P<bar>bar\.sync|barrier(?:\.cta)?\.sync|bar(?:rier)?(?:\.cta)?\.red\.(?:and|or|popc))\b"
-    r"|(?P<fence>(?:fence|membar)\.[\w.]+)"
-    r"|(?P<atom>(?:atom|red)\.[\w.]+)"
-    r"|(?P<ldst>(?:ld|st)\.[\w.]*?\b(?:acquire|release|relaxed|volatile)\b[\w.]*)"
-    r"|bra(?:\.uni)?\s+(?P<target>\$L__BB\w+)"
-    r")")
-_ORDER_LABEL = re.compile(r"^(\$L__BB\w+):")
-
-
-def _order_atom(text: str) -> str:
-    parts = text.split(".")[1:]
-    sem = next((p for p in parts if p in _ORDER_SEMS), "-")
-    scope = next((p for p in parts if p in _ORDER_SCOPES), "-")
-    rest = [p for p in parts if p not in _ORDER_SEMS and p not in _ORDER_SCOPES and p != "global"]
-    return ".".join(["atom", sem, scope, *rest])
-
-
-def _order_ldst(text: str) -> str:
-    parts = text.split(".")
-    sem = next(p for p in parts if p in _ORDER_SEMS or p == "volatile")
-    scope = [p for p in parts if p in _ORDER_SCOPES][:1]
-    return ".".join([parts[0], sem, *scope])
-
-
-def memory_order(ptx: str) -> list[str]:
-    """The kernel's memory-model instructions in order (see the table above)."""
-    items: list[tuple[str, str]] = []  # (kind, text): "op", "label" or "branch"
-    for line in ptx.splitlines():
-        text = line.split("//")[0].strip()
-        if not text or text.startswith("."):
-            continue
-        label = _ORDER_LABEL.match(text)
-        if label:
-            items.append(("label", label.group(1)))
-            continue
-        for m in _ORDER_TOKEN.finditer(text):  # several per line inside inline-asm blocks
-            if m.group("bar"):
-                items.append(("op", "bar.sync"))
-            elif m.group("fence"):
-                items.append(("op", m.group("fence")))
-            elif m.group("atom"):
-                items.append(("op", _order_atom(m.group("atom"))))
-            elif m.group("ldst"):
-                items.append(("op", _order_ldst(m.group("ldst"))))
-            else:
-                items.append(("branch", m.group("target")))
-    defined = {text: i for i, (kind, text) in enumerate(items) if kind == "label"}
-    opens: dict[int, int] = {}
-    closes: dict[int, int] = {}
-    for i, (kind, text) in enumerate(items):
-        if kind == "branch" and defined.get(text, i) < i:  # a branch back: a loop from the label to here
-            opens[defined[text]] = opens.get(defined[text], 0) + 1
-            closes[i] = closes.get(i, 0) + 1
-    out: list[str] = []
-    for i, (kind, text) in enumerate(items):
-        out += ["loop{"] * opens.get(i, 0)
-        if kind == "op":
-            out.append(text)
-        out += ["}"] * closes.get(i, 0)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

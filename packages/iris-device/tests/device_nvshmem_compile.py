@@ -16,21 +16,16 @@ import traceback
 
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 import iris.device as device
+from iris.device import testing
 
-TARGET = GPUTarget("cuda", 90, 32)
 RMA_SIG = {"src": "*{t}", "load_dst": "*{t}", "store_dst": "*{t}", "get_dst": "*{t}", "put_dst": "*{t}",
            "copy_dst": "*{t}", "heap_bases": "*i64", "cur": "i32", "peer": "i32", "n": "i32"}
 
 
 def compile_ptx(fn, signature: dict, constexprs: dict) -> str:
-    sig = dict(signature)
-    sig.update({k: "constexpr" for k in constexprs})
-    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs), target=TARGET,
-                          options={"num_warps": 4}).asm["ptx"]
+    return testing.compile_ptx(fn, signature, constexprs, options={"num_warps": 4})
 
 
 def instructions(ptx: str, name: str) -> list[str]:
