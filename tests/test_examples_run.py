@@ -44,10 +44,10 @@ CASES = {
         ["--m", "48", "--hidden", "32", "--intermediate", "96"],
         [r"tensor-parallel MLP block: {n} ranks", r"(?m)^  iris fused ops +correct "],
     ),
-    # One traced launch into a temporary folder: every rank's events merged, none dropped (the
-    # picture needs matplotlib, which the GPU image lacks: not required here).
+    # One traced launch into the test's temporary folder: every rank's events merged, none dropped
+    # (the picture needs matplotlib, which the GPU image lacks: not required here).
     "05_tracing.py": (
-        ["--iters", "1"],
+        ["--iters", "1", "--out", "{tmp}"],
         [r"# tracing: {n} ranks", r"(?m)^ +{last} += all .* dropped: 0$", r"{n} ranks, \d+ events, 0 dropped",
          r"wrote \S+example_trace\.json", r"results: correct on every rank"],
     ),
@@ -66,8 +66,10 @@ def test_every_example_has_a_case():
 @pytest.mark.multirank
 @pytest.mark.parametrize("nranks", world_sizes(default="2,4"))
 @pytest.mark.parametrize("example", sorted(CASES))
-def test_example_runs(example, nranks):
+def test_example_runs(example, nranks, tmp_path):
     args, expected = CASES[example]
+    if "--out" in args:  # the files go to this test's temporary folder (pytest removes old ones)
+        args = [str(tmp_path) if a == "{tmp}" else a for a in args]
     proc = run_ranks(nranks, os.path.join(EXAMPLES, example), *args, timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
     for pattern in expected:
         pattern = pattern.format(n=nranks, last=nranks - 1)
