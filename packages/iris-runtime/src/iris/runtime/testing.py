@@ -23,6 +23,7 @@ Environment: ``IRIS_MPIEXEC`` overrides the launcher (e.g. ``"mpirun --oversubsc
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shlex
 import shutil
@@ -134,6 +135,7 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
     """
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     start = time.monotonic()
+    shm_before = _shm_listing()
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
                            start_new_session=True)
     try:
@@ -148,6 +150,8 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
         raise
     proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        remove_dead_mpich_segments(shm_before)
     failed = proc.returncode != 0
     if failed != expect_failure:
         raise AssertionError(
@@ -155,6 +159,57 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
             f"{' (expected a failure)' if expect_failure else ''}"
             f"\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
+
+
+SHM_DIR = "/dev/shm"
+#: A segment younger than this may belong to a job that is starting: its ranks open it by name.
+_YOUNG_S = 1.0
+
+
+def _shm_listing() -> set[str]:
+    return set(os.listdir(SHM_DIR)) if os.path.isdir(SHM_DIR) else set()
+
+
+def _mapped_anywhere(path: str) -> bool:
+    # some live process maps the file: it belongs to a running job
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                if path in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def remove_dead_mpich_segments(before: set[str]) -> list[str]:
+    """Remove the MPICH shared-memory segments (``/dev/shm/mpich_shm_*``) that appeared since the
+    listing ``before`` (names in ``/dev/shm``) and that no live process maps; returns their paths.
+
+    An MPICH job that ends in ``MPI_Abort`` (how a failing rank ends the job) leaves its node's
+    segment behind, a few MB each; test runs that abort jobs on purpose filled ``/dev/shm`` by
+    hundreds of them. :func:`run_command` calls this after every job that exits non-zero.
+    Segments still mapped (their job is running) or created in the last second (a job starting:
+    its ranks open the segment by name after its creator made it) are left alone.
+    """
+    removed = []
+    for name in sorted(_shm_listing() - before):
+        if not name.startswith("mpich_shm_"):
+            continue
+        path = os.path.join(SHM_DIR, name)
+        deadline = time.monotonic() + 3  # killed ranks may take a moment to go after mpiexec returned
+        while time.monotonic() < deadline:
+            try:
+                young = time.time() - os.stat(path).st_mtime < _YOUNG_S
+            except OSError:
+                break  # already gone
+            if not young and not _mapped_anywhere(path):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed.append(path)
+                break
+            time.sleep(0.2)
+    return removed
 
 
 def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options) -> None:
