@@ -20,6 +20,7 @@ is never changed. Prints a table: mutation, promise, check, outcome.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+
+SHM = "/dev/shm"  # where MPICH keeps a job's shared-memory segment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE = "iris-device/src/iris/device"
@@ -246,8 +249,16 @@ def run_check(check: tuple[str, ...], root: str, env: dict[str, str]) -> tuple[b
         cmd = shlex.split(found.stdout.strip().splitlines()[-1]) + ["-n", nranks, sys.executable, "-m", "mpi4py",
                                                                     worker, *scenarios]
     start = time.monotonic()
+    shm_before = sorted(os.listdir(SHM)) if os.path.isdir(SHM) else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=root, timeout=1800)
-    return proc.returncode == 0, time.monotonic() - start, proc.stdout + proc.stderr
+    seconds = time.monotonic() - start
+    if proc.returncode != 0 and check[0] != "pytest":  # (pytest's jobs go through run_ranks, which cleans up)
+        # an aborted MPICH job leaves its /dev/shm segment; iris.runtime.testing removes the dead ones
+        code = ("import json, sys; from iris.runtime.testing import remove_dead_mpich_segments; "
+                "remove_dead_mpich_segments(set(json.load(sys.stdin)))")
+        subprocess.run([sys.executable, "-c", code], input=json.dumps(shm_before), text=True, env=full,
+                       capture_output=True, timeout=300)
+    return proc.returncode == 0, seconds, proc.stdout + proc.stderr
 
 
 def evidence(output: str, expect: str) -> str:
