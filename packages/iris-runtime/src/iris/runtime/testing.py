@@ -144,6 +144,7 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
         with contextlib.suppress(ProcessLookupError):
             os.killpg(job.pid, signal.SIGKILL)
         out, err = job.communicate()
+        remove_dead_mpich_segments(shm_before)  # the killed ranks never unlink theirs
         if isinstance(exc, subprocess.TimeoutExpired):
             raise AssertionError(
                 f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}") from None
@@ -188,7 +189,8 @@ def remove_dead_mpich_segments(before: set[str]) -> list[str]:
 
     An MPICH job that ends in ``MPI_Abort`` (how a failing rank ends the job) leaves its node's
     segment behind, a few MB each; test runs that abort jobs on purpose filled ``/dev/shm`` by
-    hundreds of them. :func:`run_command` calls this after every job that exits non-zero.
+    hundreds of them. :func:`run_command` calls this after every job that exits non-zero or
+    that it kills.
     Segments still mapped (their job is running) or created in the last second (a job starting:
     its ranks open the segment by name after its creator made it) are left alone.
     """
