@@ -29,6 +29,7 @@ import re
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from ._errors import IrisBackendError, IrisUsageError
@@ -47,12 +48,12 @@ def compile_ptx(fn, signature: dict, constexprs: dict | None = None, aligned=(),
     multiples of 16 (what makes Triton vectorise). ``options`` are Triton's compile options
     (``num_warps``, ``num_stages``, ...); ``debug`` follows Triton's knob, as at a launch.
     """
+    if isinstance(fn, InterpretedFunction):
+        raise IrisBackendError(
+            f"iris.device.testing.compile_ptx({getattr(fn, '__name__', fn)}): the kernel is interpreted "
+            f"(Triton's interpreter is on: no GPU visible, IRIS_BACKEND=cpu or TRITON_INTERPRET=1); set "
+            f"IRIS_BACKEND=cuda or TRITON_INTERPRET=0 before importing triton to compile without a GPU")
     if not isinstance(fn, JITFunction):
-        if type(fn).__name__ == "InterpretedFunction":
-            raise IrisBackendError(
-                f"iris.device.testing.compile_ptx({getattr(fn, '__name__', fn)}): the kernel is interpreted "
-                f"(Triton's interpreter is on: no GPU visible, IRIS_BACKEND=cpu or TRITON_INTERPRET=1); set "
-                f"IRIS_BACKEND=cuda or TRITON_INTERPRET=0 before importing triton to compile without a GPU")
         raise IrisUsageError(f"iris.device.testing.compile_ptx(fn={fn!r}): fn must be a @triton.jit function")
     constexprs = dict(constexprs or {})
     sig = {**signature, **{name: "constexpr" for name in constexprs}}
