@@ -68,8 +68,7 @@ def test_every_example_has_a_case():
 @pytest.mark.parametrize("example", sorted(CASES))
 def test_example_runs(example, nranks, tmp_path):
     args, expected = CASES[example]
-    if "--out" in args:  # the files go to this test's temporary folder (pytest removes old ones)
-        args = [str(tmp_path) if a == "{tmp}" else a for a in args]
+    args = [str(tmp_path) if a == "{tmp}" else a for a in args]  # files go to the test's temporary folder
     proc = run_ranks(nranks, os.path.join(EXAMPLES, example), *args, timeout=300, env={"MPIEXEC_TIMEOUT": "280"})
     for pattern in expected:
         pattern = pattern.format(n=nranks, last=nranks - 1)

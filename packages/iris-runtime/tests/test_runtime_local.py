@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import iris.runtime
-from iris.runtime import IrisBackendError, IrisError, IrisUsageError
+from iris.runtime import IrisBackendError, IrisError, IrisUsageError, testing
 from iris.runtime._backend import gpu_usable
 
 
@@ -279,27 +279,25 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
     dog.close()
 
 
-@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system: MPICH keeps no segments there")
+@pytest.mark.skipif(not os.path.isdir(testing.SHM_DIR), reason="no /dev/shm here: MPICH keeps no segments there")
 def test_dead_mpich_segments_are_removed_and_live_ones_kept(monkeypatch):
-    from iris.runtime import testing
-
     monkeypatch.setattr(testing, "_YOUNG_S", 0.3)  # keeps the test short; the rule is the same
-    before = set(os.listdir("/dev/shm"))
+    before = set(os.listdir(testing.SHM_DIR))
     names = [f"mpich_shm_iristest{os.getpid()}_{i}" for i in range(3)]
-    paths = [os.path.join("/dev/shm", n) for n in names]
+    paths = [os.path.join(testing.SHM_DIR, n) for n in names]
     for path in paths:
         with open(path, "wb") as f:
             f.write(b"\0" * 4096)
     live = open(paths[0], "r+b")
     mapping = mmap.mmap(live.fileno(), 4096)  # a running job's segment: this process maps it
-    other = os.path.join("/dev/shm", f"iris-heap-iristest{os.getpid()}")  # not MPICH's: never touched
+    other = os.path.join(testing.SHM_DIR, f"iris-heap-iristest{os.getpid()}")  # not MPICH's: never touched
     open(other, "wb").close()
     try:
         removed = testing.remove_dead_mpich_segments(before)
         assert sorted(removed) == sorted(paths[1:]), removed
         assert os.path.exists(paths[0]) and os.path.exists(other)
         assert not any(os.path.exists(p) for p in paths[1:])
-        assert testing.remove_dead_mpich_segments(set(os.listdir("/dev/shm"))) == []  # nothing new since
+        assert testing.remove_dead_mpich_segments(set(os.listdir(testing.SHM_DIR))) == []  # nothing new since
     finally:
         mapping.close()
         live.close()
