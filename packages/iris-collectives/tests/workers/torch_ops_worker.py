@@ -22,6 +22,7 @@ import os
 import sys
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import iris.runtime.testing
 from iris.collectives import ccl, ops
@@ -206,6 +207,39 @@ def scenario_gradcheck_fused_ops(ctx):
                      [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
     global_gradcheck(ctx, "matmul_all_gather", lambda a, b, c: F.matmul_all_gather(ctx, a, b, c),
                      [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
+
+
+class IrisCalls(TorchDispatchMode):
+    """Records the names of the ``iris::`` operators called while it is active (below autograd: the
+    backward's calls too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "iris":
+            self.names.append(func.__name__.split(".")[0])
+        return func(*args, **(kwargs or {}))
+
+
+def scenario_reduce_scatter_gradient_gathers_once(ctx):
+    # matmul_reduce_scatter's backward needs every rank's g for da and for db: one all_gather then,
+    # not the fused all_gather_matmul plus a second gather; the fused op where da alone is wanted.
+    # Each way gives the same gradients (fp64; exact to rounding).
+    W, M, K, N = ctx.world_size, 4 * ctx.world_size, 3, 5
+    a0, b0, g = rand((M, K), 140 + ctx.rank), rand((K, N), 150 + ctx.rank), rand((M // W, N), 160 + ctx.rank)
+    results = {}
+    for wants in (("a", "b"), ("a",), ("b",)):
+        a, b = (t.to(ctx.device).requires_grad_(name in wants) for name, t in (("a", a0), ("b", b0)))
+        out = F.matmul_reduce_scatter(ctx, a, b)
+        with IrisCalls() as calls:
+            out.backward(g.to(ctx.device))
+        expected = {("a", "b"): ["all_gather"], ("a",): ["all_gather_matmul"], ("b",): ["all_gather"]}[wants]
+        assert calls.names == expected, f"backward wanting {wants}: called {calls.names}, expected {expected}"
+        results[wants] = (a.grad, b.grad)
+    same(results[("a",)][0], results[("a", "b")][0], "da, fused against gathered once", 1e-12)
+    same(results[("b",)][1], results[("a", "b")][1], "db alone against both", 0.0)
 
 
 def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):

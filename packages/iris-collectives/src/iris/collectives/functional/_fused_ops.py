@@ -15,8 +15,9 @@ the result, cast to the inputs' dtype first; ``b`` and ``bias`` are this rank's)
   the sum over ranks of ``g_q @ b_q^T``, of which this rank's rows are ``a_r``'s:
   ``da = matmul_reduce_scatter(g, b^T)``; ``db = all_gather(a)^T @ g``; ``dbias = g.sum(0)``.
 - ``matmul_reduce_scatter``, ``out_r = (sum_p a_p @ b_p)[rows of r] + bias_r``: the sum's gradient
-  is every rank's ``g`` gathered, ``G``: ``da = all_gather_matmul(g, b^T)`` (``= G @ b^T``),
-  ``db = a^T @ all_gather(g)``, ``dbias = g.sum(0)``.
+  is every rank's ``g`` gathered, ``G``: ``da = G @ b^T``, ``db = a^T @ G``, ``dbias = g.sum(0)``.
+  With both ``da`` and ``db`` wanted (training), ``G = all_gather(g)`` once and two GEMMs; with
+  ``da`` alone (frozen weights), the fused ``all_gather_matmul(g, b^T)``.
 - ``matmul_all_gather``, ``out = cat_p (a_p @ b_p + bias_p)``: this rank's product's gradient is
   the sum of every rank's gradient of its rows, ``g_r = reduce_scatter(g)``: ``da = g_r @ b^T``,
   ``db = a^T @ g_r``, ``dbias = g_r.sum(0)``.
@@ -26,10 +27,9 @@ sequence-parallel row layer) needs its gradients summed over the ranks:
 :func:`iris.collectives.functional.sum_gradients` does it, the layers of :mod:`iris.collectives.nn`
 use it.
 
-``G`` is gathered twice in ``matmul_reduce_scatter``'s gradient when both ``a`` and ``b`` need one
-(inside ``all_gather_matmul`` and once more for ``db``), and ``A`` once more in
-``all_gather_matmul``'s: the fused op does not hand out the gathered operand (torch's
-``fused_all_gather_matmul`` does).
+``all_gather_matmul``'s gradient gathers ``A`` again for ``db``: the fused op does not hand out the
+gathered operand (torch's ``fused_all_gather_matmul`` does, at the cost of keeping it alive until
+the backward).
 """
 
 from __future__ import annotations
@@ -151,8 +151,14 @@ def _matmul_reduce_scatter_backward(ctx, grad):
     a, b = ctx.saved_tensors
     need = _needs(ctx)
     g = grad.to(a.dtype).contiguous()
-    da = torch.ops.iris.all_gather_matmul(ctx.handle, g, b.t()) if need[1] else None
-    db = a.t() @ torch.ops.iris.all_gather(ctx.handle, g) if need[2] else None
+    if need[1] and need[2]:
+        # Both products read every rank's g. The fused op would hide at most the one gather inside
+        # it behind its GEMM, and db would pay a second one in full: gather once, multiply twice.
+        gathered = torch.ops.iris.all_gather(ctx.handle, g)
+        da, db = gathered @ b.t(), a.t() @ gathered
+    else:
+        da = torch.ops.iris.all_gather_matmul(ctx.handle, g, b.t()) if need[1] else None
+        db = a.t() @ torch.ops.iris.all_gather(ctx.handle, g) if need[2] else None
     dbias = g.sum(0) if need[3] else None
     return _grads(ctx, da, db, dbias)
 
