@@ -12,12 +12,12 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
 export IRIS_BACKEND=cuda IRIS_TIMEOUT_S=${IRIS_TIMEOUT_S:-120} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
-export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps_pipe} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mps_log}
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" benchmarks/results
-nvidia-cuda-mps-control -d 2>/dev/null && trap 'echo quit | nvidia-cuda-mps-control' EXIT
-# A job killed while its kernels spin leaves MPS refusing new clients ("device(s) is/are busy or
-# unavailable"): restart the daemon after a step that failed or timed out, so later steps still run.
-restart_mps() { timeout 20 bash -c "echo quit | nvidia-cuda-mps-control" 2>/dev/null; sleep 2; nvidia-cuda-mps-control -d 2>/dev/null && echo "=== MPS restarted"; }
+mkdir -p benchmarks/results
+# MPS (tools/mps.sh). A job killed while its kernels spin leaves MPS refusing new clients ("device(s)
+# is/are busy or unavailable"): restart_mps after a step that failed or timed out, so later steps run.
+source tools/mps.sh
+start_mps
+trap '[ "$started_mps" = 1 ] && stop_mps' EXIT
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x IRIS_TIMEOUT_S -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}

@@ -6,6 +6,8 @@
 # it is running (in a process group of its own) and prints the summary of what ran, so that a run
 # under an outer time limit still reports. A plain `timeout` around this script ends the shell but
 # not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
+# For the same reason send the output to a file, not into a pipe (`| tail`): a job that outlives
+# pytest (its SIGKILL, 30 s after the deadline) would hold the pipe, and what was printed with it.
 # The whole suite at 2 and 4 ranks takes longer than one 10-minute call: IRIS_TEST_SHARD=1/2 and
 # then 2/2 run it in two halves (tools/pytest_shard.py; a test function's world sizes stay together).
 set -uo pipefail
@@ -16,14 +18,12 @@ export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-1,2,4}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset TRITON_INTERPRET
 
-started_mps=0
-if command -v nvidia-cuda-mps-control >/dev/null && [ -z "${IRIS_NO_MPS:-}" ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/mps_pipe} CUDA_MPS_LOG_DIRECTORY=${CUDA_MPS_LOG_DIRECTORY:-/tmp/mps_log}
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d 2>/dev/null; then started_mps=1; echo "MPS started"; fi
+# MPS: several ranks on one GPU (tools/mps.sh; IRIS_NO_MPS=1 runs without it).
+source tools/mps.sh
+if [ -z "${IRIS_NO_MPS:-}" ]; then
+  start_mps
+  trap '[ "$started_mps" = 1 ] && stop_mps' EXIT
 fi
-stop_mps() { if [ "$started_mps" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi; }
-trap stop_mps EXIT
 
 # The sm_90 compile/PTX checks run without a GPU and already run in CI: skip them here unless asked.
 skip_compile=(--ignore-glob='*test_*compile*.py' -k 'not sm90')
