@@ -31,4 +31,5 @@ skip_compile=(--ignore-glob='*test_*compile*.py' -k 'not sm90')
 if [ $# -eq 0 ]; then set -- packages/iris-runtime/tests packages/iris-device/tests packages/iris-collectives/tests tests; fi
 deadline=()
 [ -n "${GPU_TESTS_DEADLINE_S:-}" ] && deadline=(timeout -s INT -k 30 "$GPU_TESTS_DEADLINE_S")
-PYTHONPATH="$PWD/tools:$PYTHONPATH" "${deadline[@]}" python3 -m pytest -p pytest_shard "${skip_compile[@]}" "$@"
+# --durations: device time is what limits a GPU run; the summary says which tests spend it.
+PYTHONPATH="$PWD/tools:$PYTHONPATH" "${deadline[@]}" python3 -m pytest -p pytest_shard --durations=25 "${skip_compile[@]}" "$@"
