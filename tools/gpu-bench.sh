@@ -17,7 +17,6 @@ mkdir -p benchmarks/results
 # is/are busy or unavailable"): restart_mps after a step that failed or timed out, so later steps run.
 source tools/mps.sh
 start_mps
-trap '[ "$started_mps" = 1 ] && stop_mps' EXIT
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x IRIS_TIMEOUT_S -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}

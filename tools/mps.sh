@@ -19,13 +19,14 @@ stop_mps() {
   sleep 1
 }
 
+restart_mps() { stop_mps; nvidia-cuda-mps-control -d 2>/dev/null && started_mps=1 && echo "=== MPS restarted"; }
+
+# Also stops, at the script's exit, a daemon that it (or a later restart_mps) started.
 start_mps() {
   command -v nvidia-cuda-mps-control >/dev/null || return 0
+  trap '[ "$started_mps" = 1 ] && stop_mps' EXIT
   if nvidia-cuda-mps-control -d 2>/dev/null; then started_mps=1; echo "MPS started"; return 0; fi
   if mps_client_ok; then echo "MPS already running, and usable"; return 0; fi
   echo "MPS already running but refusing clients: restarting it"
-  stop_mps
-  nvidia-cuda-mps-control -d && started_mps=1 && echo "MPS restarted"
+  restart_mps
 }
-
-restart_mps() { stop_mps; nvidia-cuda-mps-control -d 2>/dev/null && started_mps=1 && echo "=== MPS restarted"; }
