@@ -60,13 +60,15 @@ TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 CANDIDATES = {
     "cuda": {
         "all_reduce": [("one_shot", 1024, 1024, 4), ("one_shot", 4096, 1024, 4), ("one_shot", 16384, 1024, 8),
+                       ("one_shot_buffered", 1024, 1024, 4), ("one_shot_buffered", 4096, 1024, 4),
                        ("two_shot", 4096, 1024, 4), ("two_shot", 16384, 1024, 8), ("two_shot", 32768, 1024, 16),
                        ("two_shot", 32768, 1024, 16, 1 << 20), ("two_shot", 32768, 1024, 16, 1 << 21),
                        ("two_shot", 32768, 1024, 16, 1 << 22)],
         "pull": [("pull", 1024, 1024, 4), ("pull", 4096, 1024, 4), ("pull", 16384, 1024, 8),
                  ("pull", 32768, 1024, 16), ("pull", 32768, 1024, 16, 1 << 20), ("pull", 32768, 1024, 16, 1 << 21)],
     },
-    "cpu": {"all_reduce": [("one_shot", 1024, 64, 4), ("two_shot", 1024, 64, 4, 2048)],
+    "cpu": {"all_reduce": [("one_shot", 1024, 64, 4), ("one_shot_buffered", 1024, 64, 4),
+                           ("two_shot", 1024, 64, 4, 2048)],
             "pull": [("pull", 1024, 64, 4)]},
 }
 
@@ -442,11 +444,11 @@ def best_rows(result: dict) -> list[dict]:
     return sorted(rows, key=lambda r: r["dtype"] == "*")
 
 
-def write_table(path: str, rows: list[dict], result: dict) -> None:
+def write_table(path: str, rows: list[dict], result: dict, measured_here: set) -> None:
     """Rewrite the selection table with the measured ``rows`` in place of the earlier rows of the
-    same backend, world size, ranks per GPU and collective; every other row is kept, the rows for
-    any world size (the fallbacks) after all measured ones, since the first matching row wins."""
-    measured_here = {p["collective"] for p in result["points"]}
+    same backend, world size, ranks per GPU and collective (of ``measured_here``); every other row
+    is kept, the rows for any world size (the fallbacks) after all measured ones, since the first
+    matching row wins."""
 
     def same(r):
         return (r["backend"] == result["backend"] and r["world_size"] == result["world_size"]
@@ -533,15 +535,18 @@ def plot(result: dict, path: str) -> str | None:
 def save(args, result: dict, final: bool) -> None:
     """Writes the table (with --write-table), the JSON, the Markdown and the plot of ``result``;
     after each size too (``final`` False), so a run cut short keeps what it measured."""
-    if args.write_table:
-        rows = best_rows(result)
-        write_table(args.table_out, rows, result)
-        result = dict(result, table_rows=rows, points=[as_chosen(p, rows, result) for p in result["points"]])
     os.makedirs(args.out, exist_ok=True)
     W, shared = result["world_size"], result.get("ranks_per_gpu", 1)
     gpus = f"_{W // shared}gpu" if result["backend"] == "cuda" and shared > 1 else ""
     stem = os.path.join(args.out, f"ccl_{W}ranks{gpus}{'_quick' if args.quick else ''}")
+    measured = {p["collective"] for p in result["points"]}
     result = with_earlier_points(result, stem + ".json")
+    if args.write_table:
+        # the table of the collectives this run measured, from their points of every size: a run
+        # of a few sizes keeps what an earlier run chose for the others
+        rows = [r for r in best_rows(result) if r["collective"] in measured]
+        write_table(args.table_out, rows, result, measured)
+        result = dict(result, table_rows=rows, points=[as_chosen(p, rows, result) for p in result["points"]])
     notes = list(result["notes"])
     if not final:
         notes.append(f"partial: sizes {', '.join(human(s) for s in result['sizes_done'])} of "
@@ -576,8 +581,8 @@ def as_chosen(point: dict, rows: list[dict], result: dict) -> dict:
 
 def with_earlier_points(result: dict, path: str) -> dict:
     """``result`` plus the points of an earlier results file of the same configuration for the
-    collectives and dtypes this run did not measure (``--collectives`` reruns a few and keeps the
-    rest of the file)."""
+    collectives, dtypes and sizes this run did not measure (``--collectives`` or ``--sizes``
+    rerun a few and keep the rest of the file)."""
     try:
         with open(path) as f:
             earlier = json.load(f)
@@ -586,14 +591,16 @@ def with_earlier_points(result: dict, path: str) -> dict:
     key = ("world_size", "ranks_per_gpu", "backend")
     if any(earlier.get(k) != result[k] for k in key):
         return result
-    measured = {(p["collective"], p["dtype"]) for p in result["points"]}
-    kept = [p for p in earlier.get("points", []) if (p["collective"], p["dtype"]) not in measured]
+    measured = {(p["collective"], p["dtype"], p["bytes"]) for p in result["points"]}
+    kept = [p for p in earlier.get("points", []) if (p["collective"], p["dtype"], p["bytes"]) not in measured]
     if not kept:
         return result
     order = {name: i for i, name in enumerate(COLLECTIVES)}
     points = sorted(result["points"] + kept, key=lambda p: (order.get(p["collective"], 99), p["bytes"]))
     dtypes = list(dict.fromkeys([*result["dtypes"], *earlier.get("dtypes", [])]))
-    note = f"points of {', '.join(sorted({p['collective'] for p in kept}))} from the run of {earlier.get('date')}"
+    sizes = sorted({p["bytes"] for p in kept})
+    note = (f"points of {', '.join(sorted({p['collective'] for p in kept}))} at {', '.join(human(b) for b in sizes)} "
+            f"from the run of {earlier.get('date')}")
     return dict(result, points=points, dtypes=dtypes, notes=[*result["notes"], note])
 
 

@@ -40,13 +40,13 @@ def cases():
     specialises them for the usual message sizes: the data's loads and stores are then vectors."""
     for dt, op in (("fp32", "sum"), ("bf16", "sum"), ("bf16", "avg"), ("fp16", "max"), ("int32", "min"),
                    ("int64", "prod")):
-        for two_shot in (False, True):
-            for stage, copy in ((False, False), (True, two_shot)):
-                variant = "two_shot" if two_shot else "one_shot"
+        for variant, two_shot, buffered in (("one_shot", False, False), ("two_shot", True, False),
+                                            ("one_shot_buffered", False, True)):
+            for stage, copy in ((True, two_shot),) if buffered else ((False, False), (True, two_shot)):
                 yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
-                       sig("inp src dst out locks", dt, "n chunk"),
+                       sig("inp src dst out locks", dt, "n chunk half"),
                        dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
-                            **TILE), ("inp", "src", "dst", "out", "n", "chunk"))
+                            BUFFERED=buffered, **TILE), ("inp", "src", "dst", "out", "n", "chunk", "half"))
     for dt in ("fp32", "bf16"):
         yield (f"reduce_scatter/{dt}", K.reduce_scatter_kernel, sig("inp src out locks", dt, "m src_stride chunk"),
                dict(rank=0, world_size=4, OP=0, STAGE_IN=True, **TILE),

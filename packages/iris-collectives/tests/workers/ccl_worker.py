@@ -22,6 +22,8 @@ import torch
 import iris.device
 import iris.runtime.testing
 from iris.collectives import ccl
+from iris.collectives._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS
+from iris.collectives.ops import _workspace
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
 
@@ -205,6 +207,42 @@ def scenario_back_to_back(ctx):
         check(out, expected, f"back-to-back all_reduce call {k}")
 
 
+def scenario_buffered_one_shot(ctx):
+    # variant one_shot_buffered: one flag round trip per call, the staging buffer's halves used by
+    # turns. Every op and placement; back to back with new data and no barrier, alternating two
+    # sizes of one size class (the same workspace: the grid is fixed per workspace), with one
+    # rank made late so that the others run ahead into the next call; rounds through staging.
+    W, r = ctx.world_size, ctx.rank
+    buffered = ccl.Config(variant="one_shot_buffered", block=64, width=16)
+    for i, (dtype, op) in enumerate(((torch.float32, "sum"), (torch.bfloat16, "avg"), (torch.float16, "max"),
+                                     (torch.int32, "min"), (torch.int64, "prod"))):
+        run_all_reduce(ctx, (37, 150, 1, 64, 200)[i], dtype, op, 9500 + 10 * i, buffered, heap_in=i == 1,
+                       heap_out=i == 2, in_place=i >= 3)
+    x = ctx.zeros(250)  # in place on the heap, as a gradient bucket would be
+    for k in range(24):
+        n = (130, 250)[k % 2]  # 3 and 4 tiles: one workspace of 4
+        if k % 8 == 3 and r == k // 8 % W:
+            iris.runtime.testing.busy_stream(ctx, 0.2)
+        x[:n].copy_(torch.arange(n, dtype=torch.float32) + 5 * k + r)
+        ccl.all_reduce(ctx, x[:n], x[:n], config=buffered)
+        expected = W * (torch.arange(n, dtype=torch.float32) + 5 * k) + W * (W - 1) // 2
+        check(x[:n], expected, f"buffered one-shot, back to back, call {k}")
+    run_all_reduce(ctx, 450, torch.float32, "sum", 9600, ccl.Config(variant="one_shot_buffered", block=64,
+                                                                      width=16, chunk=128))
+    # the protocol itself: every program's lock record counted W - 1 "ready" per call and no "done"
+    if W > 1 and not iris.device.DEBUG.value:
+        spaces = [ws for key, ws in _workspace._CACHES[ctx].items()
+                  if key[:7] == ("ccl.all_reduce", torch.float32, W, "one_shot_buffered", 64, 16, 4)]
+        assert len(spaces) == 1, [key for key in _workspace._CACHES[ctx]]
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        records = spaces[0].buffers["locks"].cpu().view(-1, LOCK_WORDS)
+        arrive, done, epoch = ARRIVE.value, DONE.value, EPOCH.value  # compile-time constants of the kernels
+        used = records[records[:, epoch] > 0]
+        assert len(used) > 0 and (used[:, epoch] == 24).all(), records
+        assert (used[:, arrive] == 24 * (W - 1)).all() and (used[:, done] == 0).all(), records
+
+
 def scenario_late_first_call(ctx):
     # The first call of a shape creates its workspace (flags zeroed on the stream). Rank 0 comes
     # 0.5 s late, as behind a long GEMM: the others' kernels must not signal into its flags before
@@ -317,6 +355,7 @@ def scenario_cuda_graph(ctx):
     y = ctx.zeros(n)
     g = torch.empty(W * n, device=dev)
     b = torch.empty(n, dtype=torch.bfloat16, device=dev)
+    z = torch.empty(n, device=dev)
     stream = torch.cuda.Stream(dev)
 
     def sequence():
@@ -324,6 +363,9 @@ def scenario_cuda_graph(ctx):
         ccl.all_gather(ctx, g, y)
         ccl.barrier(ctx)
         ccl.broadcast(ctx, b, W - 1)
+        # two calls per replay, one on each half of the staging buffer, the second in place
+        ccl.all_reduce(ctx, z, x, config=ccl.Config(variant="one_shot_buffered"))
+        ccl.all_reduce(ctx, z, z, config=ccl.Config(variant="one_shot_buffered"))
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
@@ -344,6 +386,7 @@ def scenario_cuda_graph(ctx):
         check(y, expected, f"graph replay {k}: all_reduce")
         check(g, expected.repeat(W), f"graph replay {k}: all_gather")
         check(b, torch.full((n,), float(k + W - 1)).to(torch.bfloat16), f"graph replay {k}: broadcast")
+        check(z, W * expected, f"graph replay {k}: one_shot_buffered all_reduce, twice")
 
 
 if __name__ == "__main__":

@@ -309,12 +309,25 @@ def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexp
 @triton.jit
 def _one_shot_range(ctx, tiles, src_view, dst_view, locks, OP: tl.constexpr, mine_view, call: tl.constexpr):
     # The one-shot protocol once for every tile of the range: ready, every tile summed, done.
-    acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
-    dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
     if ctx.world_size > 1:
         slot, record, epoch = enter_range(tiles, dst_view, locks, call)
         # no peer can leave this call before this rank's "done": their signatures hold
         signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+    reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP, mine_view, call)
+    if ctx.world_size > 1:
+        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+
+
+@triton.jit
+def reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP: tl.constexpr, mine_view, call: tl.constexpr):
+    """The reduction step of the one-shot range protocol, with no flags: for every tile of the
+    range, ``dst_view = OP(src_view of every rank)`` in rank order, this rank's values read from
+    ``mine_view`` (None: ``src_view``). The caller has acquired every peer's ``src_view`` tiles
+    ("ready") and keeps them from being overwritten until this returns. Per program; weak loads
+    from the peers, weak stores to this rank's ``dst_view``; ``call`` names the caller in
+    compile-time errors."""
+    acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
+    dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
     for t in range(tiles.first, tiles.stop, tiles.step):
         view = tiles.tile(t)
         src_ptrs, mask = src_view.frame(view)
@@ -331,8 +344,6 @@ def _one_shot_range(ctx, tiles, src_view, dst_view, locks, OP: tl.constexpr, min
         tl.store(dst_ptrs, round_to(acc, dst_ty), mask=mask)
         if ctx.tracing.enabled:
             ctx.tracing.record_event_end(handle)
-    if ctx.world_size > 1:
-        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
 @triton.jit

@@ -12,7 +12,7 @@ from . import _table
 #: Variants each collective accepts (``Config.variant``); the first is the default where the
 #: table names none.
 VARIANTS = {
-    "all_reduce": ("one_shot", "two_shot"),
+    "all_reduce": ("one_shot", "two_shot", "one_shot_buffered"),
     "reduce_scatter": ("pull",),
     "all_gather": ("pull",),
     "all_to_all": ("pull",),
@@ -25,9 +25,11 @@ class Config:
     """Launch settings of a host collective; every field left ``None`` comes from the table.
 
     - ``variant``: the algorithm (see :data:`VARIANTS`): ``one_shot`` (every rank reads every
-      rank's tile and reduces) or ``two_shot`` (each rank reduces a share of each tile and writes
-      it to every rank) for ``all_reduce``; ``pull`` (each rank reads what it needs from the
-      peers' heap) for the others.
+      rank's tile and reduces), ``two_shot`` (each rank reduces a share of each tile and writes
+      it to every rank) or ``one_shot_buffered`` (one-shot from a staging buffer with two halves
+      used by turns, which saves the wait for the peers to finish reading: one flag round trip
+      per call instead of two) for ``all_reduce``; ``pull`` (each rank reads what it needs from
+      the peers' heap) for the others.
     - ``block``: elements per tile (a power of two); ``width``: columns per tile row (a power of
       two dividing ``block``; ``block // width`` rows per tile).
     - ``grid``: programs per rank (a persistent grid), at most the tiles and what is resident.

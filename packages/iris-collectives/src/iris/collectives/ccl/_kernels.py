@@ -23,9 +23,9 @@ replays them correctly.
 import triton
 import triton.language as tl
 
-from iris.device import load
+from iris.device import DEBUG, load
 
-from .._all_reduce import all_reduce_one_shot_op, all_reduce_two_shot_op, own_share_rows
+from .._all_reduce import all_reduce_one_shot_op, all_reduce_two_shot_op, own_share_rows, reduce_range_in_rank_order
 from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, device_barrier, enter_range, signal_and_wait_all
 from .._views import INDEX_TYPE, TileRange
@@ -62,9 +62,9 @@ def _tile_offsets(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, rank: tl.constexpr, world_size: tl.constexpr,
-                      OP: tl.constexpr, TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, half, rank: tl.constexpr,
+                      world_size: tl.constexpr, OP: tl.constexpr, TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr,
+                      COPY_OUT: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)``, ``n`` elements, through ``all_reduce_one_shot`` or
     ``all_reduce_two_shot`` on the program's range of tiles. ``src``: what peers read (``inp``
     itself when it is on the heap and not ``out``, else a heap staging buffer this kernel fills:
@@ -74,7 +74,10 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, rank: tl.con
     The tensor is reduced in rounds of ``chunk`` elements (a multiple of the tile; ``n`` or more:
     one round), each a complete call of the collective on that part, whose staging buffers hold
     one round and are reused by the next: small enough, they stay in L2, and a tensor that is not
-    on the heap costs little more memory traffic than one that is."""
+    on the heap costs little more memory traffic than one that is.
+
+    ``BUFFERED`` (one-shot, ``STAGE_IN``): :func:`_buffered_one_shot_round`, whose staging buffer
+    has two halves ``half`` elements apart."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     for base in range(0, n, chunk):
         # the heap buffers of this round: the staging buffers start over, the caller's tensors move on
@@ -86,8 +89,46 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, rank: tl.con
             round_dst = dst
         else:
             round_dst = dst + base
-        _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, tl.minimum(chunk, n - base), OP,
-                          TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
+        if BUFFERED:
+            _buffered_one_shot_round(ctx, inp + base, src, out + base, locks, tl.minimum(chunk, n - base), half, OP,
+                                     BLOCK_M, BLOCK_N)
+        else:
+            _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, tl.minimum(chunk, n - base),
+                              OP, TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _buffered_one_shot_round(ctx, inp, src, out, locks, n, half, OP: tl.constexpr, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr):
+    # The one-shot all-reduce with one flag round trip: "ready" and no "done".
+    #
+    # The program stages its tiles into half (epoch % 2) of src, signals "ready", waits for every
+    # peer's, and reduces. It does not wait until the peers have read its staging: the next write
+    # to this half, two calls (or rounds) later, is safe without it. Peer q's program reads this
+    # program's tiles of half h in call e, then, in program order or from a later kernel on its
+    # stream, signals "ready" for call e + 1, which this program waits for in call e + 1, before it
+    # writes half h again in call e + 2. That needs the same tiles in a program's range in every
+    # call of the workspace (the host fixes the grid per workspace) and each rank's calls on one
+    # stream, in order. The counters stay exact: a peer can be at most one call ahead (it waits
+    # for this rank's "ready"), and one that is ahead has seen every other peer's "ready" of this
+    # call, so the sum of the counters reaches epoch * (W - 1) only with every peer's.
+    #
+    # Debug mode keeps the "done" wait: the signatures in the lock record that peers compare
+    # while they wait must hold until they have.
+    call: tl.constexpr = "iris.collectives.all_reduce_one_shot"
+    tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
+    o = FlatView(out, n, rows, BLOCK_N)
+    slot, record, epoch = enter_range(tiles, o, locks, call)
+    staged = src + (epoch % 2) * half
+    for t in range(tiles.first, tiles.stop, tiles.step):
+        offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
+        mask = offsets < n
+        tl.store(staged + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
+    signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+    reduce_range_in_rank_order(ctx, tiles, FlatView(staged, n, rows, BLOCK_N), o, OP, FlatView(inp, n, rows, BLOCK_N),
+                               call)
+    if DEBUG:
+        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
 @triton.jit

@@ -56,10 +56,15 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     cfg = choose("all_reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config,
                  ranks_per_gpu=ctx.ranks_on_device)
     two_shot = cfg.variant == "two_shot" and W > 1
+    buffered = cfg.variant == "one_shot_buffered" and W > 1
     same = out.data_ptr() == inp.data_ptr()
     sym_in, sym_out = ctx.is_symmetric(inp), ctx.is_symmetric(out)
     if W == 1:
         stage_in = copy_out = False  # nothing is read by a peer
+    elif buffered:
+        # Always staged, into the half of the staging buffer that the call's parity picks: the
+        # kernel does not wait for the peers to finish reading (see _buffered_one_shot_round).
+        stage_in, copy_out = True, False
     elif two_shot:
         # Peers read src and write their shares into dst, which must be on the heap. In place on
         # the heap (src is dst) is safe: a share's rows are read on every rank, and then
@@ -75,11 +80,17 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
     ws_key = ("ccl.all_reduce", inp.dtype, W, cfg.variant, block, width, cap, stage_in, copy_out)
+    if buffered:
+        # Every call of a buffered workspace must give each program the same tiles, so the grid
+        # is fixed per workspace: what decides it (the op's kernel, warps, the config's grid) is
+        # in the key, and the grid is sized for the capacity, not for this call's tiles.
+        ws_key += (code, cfg.num_warps, cfg.grid)
+    half = cap * block if buffered else 0  # elements between the staging buffer's two halves
 
     def make(ctx):
         buffers = {"locks": ctx.zeros(cap * LOCK_WORDS, dtype=torch.int32)}
         if stage_in:
-            buffers["stage"] = ctx.zeros(cap * block, dtype=inp.dtype)
+            buffers["stage"] = ctx.zeros((2 if buffered else 1) * cap * block, dtype=inp.dtype)
         if copy_out:
             buffers["result"] = ctx.zeros(cap * block, dtype=inp.dtype)
         return buffers
@@ -88,12 +99,14 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     context, locks = ctx.get_device_context(), ws.buffers["locks"]
     stage, result = ws.buffers.get("stage"), ws.buffers.get("result")
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
-                      COPY_OUT=copy_out, BLOCK_M=block // width, BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk)
-    run = _launch.launcher(ctx, ws, all_reduce_kernel, tiles, cap, cfg, args, constexprs)
+                      COPY_OUT=copy_out, BUFFERED=buffered, BLOCK_M=block // width, BLOCK_N=width)
+    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk,
+            half)
+    run = _launch.launcher(ctx, ws, all_reduce_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk)
+        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk,
+            half)
         _launch.promote(ctx, key, run)
 
     return plan
