@@ -48,13 +48,16 @@ def cases():
                        dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
                             BUFFERED=buffered, **TILE), ("inp", "src", "dst", "out", "n", "chunk", "half"))
     for dt in ("fp32", "bf16"):
-        yield (f"reduce_scatter/{dt}", K.reduce_scatter_kernel, sig("inp src out locks", dt, "m src_stride chunk"),
-               dict(rank=0, world_size=4, OP=0, STAGE_IN=True, **TILE),
-               ("inp", "src", "out", "m", "src_stride", "chunk"))
-        for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
-            yield (f"{name}/{dt}", K.pull_kernel, sig("inp src out locks", dt, "m src_stride chunk root"),
-                   dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, **TILE),
-                   ("inp", "src", "out", "m", "src_stride", "chunk"))
+        for variant, buffered in (("pull", False), ("pull_buffered", True)):
+            yield (f"reduce_scatter/{variant}/{dt}", K.reduce_scatter_kernel,
+                   sig("inp src out locks", dt, "m src_stride chunk half"),
+                   dict(rank=0, world_size=4, OP=0, STAGE_IN=True, BUFFERED=buffered, **TILE),
+                   ("inp", "src", "out", "m", "src_stride", "chunk", "half"))
+            for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
+                yield (f"{name}/{variant}/{dt}", K.pull_kernel,
+                       sig("inp src out locks", dt, "m src_stride chunk half root"),
+                       dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
+                       ("inp", "src", "out", "m", "src_stride", "chunk", "half"))
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", ""), dict(rank=0, world_size=2), ())
 
 

@@ -237,10 +237,49 @@ def scenario_buffered_one_shot(ctx):
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
         records = spaces[0].buffers["locks"].cpu().view(-1, LOCK_WORDS)
-        arrive, done, epoch = ARRIVE.value, DONE.value, EPOCH.value  # compile-time constants of the kernels
-        used = records[records[:, epoch] > 0]
-        assert len(used) > 0 and (used[:, epoch] == 24).all(), records
-        assert (used[:, arrive] == 24 * (W - 1)).all() and (used[:, done] == 0).all(), records
+        used = records[records[:, EPOCH.value] > 0]  # .value: the kernels' compile-time word indices
+        assert len(used) > 0 and (used[:, EPOCH.value] == 24).all(), records
+        assert (used[:, ARRIVE.value] == 24 * (W - 1)).all() and (used[:, DONE.value] == 0).all(), records
+
+
+def scenario_buffered_pull(ctx):
+    # variant pull_buffered of reduce_scatter, all_gather, all_to_all and broadcast: every
+    # collective, heap and not; back to back in one mixed sequence (a different root each time,
+    # one rank made late); in rounds; then the lock records: "ready" counted, no "done"
+    W, r = ctx.world_size, ctx.rank
+    pull = ccl.Config(variant="pull_buffered", block=64, width=16)
+    run_reduce_scatter(ctx, 37, torch.float32, "sum", 9700, config=pull)
+    run_reduce_scatter(ctx, 70, torch.bfloat16, "max", 9701, heap_in=True, config=pull)
+    run_all_gather(ctx, 37, torch.float16, 9702, config=pull)
+    run_all_gather(ctx, 24, torch.int64, 9703, heap_in=True, rows=6, config=pull)
+    run_all_to_all(ctx, 5, torch.int32, 9704, config=pull)
+    run_all_to_all(ctx, 64, torch.float32, 9705, heap_in=True, config=pull)
+    run_broadcast(ctx, 100, torch.bfloat16, 9706, W - 1, config=pull)
+    run_broadcast(ctx, 37, torch.float32, 9707, 0, heap=True, config=pull)
+    x = torch.empty(150, device=ctx.device)  # 3 tiles: a workspace of 4
+    g = torch.empty(W * 150, device=ctx.device)
+    for k in range(12):
+        if k % 4 == 1 and r == k // 4 % W:
+            iris.runtime.testing.busy_stream(ctx, 0.2)
+        x.copy_(torch.arange(150, dtype=torch.float32) + 3 * k + 1000 * r)
+        ccl.all_gather(ctx, g, x, config=pull)
+        check(g, torch.cat([torch.arange(150, dtype=torch.float32) + 3 * k + 1000 * q for q in range(W)]),
+              f"buffered all_gather, back to back, call {k}")
+        ccl.broadcast(ctx, x, k % W, config=pull)
+        check(x, torch.arange(150, dtype=torch.float32) + 3 * k + 1000 * (k % W), f"buffered broadcast, call {k}")
+    rounds = ccl.Config(variant="pull_buffered", block=64, width=16, chunk=128)
+    run_reduce_scatter(ctx, 450, torch.float32, "sum", 9800, config=rounds)
+    run_all_to_all(ctx, 450, torch.float32, 9801, config=rounds)
+    if W > 1 and not iris.device.DEBUG.value:
+        spaces = [ws for key, ws in _workspace._CACHES[ctx].items()
+                  if key[:8] == ("ccl.all_gather", torch.float32, W, "pull_buffered", 64, 16, 4, True)]
+        assert len(spaces) == 1, [key for key in _workspace._CACHES[ctx]]
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        records = spaces[0].buffers["locks"].cpu().view(-1, LOCK_WORDS)
+        used = records[records[:, EPOCH.value] > 0]
+        assert len(used) > 0 and (used[:, EPOCH.value] == 12).all(), records
+        assert (used[:, ARRIVE.value] == 12 * (W - 1)).all() and (used[:, DONE.value] == 0).all(), records
 
 
 def scenario_late_first_call(ctx):
@@ -356,6 +395,7 @@ def scenario_cuda_graph(ctx):
     g = torch.empty(W * n, device=dev)
     b = torch.empty(n, dtype=torch.bfloat16, device=dev)
     z = torch.empty(n, device=dev)
+    h = torch.empty(W * n, device=dev)
     stream = torch.cuda.Stream(dev)
 
     def sequence():
@@ -366,6 +406,7 @@ def scenario_cuda_graph(ctx):
         # two calls per replay, one on each half of the staging buffer, the second in place
         ccl.all_reduce(ctx, z, x, config=ccl.Config(variant="one_shot_buffered"))
         ccl.all_reduce(ctx, z, z, config=ccl.Config(variant="one_shot_buffered"))
+        ccl.all_gather(ctx, h, x, config=ccl.Config(variant="pull_buffered"))
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
@@ -387,6 +428,8 @@ def scenario_cuda_graph(ctx):
         check(g, expected.repeat(W), f"graph replay {k}: all_gather")
         check(b, torch.full((n,), float(k + W - 1)).to(torch.bfloat16), f"graph replay {k}: broadcast")
         check(z, W * expected, f"graph replay {k}: one_shot_buffered all_reduce, twice")
+        check(h, torch.cat([torch.arange(n, dtype=torch.float32) + k + q for q in range(W)]),
+              f"graph replay {k}: pull_buffered all_gather")
 
 
 if __name__ == "__main__":

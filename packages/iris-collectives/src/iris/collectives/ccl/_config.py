@@ -13,10 +13,10 @@ from . import _table
 #: table names none.
 VARIANTS = {
     "all_reduce": ("one_shot", "two_shot", "one_shot_buffered"),
-    "reduce_scatter": ("pull",),
-    "all_gather": ("pull",),
-    "all_to_all": ("pull",),
-    "broadcast": ("pull",),
+    "reduce_scatter": ("pull", "pull_buffered"),
+    "all_gather": ("pull", "pull_buffered"),
+    "all_to_all": ("pull", "pull_buffered"),
+    "broadcast": ("pull", "pull_buffered"),
 }
 
 
@@ -29,7 +29,8 @@ class Config:
       it to every rank) or ``one_shot_buffered`` (one-shot from a staging buffer with two halves
       used by turns, which saves the wait for the peers to finish reading: one flag round trip
       per call instead of two) for ``all_reduce``; ``pull`` (each rank reads what it needs from
-      the peers' heap) for the others.
+      the peers' heap) or ``pull_buffered`` (the same, through a staging buffer in two halves:
+      one round trip) for the others.
     - ``block``: elements per tile (a power of two); ``width``: columns per tile row (a power of
       two dividing ``block``; ``block // width`` rows per tile).
     - ``grid``: programs per rank (a persistent grid), at most the tiles and what is resident.

@@ -36,6 +36,8 @@ GATHER: tl.constexpr = tl.constexpr(0)
 ALL_TO_ALL: tl.constexpr = tl.constexpr(1)
 BROADCAST: tl.constexpr = tl.constexpr(2)
 
+#: The name the one-shot kernels' waits report (an entry of iris.device._watchdog.WAIT_CALLS).
+ONE_SHOT_CALL: tl.constexpr = tl.constexpr("iris.collectives.all_reduce_one_shot")
 #: Names the pull kernel's waits report (see iris.device._watchdog.WAIT_CALLS).
 PULL_CALLS = ("iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast")
 
@@ -115,20 +117,26 @@ def _buffered_one_shot_round(ctx, inp, src, out, locks, n, half, OP: tl.constexp
     #
     # Debug mode keeps the "done" wait: the signatures in the lock record that peers compare
     # while they wait must hold until they have.
-    call: tl.constexpr = "iris.collectives.all_reduce_one_shot"
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     o = FlatView(out, n, rows, BLOCK_N)
-    slot, record, epoch = enter_range(tiles, o, locks, call)
-    staged = src + (epoch % 2) * half
+    slot, record, epoch, staged = _enter_buffered(tiles, o, locks, src, half, ONE_SHOT_CALL)
     for t in range(tiles.first, tiles.stop, tiles.step):
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
         mask = offsets < n
         tl.store(staged + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
-    signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+    signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
     reduce_range_in_rank_order(ctx, tiles, FlatView(staged, n, rows, BLOCK_N), o, OP, FlatView(inp, n, rows, BLOCK_N),
-                               call)
+                               ONE_SHOT_CALL)
     if DEBUG:
-        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+        signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
+
+
+@triton.jit
+def _enter_buffered(tiles, view, locks, src, half, call: tl.constexpr):
+    # Enter a buffered call on the program's range: its lock record's slot, the record, the call
+    # count (epoch) and the half of the staging buffer src that the count's parity picks.
+    slot, record, epoch = enter_range(tiles, view, locks, call)
+    return slot, record, epoch, src + (epoch % 2) * half
 
 
 @triton.jit
@@ -169,15 +177,17 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_S
 
 
 @triton.jit
-def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, chunk, rank: tl.constexpr,
-                          world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr):
+def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, chunk, half, rank: tl.constexpr,
+                          world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce over ranks of chunk rank of inp`` (chunks of ``m`` elements). It is
     ``all_reduce_one_shot`` on the program's range of tiles of chunk ``rank``: every rank reads
     chunk ``rank`` of every peer's ``src`` (chunk ``j`` at ``src + j * src_stride``: ``inp``
     itself on the heap, else the staging buffer, whose chunks start at tile boundaries, and which
     holds only the chunks peers read) and its own chunk of ``inp``, and reduces them into ``out``.
-    In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`."""
+    In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`. ``BUFFERED``
+    (``STAGE_IN``): the one-shot with one flag round trip, as the all-reduce's (see
+    :func:`_buffered_one_shot_round`), the staging buffer's halves ``half`` elements apart."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     for base in range(0, m, chunk):
         if STAGE_IN:
@@ -185,14 +195,18 @@ def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, chunk, r
         else:
             round_src = src + base
         _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base),
-                              src_stride, OP, STAGE_IN, BLOCK_M, BLOCK_N)
+                              src_stride, half, OP, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _reduce_scatter_round(ctx, inp, src, out, locks, m, n, src_stride, OP: tl.constexpr, STAGE_IN: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _reduce_scatter_round(ctx, inp, src, out, locks, m, n, src_stride, half, OP: tl.constexpr,
+                          STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr):
     # One call's worth of reduce_scatter_kernel on n elements of each chunk (chunks m apart in inp).
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
+    o = FlatView(out, n, rows, BLOCK_N)
+    if BUFFERED:
+        slot, record, epoch, src = _enter_buffered(tiles, o, locks, src, half, ONE_SHOT_CALL)
     if STAGE_IN:
         for t in range(tiles.first, tiles.stop, tiles.step):
             offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
@@ -201,8 +215,14 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, m, n, src_stride, OP: tl.co
                 if j != ctx.rank:
                     tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
     peers_read = FlatView(src + ctx.rank * src_stride, n, rows, BLOCK_N)
-    all_reduce_one_shot_op(ctx, tiles, peers_read, FlatView(out, n, rows, BLOCK_N), locks, OP,
-                           FlatView(inp + ctx.rank * m, n, rows, BLOCK_N))
+    mine = FlatView(inp + ctx.rank * m, n, rows, BLOCK_N)
+    if BUFFERED:
+        signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
+        reduce_range_in_rank_order(ctx, tiles, peers_read, o, OP, mine, ONE_SHOT_CALL)
+        if DEBUG:
+            signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
+    else:
+        all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine)
 
 
 @triton.jit
@@ -229,9 +249,9 @@ def _pull_tile(ctx, inp, src, out, m, src_stride, offsets, mask, root, MODE: tl.
 
 
 @triton.jit(do_not_specialize=["root"])
-def pull_kernel(context, inp, src, out, locks, m, src_stride, chunk, root, rank: tl.constexpr,
-                world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_N: tl.constexpr):
+def pull_kernel(context, inp, src, out, locks, m, src_stride, chunk, half, root, rank: tl.constexpr,
+                world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """all_gather (``MODE`` GATHER), all_to_all or broadcast from ``root``, ``m`` elements per
     chunk, by pulling from the peers' heap ``src`` (``inp`` on the heap, else staged here: only
     what peers read).
@@ -240,23 +260,31 @@ def pull_kernel(context, inp, src, out, locks, m, src_stride, chunk, root, rank:
     signal every peer "my src tiles are ready", wait for every peer's, read, signal "done
     reading yours", wait until every peer is done reading this rank's. So ``src`` may be
     overwritten by the next call at once, and ``out`` may be any tensor (only this rank writes
-    it). In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`."""
+    it). In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`.
+
+    ``BUFFERED`` (``STAGE_IN``): no "done" wait; the staging buffer's halves (``half`` elements
+    apart) are used by turns, as in :func:`_buffered_one_shot_round`."""
     ctx = DeviceContext.initialize(context, rank, world_size)
     for base in range(0, m, chunk):
         if STAGE_IN:
             round_src = src
         else:
             round_src = src + base
-        _pull_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base), src_stride, root,
-                    MODE, STAGE_IN, BLOCK_M, BLOCK_N)
+        _pull_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base), src_stride, half,
+                    root, MODE, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _pull_round(ctx, inp, src, out, locks, m, n, src_stride, root, MODE: tl.constexpr, STAGE_IN: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _pull_round(ctx, inp, src, out, locks, m, n, src_stride, half, root, MODE: tl.constexpr, STAGE_IN: tl.constexpr,
+                BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # One call's worth of pull_kernel on n elements of each chunk (chunks m apart in inp and out).
     call: tl.constexpr = _pull_call(MODE)
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
+    if ctx.world_size > 1:
+        if BUFFERED:
+            slot, record, epoch, src = _enter_buffered(tiles, FlatView(out, n, rows, BLOCK_N), locks, src, half, call)
+        else:
+            slot, record, epoch = enter_range(tiles, FlatView(out, n, rows, BLOCK_N), locks, call)
     if STAGE_IN:
         # this program's tiles of every chunk peers will read, into the heap staging
         for t in range(tiles.first, tiles.stop, tiles.step):
@@ -273,14 +301,14 @@ def _pull_round(ctx, inp, src, out, locks, m, n, src_stride, root, MODE: tl.cons
             else:
                 tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
     if ctx.world_size > 1:
-        slot, record, epoch = enter_range(tiles, FlatView(out, n, rows, BLOCK_N), locks, call)
         # no peer can leave this call before this rank's "done": their signatures hold
         signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
     for t in range(tiles.first, tiles.stop, tiles.step):
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
         _pull_tile(ctx, inp, src, out, m, src_stride, offsets, offsets < n, root, MODE)
     if ctx.world_size > 1:
-        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+        if DEBUG or not BUFFERED:
+            signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
 @triton.jit

@@ -136,6 +136,13 @@ def capacity(tiles: int) -> int:
     return 1 << (tiles - 1).bit_length()
 
 
+def grid_key(cfg) -> tuple:
+    """What, besides the compiled kernel, decides the grid of a call: for the workspace key of the
+    buffered variants, whose every call must give each program the same tiles (their launches
+    then size the grid for the workspace's capacity, not for the call's tiles)."""
+    return cfg.num_warps, cfg.grid
+
+
 def workspace(ctx, key: tuple, make):
     """The fused ops' per-context workspace for ``key`` (see ``ops._workspace.workspace``)."""
     return _workspace.workspace(ctx, key, make)

@@ -21,30 +21,37 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
                  ctx.device.type, config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
-    stage_in = W > 1 and not ctx.is_symmetric(inp)
+    # pull_buffered always stages, into the half of the staging buffer that the call's parity
+    # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
+    buffered = cfg.variant == "pull_buffered" and W > 1
+    stage_in = W > 1 and (buffered or not ctx.is_symmetric(inp))
     chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
     tiles = -(-chunk // block)
     cap = _launch.capacity(tiles)
     chunks = W if name == "all_to_all" else 1
     ws_key = (f"ccl.{name}", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
+    if buffered:
+        ws_key += _launch.grid_key(cfg)
+    half = chunks * cap * block if buffered else 0  # elements between the staging buffer's halves
 
     def make(ctx):
         buffers = {"locks": ctx.zeros(cap * LOCK_WORDS, dtype=torch.int32)}
         if stage_in:
-            buffers["stage"] = ctx.zeros(chunks * cap * block, dtype=inp.dtype)
+            buffers["stage"] = ctx.zeros((2 if buffered else 1) * chunks * cap * block, dtype=inp.dtype)
         return buffers
 
     ws = _launch.workspace(ctx, ws_key, make)
     context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
     stride = cap * block if stage_in else m
-    constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BLOCK_M=block // width,
-                      BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, 0)
+    constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered,
+                      BLOCK_M=block // width, BLOCK_N=width)
+    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
-    run = _launch.launcher(ctx, ws, pull_kernel, tiles, cap, cfg, args, constexprs, root_last=True)
+    run = _launch.launcher(ctx, ws, pull_kernel, cap if buffered else tiles, cap, cfg, args, constexprs,
+                           root_last=True)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, root)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half, root)
         _launch.promote(ctx, key, run)
 
     return plan

@@ -81,10 +81,7 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     cap = _launch.capacity(tiles)
     ws_key = ("ccl.all_reduce", inp.dtype, W, cfg.variant, block, width, cap, stage_in, copy_out)
     if buffered:
-        # Every call of a buffered workspace must give each program the same tiles, so the grid
-        # is fixed per workspace: what decides it (the op's kernel, warps, the config's grid) is
-        # in the key, and the grid is sized for the capacity, not for this call's tiles.
-        ws_key += (code, cfg.num_warps, cfg.grid)
+        ws_key += (code, *_launch.grid_key(cfg))  # the op: its own kernel, maybe its own resident grid
     half = cap * block if buffered else 0  # elements between the staging buffer's two halves
 
     def make(ctx):
@@ -140,29 +137,33 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     cfg = choose("reduce_scatter", inp.numel() * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type,
                  config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
-    stage_in = W > 1 and not ctx.is_symmetric(inp)
+    buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
+    stage_in = W > 1 and (buffered or not ctx.is_symmetric(inp))
     chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
     tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
     ws_key = ("ccl.reduce_scatter", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
+    if buffered:
+        ws_key += (code, *_launch.grid_key(cfg))
+    half = W * cap * block if buffered else 0  # elements between the staging buffer's halves
 
     def make(ctx):
         buffers = {"locks": ctx.zeros(cap * LOCK_WORDS, dtype=torch.int32)}
         if stage_in:
             # chunk j at j * cap * block: every chunk starts at a tile boundary (aligned loads)
-            buffers["stage"] = ctx.zeros(W * cap * block, dtype=inp.dtype)
+            buffers["stage"] = ctx.zeros((2 if buffered else 1) * W * cap * block, dtype=inp.dtype)
         return buffers
 
     ws = _launch.workspace(ctx, ws_key, make)
     context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
     stride = cap * block if stage_in else m
-    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width,
-                      BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk)
-    run = _launch.launcher(ctx, ws, reduce_scatter_kernel, tiles, cap, cfg, args, constexprs)
+    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered,
+                      BLOCK_M=block // width, BLOCK_N=width)
+    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half)
+    run = _launch.launcher(ctx, ws, reduce_scatter_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk)
+        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half)
         _launch.promote(ctx, key, run)
 
     return plan
