@@ -9,10 +9,12 @@
 For each dtype (``--dtypes``), size (``--sizes``: the larger buffer per rank, as in nccl-tests) and
 collective, in microseconds per call of the slowest rank (every rank calls back to back): ``ccl`` on
 plain tensors (staged inside the kernel) and on heap tensors, eager and in a CUDA graph of
-``--graph`` calls; the peer (NCCL one rank per GPU; torch's symmetric-memory one-shot and two-shot
-all-reduce where ranks share a GPU: a gloo group and ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``);
-the floor (every rank copying ``size`` bytes at once; reduce-scatter ``size + size / W``); the ratios
-``ccl / torch``, ``ccl / floor`` and ``plain / heap``. Every call is checked once before it is timed.
+``--graph`` calls, and on plain tensors registered with ``ctx.register`` (read in place, over CUDA
+IPC; on the cpu backend, registered heap tensors; eager in the table); the peer (NCCL one rank per
+GPU; torch's symmetric-memory one-shot and two-shot all-reduce where ranks share a GPU: a gloo group
+and ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``); the floor (every rank copying ``size`` bytes at
+once; reduce-scatter ``size + size / W``); the ratios ``ccl / torch``, ``ccl / floor``,
+``plain / heap`` and ``registered / heap``. Every call is checked once before it is timed.
 ``--write-table`` times every candidate (``CANDIDATES``) too and rewrites the selection table
 (``--table-out`` elsewhere) with the fastest per size class, for this backend, world size and ranks
 per GPU. Writes ``results/ccl_<W>ranks[_<G>gpu][_quick].{json,md,png}`` after every size (a run cut
@@ -128,7 +130,7 @@ def floor_bytes(name: str, nbytes: int, W: int) -> int:
 class Case:
     """The tensors of one collective at one size, and the ccl call on them (checked once)."""
 
-    def __init__(self, ctx, name: str, size: int, dtype, heap: bool = False):
+    def __init__(self, ctx, name: str, size: int, dtype, heap: bool = False, registered: bool = False):
         W, r, dev = ctx.world_size, ctx.rank, ctx.device
         esize = torch.empty((), dtype=dtype).element_size()
         big = max(W, size // esize // W * W)  # elements of the larger buffer, a multiple of W
@@ -151,11 +153,20 @@ class Case:
             out = inp if self.out is self.inp else ctx.zeros(self.out.shape, dtype=dtype)
             self.heap = [inp] if out is inp else [inp, out]
             self.inp, self.out = inp, out
+        self.registrations = []
+        if registered:  # plain tensors that the peers reach in place (ctx.register; the heap's on the cpu backend)
+            if dev.type != "cuda":
+                self.heap = [ctx.zeros(t.shape, dtype=dtype).copy_(t) for t in dict.fromkeys((self.inp, self.out))]
+                self.inp, self.out = self.heap[0], self.heap[-1]
+            self.registrations = [ctx.register(t) for t in dict.fromkeys((self.inp, self.out))]
         self.message = self.inp.numel() * esize  # what the selection table is keyed by
         self.ctx = ctx
 
     def free(self) -> None:
-        """Give the heap tensors back (the heap holds one size at a time)."""
+        """Unregister, and give the heap tensors back (the heap holds one size at a time). Collective."""
+        for registration in self.registrations:
+            registration.close()
+        self.registrations = []
         for t in reversed(self.heap):
             self.ctx.free(t)
         self.heap = []
@@ -385,6 +396,11 @@ def run(args, on_size=None) -> dict:
                     time_calls(timer, args, point, "heap", on_heap.call())
                     ctx.barrier()
                     on_heap.free()
+                    registered = Case(ctx, name, size, dtype, registered=True)
+                    point["correct"]["registered"] = registered.check()
+                    time_calls(timer, args, point, "registered", registered.call())
+                    ctx.barrier()
+                    registered.free()
                 peer_calls = peer.calls(case)
                 if peer_calls and args.peer_max_bytes is not None and case.nbytes > args.peer_max_bytes:
                     peer_calls = {}
@@ -479,8 +495,9 @@ def table(result: dict) -> str:
     lines = [f"{W} ranks, {result['device']} ({result['ranks_per_gpu']} per GPU), {result['date']}; size = the larger "
              f"buffer per rank; us per call, slowest rank (* = wrong result); graph = in a CUDA graph of "
              f"{result['graph_calls']} calls; peer = {peer}; floor = every rank moving its bytes once (a copy)"]
-    head = (f"{'size':>9} {'ccl':>8} {'graph':>8} {'heap':>8} {'h.graph':>8} {'peer':>8} {'p.graph':>8} {'floor':>8}"
-            f" {'ccl/peer':>8} {'graph/pg':>8} {'ccl/flr':>8} {'heap/flr':>8} {'pln/heap':>8}  chosen")
+    head = (f"{'size':>9} {'ccl':>8} {'graph':>8} {'heap':>8} {'h.graph':>8} {'reg':>8} {'peer':>8} {'p.graph':>8}"
+            f" {'floor':>8} {'ccl/peer':>8} {'graph/pg':>8} {'ccl/flr':>8} {'heap/flr':>8} {'pln/heap':>8}"
+            f" {'reg/heap':>8}  chosen")
     for dname in result["dtypes"]:
         for name in dict.fromkeys(p["collective"] for p in result["points"]):
             points = [p for p in result["points"] if p["collective"] == name and p["dtype"] == dname]
@@ -492,9 +509,11 @@ def table(result: dict) -> str:
                 e, g, ok, big = p["eager_us"], p["graph_us"], p["correct"], p["bytes"] >= FLOOR_FROM
                 floor = p["floor_us"] if big else None
                 times = [(e.get("ccl"), ok.get("ccl")), (g.get("ccl"), True), (e.get("heap"), ok.get("heap", True)),
-                         (g.get("heap"), True), (_peer(e), True), (_peer(g), True), (floor, True)]
+                         (g.get("heap"), True), (e.get("registered"), ok.get("registered", True)), (_peer(e), True),
+                         (_peer(g), True), (floor, True)]
                 ratio = [_div(e.get("ccl"), _peer(e)), _div(g.get("ccl"), _peer(g)), _div(e.get("ccl"), floor),
-                         _div(e.get("heap"), floor), _div(e.get("ccl"), e.get("heap")) if big else None]
+                         _div(e.get("heap"), floor), _div(e.get("ccl"), e.get("heap")) if big else None,
+                         _div(e.get("registered"), e.get("heap")) if big else None]
                 lines.append(f"{human(p['bytes']):>9} "
                              + "".join(f"{'-':>8}" if v is None else f"{v:>7.1f}{' ' if good else '*'}"
                                        for v, good in times)

@@ -30,7 +30,8 @@ OPS = {"sum": 0, "avg": 1, "max": 2, "min": 3, "prod": 4}
 
 def sig(names: str, dt: str, ints: str) -> dict:
     s = {"context": "*i64"}
-    s.update({n: "*i32" if n in ("locks", "flags") else PTR[dt] for n in names.split()})
+    s.update({n: "*i32" if n in ("locks", "flags") else "*i64" if n.endswith("bases") else PTR[dt]
+              for n in names.split()})
     s.update({n: "i32" for n in ints.split()})
     return s
 
@@ -44,20 +45,21 @@ def cases():
                                             ("one_shot_buffered", False, True)):
             for stage, copy in ((True, two_shot),) if buffered else ((False, False), (True, two_shot)):
                 yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
-                       sig("inp src dst out locks", dt, "n chunk half"),
+                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half"),
                        dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
-                            BUFFERED=buffered, **TILE), ("inp", "src", "dst", "out", "n", "chunk", "half"))
+                            BUFFERED=buffered, **TILE),
+                       ("inp", "src", "dst", "out", "src_bases", "dst_bases", "n", "chunk", "half"))
     for dt in ("fp32", "bf16"):
         for variant, buffered in (("pull", False), ("pull_buffered", True)):
             yield (f"reduce_scatter/{variant}/{dt}", K.reduce_scatter_kernel,
-                   sig("inp src out locks", dt, "m src_stride chunk half"),
+                   sig("inp src out locks src_bases", dt, "m src_stride chunk half"),
                    dict(rank=0, world_size=4, OP=0, STAGE_IN=True, BUFFERED=buffered, **TILE),
-                   ("inp", "src", "out", "m", "src_stride", "chunk", "half"))
+                   ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
             for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
                 yield (f"{name}/{variant}/{dt}", K.pull_kernel,
-                       sig("inp src out locks", dt, "m src_stride chunk half root"),
+                       sig("inp src out locks src_bases", dt, "m src_stride chunk half root"),
                        dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
-                       ("inp", "src", "out", "m", "src_stride", "chunk", "half"))
+                       ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", ""), dict(rank=0, world_size=2), ())
 
 

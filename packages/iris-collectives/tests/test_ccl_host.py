@@ -143,8 +143,8 @@ def test_the_call_key_is_what_the_caller_passed():
 
 def test_plans_are_capped_per_context_oldest_first(monkeypatch):
     monkeypatch.setattr(_launch, "MAX_PLANS", 3)
-    class Context:  # any weak-referenceable object stands for a context
-        pass
+    class Context:  # any weak-referenceable object with a registrations count stands for a context
+        registrations_generation = 0
 
     ctx = Context()
     made = []
@@ -157,8 +157,8 @@ def test_plans_are_capped_per_context_oldest_first(monkeypatch):
 def test_a_plan_gives_way_to_its_fast_launch_and_clearing_workspaces_drops_both():
     from iris.collectives.ops import _workspace
 
-    class Context:  # any weak-referenceable object stands for a context
-        pass
+    class Context:  # any weak-referenceable object with a registrations count stands for a context
+        registrations_generation = 0
 
     ctx, other, calls = Context(), Context(), []
     launch = types.SimpleNamespace(fast=None)
@@ -175,6 +175,10 @@ def test_a_plan_gives_way_to_its_fast_launch_and_clearing_workspaces_drops_both(
     assert calls[-1] == ("other", (1,)) and _launch.lookup(ctx, "key") is launch.fast
     _workspace.clear(ctx)  # buffers freed: every plan made before is stale
     assert _launch.lookup(ctx, "key") is None and _launch.lookup(other, "key") is None
+    _launch.call(ctx, "key", lambda: (lambda *a: calls.append(("again", a))), 2)
+    assert _launch.lookup(ctx, "key") is not None
+    ctx.registrations_generation += 1  # a tensor was registered or unregistered: where peers reach it changed
+    assert _launch.lookup(ctx, "key") is None
     _launch.forget(ctx)
     _launch.forget(other)
 

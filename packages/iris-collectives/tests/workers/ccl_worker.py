@@ -282,6 +282,75 @@ def scenario_buffered_pull(ctx):
         assert (used[:, ARRIVE.value] == 12 * (W - 1)).all() and (used[:, DONE.value] == 0).all(), records
 
 
+def scenario_registered_tensors(ctx):
+    # Tensors registered with ctx.register are read and written where they are, with no staging:
+    # on the cpu backend heap tensors at a different offset on each rank (which translation
+    # alone would get wrong), on the GPU plain torch tensors shared over CUDA IPC. Every
+    # collective, in place and not, a view inside a registered tensor; no workspace stages.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
+
+    slabs = []
+
+    def tensor(n, dtype):
+        if dev.type == "cuda":
+            return torch.empty(n, dtype=dtype, device=dev)
+        # n elements 256 B x rank into a slab of the same size on every rank: the tensors' heap
+        # offsets differ, and what is allocated after them stays symmetric
+        per_256 = 256 // torch.tensor([], dtype=dtype).element_size()
+        slabs.append(ctx.zeros(n + per_256 * W, dtype=dtype))
+        return slabs[-1][per_256 * r:per_256 * r + n]
+
+    n, m = 150, 37
+    inp, out, big = tensor(n, torch.float32), tensor(n, torch.float32), tensor(W * m, torch.bfloat16)
+    registrations = [ctx.register(t) for t in (inp, out, big)]
+    configs = (SMALL, TWO_SHOT, ccl.Config(variant="two_shot", block=64, width=16, chunk=64))
+    for i, config in enumerate(configs):
+        for in_place in (False, True):
+            inp.copy_(data(n, torch.float32, 9900 + 10 * i + r))
+            target = inp if in_place else poison(out)
+            ccl.all_reduce(ctx, target, inp, config=config)
+            check(target, reference("sum", [data(n, torch.float32, 9900 + 10 * i + q) for q in range(W)],
+                                    torch.float32), f"registered all_reduce, {config.variant}, in_place={in_place}")
+    view = out[64:64 + 40]  # a view inside a registered tensor, at the same place on every rank
+    view.copy_(data(40, torch.float32, 9950 + r))
+    ccl.all_reduce(ctx, view, view, op="max", config=TWO_SHOT)
+    check(view, reference("max", [data(40, torch.float32, 9950 + q) for q in range(W)], torch.float32),
+          "registered view, in place")
+    big.copy_(data(W * m, torch.bfloat16, 9960 + r))
+    part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
+    ccl.reduce_scatter(ctx, part, big, config=SMALL)
+    full = reference("sum", [data(W * m, torch.bfloat16, 9960 + q) for q in range(W)], torch.bfloat16)
+    check(part, full[r * m:(r + 1) * m], "registered reduce_scatter")
+    gathered = poison(torch.empty(W * n, dtype=torch.float32, device=dev))
+    inp.copy_(data(n, torch.float32, 9970 + r))
+    ccl.all_gather(ctx, gathered, inp, config=SMALL)
+    check(gathered, torch.cat([data(n, torch.float32, 9970 + q) for q in range(W)]), "registered all_gather")
+    swapped = poison(torch.empty(W * m, dtype=torch.bfloat16, device=dev))
+    ccl.all_to_all(ctx, swapped, big, config=SMALL)
+    check(swapped, torch.cat([data(W * m, torch.bfloat16, 9960 + q)[r * m:(r + 1) * m] for q in range(W)]),
+          "registered all_to_all")
+    inp.copy_(data(n, torch.float32, 9980 + r))
+    ccl.broadcast(ctx, inp, W - 1, config=SMALL)
+    check(inp, data(n, torch.float32, 9980 + W - 1), "registered broadcast")
+    # only the one-shot in place stages (peers may still read the input while it is overwritten)
+    staged = [key for key in _workspace._CACHES.get(ctx, {})
+              if str(key[0]).startswith("ccl.") and True in key[7:9] and key[:4] != ("ccl.all_reduce", torch.float32,
+                                                                                       W, "one_shot")]
+    assert W == 1 or not staged, f"registered tensors were staged: {staged}"
+    for registration in registrations:
+        registration.close()
+    if dev.type == "cuda":  # unregistered, a plain tensor is staged again, and correct
+        inp.copy_(data(n, torch.float32, 9990 + r))
+        ccl.all_reduce(ctx, out, inp, config=TWO_SHOT)
+        check(out, reference("sum", [data(n, torch.float32, 9990 + q) for q in range(W)], torch.float32),
+              "after close, staged")
+    ctx.barrier()
+    for slab in reversed(slabs):
+        ctx.free(slab)
+
+
 def scenario_late_first_call(ctx):
     # The first call of a shape creates its workspace (flags zeroed on the stream). Rank 0 comes
     # 0.5 s late, as behind a long GEMM: the others' kernels must not signal into its flags before

@@ -473,6 +473,59 @@ def scenario_verify_allocation_order(ctx):
     del odd
 
 
+def scenario_registered_tensors(ctx):
+    # A tensor registered on every rank: every rank's copy lies at a different heap offset (cpu
+    # backend) or anywhere on the device (cuda: a plain torch tensor, over CUDA IPC). Loads
+    # through registration.bases read each peer's copy; the table has the context's layout.
+    W, rank, dev = ctx.world_size, ctx.rank, ctx.device
+    n = BLOCK
+    pad = ctx.zeros(64 * (rank + 1), dtype=torch.float32)  # 256 B per rank: the offsets differ
+    if dev.type == "cuda":
+        mine = torch.empty(n, dtype=torch.float32, device=dev)
+    else:
+        mine = ctx.zeros(n, dtype=torch.float32)
+    mine.copy_(rank * 100.0 + torch.arange(n, dtype=torch.float32, device=dev))
+    before = ctx.registrations_generation
+    with ctx.register(mine) as registration:
+        assert ctx.registrations_generation == before + 1
+        assert registration.nbytes == 4 * n and registration.addresses[rank] == mine.data_ptr()
+        assert ctx.registration_of(mine) is registration and ctx.registration_of(mine[8:16]) is registration
+        assert ctx.registration_of(pad) is None and ctx.registration_of(torch.zeros(n, device=dev)) is None
+        words = registration.table.cpu().tolist()
+        assert words[layout.CUR_RANK] == rank and words[layout.NUM_RANKS] == W
+        assert words[layout.HEAP_BASES:layout.HEAP_BASES + W] == registration.addresses
+        assert words[layout.HEAP_BASES + W + layout.HEAP_SIZE] == 4 * n
+        if dev.type != "cuda":
+            offsets = ctx.comm.allgather(ctx.offset_of(mine))
+            assert len(set(offsets)) == W, f"the test wants different offsets per rank: {offsets}"
+        gathered = torch.full((W * n,), -1.0, dtype=torch.float32, device=dev)
+        ctx.barrier()
+        load_from_every_peer[(1,)](mine, gathered, n, rank, registration.bases, W, BLOCK)
+        ctx.barrier()
+        for peer in range(W):
+            same(gathered[peer * n:(peer + 1) * n], peer * 100.0 + torch.arange(n, dtype=torch.float32),
+                 f"load through the registration from rank {peer}")
+    assert registration.closed and ctx.registration_of(mine) is None
+    assert ctx.registrations_generation == before + 2
+    registration.close()  # idempotent
+    # errors name the call and the fix, on every rank alike
+    expect_error(IrisUsageError, lambda: ctx.register(mine[1:]), "register()", f"rank {rank}'s tensor",
+                 "256-byte boundary")
+    expect_error(IrisUsageError, lambda: ctx.register(torch.zeros(4, 4, device=dev).t()), "contiguous")
+    if W > 1:  # one rank's problem is every rank's error: no rank waits in the exchange
+        expect_error(IrisUsageError, lambda: ctx.register(mine[1:] if rank == W - 1 else mine),
+                     f"rank {W - 1}'s tensor starts at")
+    odd = ctx.zeros(64 * (1 + rank % 2), dtype=torch.float32)  # the sizes differ between ranks
+    if W > 1:
+        expect_error(IrisUsageError, lambda: ctx.register(odd), "same size", "rank 1: 512 B")
+    if dev.type != "cuda":
+        expect_error(IrisUsageError, lambda: ctx.register(torch.zeros(n, device=dev)), "not on the symmetric heap",
+                     "ctx.zeros()")
+    ctx.barrier()
+    for t in (odd, mine, pad) if dev.type != "cuda" else (odd, pad):
+        ctx.free(t)
+
+
 def scenario_close_and_reopen(ctx):
     n, rank = ctx.world_size, ctx.rank
     second = iris.runtime.iris(heap_size=1 << 20)

@@ -90,17 +90,20 @@ def _fold(acc, x, p: tl.constexpr, OP: tl.constexpr):
 
 
 @triton.jit
-def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr, OP: tl.constexpr = None):
+def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr, OP: tl.constexpr = None, src_bases=None):
     # tile.data for this rank, src_view on every other: the same order on every rank, so every
     # rank computes bit-identical sums. The loads are unrolled and independent. OP (see SUM):
     # another reduction, in the same order. Sums add to zeros with no helper call (the default
     # path is unchanged, -0.0 included, and the interpreter pays no extra jit calls).
+    # src_bases: where the peers' src lies (a registration's bases, iris.runtime.Registration);
+    # None: on the heap.
+    bases = ctx.heap_bases if src_bases is None else src_bases  # inline: no jit call per tile
     acc = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_ty)
     for p in tl.static_range(ctx.world_size):
         if p == ctx.rank:
             x = tile.data.to(acc_ty)
         else:
-            x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mask, other=0).to(acc_ty)
+            x = load(src_ptrs, ctx.rank, p, bases, mask=mask, other=0).to(acc_ty)
         if _is_sum(OP):
             acc = acc + x
         else:
@@ -275,14 +278,15 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
-def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr, mine_view=None):
+def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr, mine_view=None, src_bases=None):
     # all_reduce_one_shot's body with the reduction OP (see SUM); for iris.collectives.ccl.
     # mine_view (ranges only): where this rank's own values are read (a local copy of src_view's
     # data, e.g. the caller's tensor that src_view stages for the peers); default src_view.
+    # src_bases (ranges only): see _sum_in_rank_order.
     call: tl.constexpr = "iris.collectives.all_reduce_one_shot"
     check_lock_array(call, locks.dtype)
     if is_range(tile):
-        _one_shot_range(ctx, tile, src_view, dst_view, locks, OP, mine_view, call)
+        _one_shot_range(ctx, tile, src_view, dst_view, locks, OP, mine_view, call, src_bases)
     else:
         acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)
         dst_ptrs, mask = dst_view.frame(tile)
@@ -307,25 +311,28 @@ def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexp
 
 
 @triton.jit
-def _one_shot_range(ctx, tiles, src_view, dst_view, locks, OP: tl.constexpr, mine_view, call: tl.constexpr):
+def _one_shot_range(ctx, tiles, src_view, dst_view, locks, OP: tl.constexpr, mine_view, call: tl.constexpr,
+                    src_bases):
     # The one-shot protocol once for every tile of the range: ready, every tile summed, done.
     if ctx.world_size > 1:
         slot, record, epoch = enter_range(tiles, dst_view, locks, call)
         # no peer can leave this call before this rank's "done": their signatures hold
         signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
-    reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP, mine_view, call)
+    reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP, mine_view, call, src_bases)
     if ctx.world_size > 1:
         signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
 @triton.jit
-def reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP: tl.constexpr, mine_view, call: tl.constexpr):
+def reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP: tl.constexpr, mine_view, call: tl.constexpr,
+                               src_bases=None):
     """The reduction step of the one-shot range protocol, with no flags: for every tile of the
     range, ``dst_view = OP(src_view of every rank)`` in rank order, this rank's values read from
     ``mine_view`` (None: ``src_view``). The caller has acquired every peer's ``src_view`` tiles
-    ("ready") and keeps them from being overwritten until this returns. Per program; weak loads
-    from the peers, weak stores to this rank's ``dst_view``; ``call`` names the caller in
-    compile-time errors."""
+    ("ready") and keeps them from being overwritten until this returns. ``src_bases``: the table
+    that translates ``src_view`` to the peers (a registration's ``bases``; None: the heap's).
+    Per program; weak loads from the peers, weak stores to this rank's ``dst_view``; ``call``
+    names the caller in compile-time errors."""
     acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
     dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
     for t in range(tiles.first, tiles.stop, tiles.step):
@@ -340,7 +347,7 @@ def reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP: tl.constexpr,
         else:
             mine = mine_view.load(view)
         acc = _sum_in_rank_order(ctx, Tile(view.pid_m, view.pid_n, tiles.BLOCK_M, tiles.BLOCK_N, mine), src_ptrs,
-                                 mask, acc_ty, OP)
+                                 mask, acc_ty, OP, src_bases)
         tl.store(dst_ptrs, round_to(acc, dst_ty), mask=mask)
         if ctx.tracing.enabled:
             ctx.tracing.record_event_end(handle)
@@ -348,19 +355,22 @@ def reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP: tl.constexpr,
 
 @triton.jit
 def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, dst_ty: tl.constexpr,
-                         OP: tl.constexpr = None, local_src=None, local_dst=None):
+                         OP: tl.constexpr = None, local_src=None, local_dst=None, src_bases=None, dst_bases=None):
     # Sum the share over every rank's src_view in rank order (bit-identical on every rank), then
     # store it into every rank's dst_view, starting with the next rank so that the ranks'
     # stores spread over the destinations instead of all hitting rank 0 first. OP: see SUM.
     # local_src / local_dst: pointers at the same elements of this rank's own copy of the input
     # and of the output (e.g. the caller's tensors that src_view and dst_view stand in for on the
-    # heap): this rank's term is read there and its result stored there.
+    # heap): this rank's term is read there and its result stored there. src_bases / dst_bases:
+    # the tables that translate src_ptrs / dst_ptrs to the peers (None: the heap's).
+    sources = ctx.heap_bases if src_bases is None else src_bases
+    targets = ctx.heap_bases if dst_bases is None else dst_bases
     acc = tl.zeros(src_ptrs.shape, acc_ty)
     for p in tl.static_range(ctx.world_size):
         if p == ctx.rank and local_src is not None:
             x = tl.load(local_src, mask=mine, other=0).to(acc_ty)
         else:
-            x = load(src_ptrs, ctx.rank, p, ctx.heap_bases, mask=mine, other=0).to(acc_ty)
+            x = load(src_ptrs, ctx.rank, p, sources, mask=mine, other=0).to(acc_ty)
         if _is_sum(OP):
             acc = acc + x
         else:
@@ -373,7 +383,7 @@ def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, ds
         if target == ctx.rank and local_dst is not None:
             tl.store(local_dst, result, mask=mine)
         else:
-            store(dst_ptrs, result, ctx.rank, target, ctx.heap_bases, mask=mine)
+            store(dst_ptrs, result, ctx.rank, target, targets, mask=mine)
 
 
 @triton.jit
@@ -425,10 +435,13 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
 
 
 @triton.jit
-def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr, mine_src=None, mine_dst=None):
+def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexpr, mine_src=None, mine_dst=None,
+                           src_bases=None, dst_bases=None):
     # all_reduce_two_shot's body with the reduction OP (see SUM); for iris.collectives.ccl.
     # mine_src / mine_dst (ranges only): this rank's own copy of the input and the output, where
     # its own share is read and its result stored (see _reduce_share_to_all); default the views.
+    # src_bases / dst_bases (ranges only): the tables translating src_view and dst_view (None:
+    # the heap's; a registration's bases for registered tensors).
     call: tl.constexpr = "iris.collectives.all_reduce_two_shot"
     check_lock_array(call, locks.dtype)
     acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
@@ -439,7 +452,8 @@ def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexp
             # no peer can leave this call before this rank's "done": their signatures hold
             signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
         for t in range(tile.first, tile.stop, tile.step):
-            _two_shot_tile(ctx, tile.tile(t), t, src_view, dst_view, acc_ty, dst_ty, OP, mine_src, mine_dst)
+            _two_shot_tile(ctx, tile.tile(t), t, src_view, dst_view, acc_ty, dst_ty, OP, mine_src, mine_dst,
+                           src_bases, dst_bases)
         if ctx.world_size > 1:
             signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
     elif ctx.world_size == 1:
@@ -458,7 +472,7 @@ def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexp
 
 @triton.jit
 def _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty: tl.constexpr, dst_ty: tl.constexpr, OP: tl.constexpr,
-                   mine_src, mine_dst):
+                   mine_src, mine_dst, src_bases=None, dst_bases=None):
     # This rank's share of tile t (row-major id t), reduced over every rank and written to every
     # rank (with one rank, the whole tile: its own share).
     dst_ptrs, mask = dst_view.frame(tile)
@@ -482,13 +496,14 @@ def _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty: tl.constexpr, dst_t
         local_src = None if mine_src is None else mine_src.frame(part)[0]
         local_dst = None if mine_dst is None else mine_dst.frame(part)[0]
         _reduce_share_to_all(ctx, src_view.frame(part)[0], part_dst, part_mask, acc_ty, dst_ty, OP, local_src,
-                             local_dst)
+                             local_dst, src_bases, dst_bases)
     else:
         # Ragged shares (W does not divide BLOCK_M): the full tile, masked to the share's
         # rows. The mask is constant along each row, so accesses keep their vector width.
         mine = mask & own_share_rows(t, tile.BLOCK_M, ctx.rank, ctx.world_size)[:, None]
         local_src = None if mine_src is None else mine_src.frame(tile)[0]
         local_dst = None if mine_dst is None else mine_dst.frame(tile)[0]
-        _reduce_share_to_all(ctx, src_view.frame(tile)[0], dst_ptrs, mine, acc_ty, dst_ty, OP, local_src, local_dst)
+        _reduce_share_to_all(ctx, src_view.frame(tile)[0], dst_ptrs, mine, acc_ty, dst_ty, OP, local_src, local_dst,
+                             src_bases, dst_bases)
     if ctx.tracing.enabled:
         ctx.tracing.record_event_end(handle)

@@ -21,6 +21,7 @@ from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._logging import configure_logging, logger
+from ._registration import Registration, close_cuda, peer_addresses
 from ._residency import resident_grid
 from ._tracing import Tracing
 from ._watchdog import Watchdog, write_watchdog_info
@@ -112,6 +113,9 @@ class Iris(TensorFactories):
         self._watchdog = self._start_watchdog(float(timeout_s))
         self.tracing = Tracing(self)
         self._closed = False
+        self._registrations: list[Registration] = []
+        #: Changes whenever a tensor is registered or unregistered (caches of launch plans compare it).
+        self.registrations_generation = 0
         self.uid = next(_UIDS)
         _LIVE[self.uid] = weakref.ref(self, lambda _, uid=self.uid: _LIVE.pop(uid, None))
         logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
@@ -241,6 +245,51 @@ class Iris(TensorFactories):
         offset = self.offset_of(tensor)
         self._allocator.release(offset, f"free(tensor at heap offset {offset})")
 
+    # --- registered tensors ------------------------------------------------------------------------
+    def register(self, tensor: torch.Tensor) -> Registration:
+        """Let the peers reach ``tensor`` where it is, though it is not on the symmetric heap
+        (collective: every rank passes its own tensor, of the same size on every rank).
+
+        ``tensor``: contiguous, on this context's device, starting on a 256-byte boundary (a fresh
+        ``torch.empty`` does). On the ``cuda`` backend any such tensor works: the allocation that
+        holds it is shared over CUDA IPC. On the other backends only heap tensors (at any offset:
+        they need not be at the same offset on every rank). Returns a :class:`Registration`, which
+        keeps ``tensor`` alive until it is closed (:meth:`Registration.close`, collective; also
+        a context manager, and :meth:`close` closes those still open). The host collectives
+        (``iris.collectives.ccl``) read and write a registered tensor, or a view inside it, in
+        place instead of staging it through the heap. Raises :class:`IrisUsageError` on every rank
+        when a rank's tensor cannot be registered or the sizes differ.
+        """
+        call = "register()"
+        self._check_open(call)
+        addresses, opened = peer_addresses(self, self._heap, tensor, call)
+        try:
+            registration = Registration(self, tensor, addresses, opened)
+        except BaseException:
+            close_cuda(opened)
+            raise
+        self._registrations.append(registration)
+        self.registrations_generation += 1
+        return registration
+
+    def registration_of(self, tensor: torch.Tensor) -> Registration | None:
+        """The open :class:`Registration` whose tensor holds all of ``tensor``'s memory, or None."""
+        for registration in self._registrations:
+            if registration.contains(tensor):
+                return registration
+        return None
+
+    def _close_registration(self, registration: Registration) -> None:
+        # Registration.close(): every rank's kernels that may map the tensors are done before the
+        # mappings go, and every peer has unmapped this rank's tensor before it may be freed.
+        self.barrier()
+        close_cuda(registration._opened)
+        self._boot.barrier()
+        registration.closed = True
+        registration.tensor = None
+        self._registrations.remove(registration)
+        self.registrations_generation += 1
+
     @property
     def heap_free_bytes(self) -> int:
         """Bytes of the heap not allocated."""
@@ -298,6 +347,8 @@ class Iris(TensorFactories):
         if self._closed:
             return
         self._watchdog.mark_exit()  # peers must not take this rank's end for a crash
+        for registration in list(self._registrations):  # registered in the same order on every rank
+            registration.close()
         self.barrier()
         self._watchdog.close()
         remove_abort_hook(self._watchdog.before_abort)

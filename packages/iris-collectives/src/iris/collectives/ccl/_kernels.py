@@ -64,14 +64,16 @@ def _tile_offsets(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, half, rank: tl.constexpr,
+def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, n, chunk, half, rank: tl.constexpr,
                       world_size: tl.constexpr, OP: tl.constexpr, TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr,
                       COPY_OUT: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)``, ``n`` elements, through ``all_reduce_one_shot`` or
     ``all_reduce_two_shot`` on the program's range of tiles. ``src``: what peers read (``inp``
     itself when it is on the heap and not ``out``, else a heap staging buffer this kernel fills:
     ``STAGE_IN``). Two-shot writes into every rank's ``dst`` (``out`` on the heap, or a heap
-    buffer whose peers' shares are copied to ``out`` after the call: ``COPY_OUT``).
+    buffer whose peers' shares are copied to ``out`` after the call: ``COPY_OUT``). ``src_bases``
+    and ``dst_bases`` translate ``src`` and ``dst`` to the peers: the heap's bases, or a
+    registration's for a registered tensor (``iris.runtime.Registration``), read in place.
 
     The tensor is reduced in rounds of ``chunk`` elements (a multiple of the tile; ``n`` or more:
     one round), each a complete call of the collective on that part, whose staging buffers hold
@@ -95,8 +97,8 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, n, chunk, half, rank: 
             _buffered_one_shot_round(ctx, inp + base, src, out + base, locks, tl.minimum(chunk, n - base), half, OP,
                                      BLOCK_M, BLOCK_N)
         else:
-            _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, tl.minimum(chunk, n - base),
-                              OP, TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
+            _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, src_bases, dst_bases,
+                              tl.minimum(chunk, n - base), OP, TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -140,8 +142,9 @@ def _enter_buffered(tiles, view, locks, src, half, call: tl.constexpr):
 
 
 @triton.jit
-def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_SHOT: tl.constexpr,
-                      STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _all_reduce_round(ctx, inp, src, dst, out, locks, src_bases, dst_bases, n, OP: tl.constexpr,
+                      TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
     # One call's worth of all_reduce_kernel on n elements.
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     if STAGE_IN:
@@ -157,13 +160,15 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_S
         d = FlatView(dst, n, rows, BLOCK_N)
         if STAGE_IN:
             if COPY_OUT:
-                all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, FlatView(inp, n, rows, BLOCK_N), o)
+                all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, FlatView(inp, n, rows, BLOCK_N), o, src_bases,
+                                       dst_bases)
             else:
-                all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, FlatView(inp, n, rows, BLOCK_N), None)
+                all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, FlatView(inp, n, rows, BLOCK_N), None, src_bases,
+                                       dst_bases)
         elif COPY_OUT:
-            all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, None, o)
+            all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, None, o, src_bases, dst_bases)
         else:
-            all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP)
+            all_reduce_two_shot_op(ctx, tiles, s, d, locks, OP, None, None, src_bases, dst_bases)
         if COPY_OUT:
             # "done" has returned: every peer's share of this program's tiles is in dst
             for t in range(tiles.first, tiles.stop, tiles.step):
@@ -171,20 +176,21 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, n, OP: tl.constexpr, TWO_S
                 mask = (offsets < n) & (own_share_rows(t, BLOCK_M, ctx.rank, ctx.world_size) == 0)[:, None]
                 tl.store(out + offsets, tl.load(dst + offsets, mask=mask), mask=mask)
     elif STAGE_IN:
-        all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP, FlatView(inp, n, rows, BLOCK_N))
+        all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP, FlatView(inp, n, rows, BLOCK_N), src_bases)
     else:
-        all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP)
+        all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP, None, src_bases)
 
 
 @triton.jit
-def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, chunk, half, rank: tl.constexpr,
+def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, rank: tl.constexpr,
                           world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce over ranks of chunk rank of inp`` (chunks of ``m`` elements). It is
     ``all_reduce_one_shot`` on the program's range of tiles of chunk ``rank``: every rank reads
     chunk ``rank`` of every peer's ``src`` (chunk ``j`` at ``src + j * src_stride``: ``inp``
     itself on the heap, else the staging buffer, whose chunks start at tile boundaries, and which
-    holds only the chunks peers read) and its own chunk of ``inp``, and reduces them into ``out``.
+    holds only the chunks peers read; ``src_bases`` translates it) and its own chunk of ``inp``,
+    and reduces them into ``out``.
     In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`. ``BUFFERED``
     (``STAGE_IN``): the one-shot with one flag round trip, as the all-reduce's (see
     :func:`_buffered_one_shot_round`), the staging buffer's halves ``half`` elements apart."""
@@ -194,12 +200,12 @@ def reduce_scatter_kernel(context, inp, src, out, locks, m, src_stride, chunk, h
             round_src = src
         else:
             round_src = src + base
-        _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base),
-                              src_stride, half, OP, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
+        _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, src_bases, m,
+                              tl.minimum(chunk, m - base), src_stride, half, OP, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _reduce_scatter_round(ctx, inp, src, out, locks, m, n, src_stride, half, OP: tl.constexpr,
+def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, OP: tl.constexpr,
                           STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr):
     # One call's worth of reduce_scatter_kernel on n elements of each chunk (chunks m apart in inp).
@@ -218,20 +224,20 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, m, n, src_stride, half, OP:
     mine = FlatView(inp + ctx.rank * m, n, rows, BLOCK_N)
     if BUFFERED:
         signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
-        reduce_range_in_rank_order(ctx, tiles, peers_read, o, OP, mine, ONE_SHOT_CALL)
+        reduce_range_in_rank_order(ctx, tiles, peers_read, o, OP, mine, ONE_SHOT_CALL, src_bases)
         if DEBUG:
             signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
     else:
-        all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine)
+        all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine, src_bases)
 
 
 @triton.jit
-def _pull_tile(ctx, inp, src, out, m, src_stride, offsets, mask, root, MODE: tl.constexpr):
-    # Read this tile of what this rank needs from the peers' src (its own part from inp) and
-    # store it into out (rank p's part m elements after rank p - 1's).
+def _pull_tile(ctx, inp, src, out, src_bases, m, src_stride, offsets, mask, root, MODE: tl.constexpr):
+    # Read this tile of what this rank needs from the peers' src (its own part from inp; src_bases
+    # translates src) and store it into out (rank p's part m elements after rank p - 1's).
     if MODE == BROADCAST:
         if ctx.rank != root:
-            tl.store(out + offsets, load(src + offsets, ctx.rank, root, ctx.heap_bases, mask=mask), mask=mask)
+            tl.store(out + offsets, load(src + offsets, ctx.rank, root, src_bases, mask=mask), mask=mask)
     else:
         ptrs = src + offsets
         mine = inp + offsets
@@ -244,17 +250,17 @@ def _pull_tile(ctx, inp, src, out, m, src_stride, offsets, mask, root, MODE: tl.
             if p == ctx.rank:
                 data = tl.load(mine, mask=mask)
             else:
-                data = load(ptrs, ctx.rank, p, ctx.heap_bases, mask=mask)
+                data = load(ptrs, ctx.rank, p, src_bases, mask=mask)
             tl.store(out + p * m + offsets, data, mask=mask)
 
 
 @triton.jit(do_not_specialize=["root"])
-def pull_kernel(context, inp, src, out, locks, m, src_stride, chunk, half, root, rank: tl.constexpr,
+def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, root, rank: tl.constexpr,
                 world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """all_gather (``MODE`` GATHER), all_to_all or broadcast from ``root``, ``m`` elements per
     chunk, by pulling from the peers' heap ``src`` (``inp`` on the heap, else staged here: only
-    what peers read).
+    what peers read; ``src_bases`` translates it: the heap's bases, or a registration's).
 
     Per program, over its range of tiles, the one-shot protocol of ``all_reduce_one_shot``:
     signal every peer "my src tiles are ready", wait for every peer's, read, signal "done
@@ -270,13 +276,13 @@ def pull_kernel(context, inp, src, out, locks, m, src_stride, chunk, half, root,
             round_src = src
         else:
             round_src = src + base
-        _pull_round(ctx, inp + base, round_src, out + base, locks, m, tl.minimum(chunk, m - base), src_stride, half,
-                    root, MODE, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
+        _pull_round(ctx, inp + base, round_src, out + base, locks, src_bases, m, tl.minimum(chunk, m - base),
+                    src_stride, half, root, MODE, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
-def _pull_round(ctx, inp, src, out, locks, m, n, src_stride, half, root, MODE: tl.constexpr, STAGE_IN: tl.constexpr,
-                BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, root, MODE: tl.constexpr,
+                STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # One call's worth of pull_kernel on n elements of each chunk (chunks m apart in inp and out).
     call: tl.constexpr = _pull_call(MODE)
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
@@ -305,7 +311,7 @@ def _pull_round(ctx, inp, src, out, locks, m, n, src_stride, half, root, MODE: t
         signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
     for t in range(tiles.first, tiles.stop, tiles.step):
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
-        _pull_tile(ctx, inp, src, out, m, src_stride, offsets, offsets < n, root, MODE)
+        _pull_tile(ctx, inp, src, out, src_bases, m, src_stride, offsets, offsets < n, root, MODE)
     if ctx.world_size > 1:
         if DEBUG or not BUFFERED:
             signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)

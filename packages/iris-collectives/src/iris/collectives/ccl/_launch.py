@@ -22,8 +22,9 @@ from ..ops import _workspace
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
 DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
 
-# ctx -> (the workspace generation the plans were made in, {key: plan}). Plans made before
-# clear_workspaces() freed their buffers are dropped: the generation has moved on.
+# ctx -> (the workspace generation the plans were made in, {key: plan}, the context's
+# registrations generation then). Plans made before clear_workspaces() freed their buffers, or
+# before a tensor was registered or unregistered, are dropped: a generation has moved on.
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # The context looked up last (a weak reference) and its entry: most programs have one context,
 # and a weak dictionary lookup costs more than the rest of a hit.
@@ -83,7 +84,8 @@ def _entry(ctx):
         entry = _PLANS.get(ctx)
         if entry is not None:
             last[0], last[1] = weakref.ref(ctx), entry
-    if entry is None or entry[0] != _workspace.generation:
+    # registering or unregistering a tensor changes where the peers reach it: new plans
+    if entry is None or entry[0] != _workspace.generation or entry[2] != ctx.registrations_generation:
         return None
     return entry
 
@@ -104,7 +106,7 @@ def remember(ctx, key, plan) -> None:
     cached for it."""
     entry = _entry(ctx)
     if entry is None:
-        entry = _PLANS[ctx] = (_workspace.generation, {})
+        entry = _PLANS[ctx] = (_workspace.generation, {}, ctx.registrations_generation)
         _LAST[0], _LAST[1] = weakref.ref(ctx), entry
     plans = entry[1]
     try:

@@ -24,7 +24,8 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     # pull_buffered always stages, into the half of the staging buffer that the call's parity
     # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
     buffered = cfg.variant == "pull_buffered" and W > 1
-    stage_in = W > 1 and (buffered or not ctx.is_symmetric(inp))
+    reg_in = _checks.registration(ctx, inp)  # a registered tensor is read in place, as a heap one
+    stage_in = W > 1 and (buffered or not (ctx.is_symmetric(inp) or reg_in is not None))
     chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
     tiles = -(-chunk // block)
     cap = _launch.capacity(tiles)
@@ -45,13 +46,14 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     stride = cap * block if stage_in else m
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half, 0)
+    src_bases = reg_in.bases if reg_in is not None and not stage_in else ctx.get_heap_bases()
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
     run = _launch.launcher(ctx, ws, pull_kernel, cap if buffered else tiles, cap, cfg, args, constexprs,
                            root_last=True)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half, root)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, root)
         _launch.promote(ctx, key, run)
 
     return plan

@@ -58,7 +58,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     two_shot = cfg.variant == "two_shot" and W > 1
     buffered = cfg.variant == "one_shot_buffered" and W > 1
     same = out.data_ptr() == inp.data_ptr()
-    sym_in, sym_out = ctx.is_symmetric(inp), ctx.is_symmetric(out)
+    # where the peers reach each tensor in place: the heap, a registration, or nowhere (staged)
+    reg_in, reg_out = _checks.registration(ctx, inp), _checks.registration(ctx, out)
+    sym_in, sym_out = ctx.is_symmetric(inp) or reg_in is not None, ctx.is_symmetric(out) or reg_out is not None
     if W == 1:
         stage_in = copy_out = False  # nothing is read by a peer
     elif buffered:
@@ -97,13 +99,16 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     stage, result = ws.buffers.get("stage"), ws.buffers.get("result")
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
                       COPY_OUT=copy_out, BUFFERED=buffered, BLOCK_M=block // width, BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk,
-            half)
+    heap = ctx.get_heap_bases()
+    src_bases = reg_in.bases if reg_in is not None and not stage_in else heap
+    dst_bases = reg_out.bases if reg_out is not None and two_shot and not copy_out else heap
+    args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
+            dst_bases, n, chunk, half)
     run = _launch.launcher(ctx, ws, all_reduce_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, n, chunk,
-            half)
+        run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
+            dst_bases, n, chunk, half)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -138,7 +143,8 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
                  config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
     buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
-    stage_in = W > 1 and (buffered or not ctx.is_symmetric(inp))
+    reg_in = _checks.registration(ctx, inp)
+    stage_in = W > 1 and (buffered or not (ctx.is_symmetric(inp) or reg_in is not None))
     chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
     tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
@@ -159,11 +165,12 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     stride = cap * block if stage_in else m
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
-    args = (context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half)
+    src_bases = reg_in.bases if reg_in is not None and not stage_in else ctx.get_heap_bases()
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, m, stride, chunk, half)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
         _launch.promote(ctx, key, run)
 
     return plan
