@@ -339,6 +339,12 @@ def scenario_registered_tensors(ctx):
               if str(key[0]).startswith("ccl.") and True in key[7:9] and key[:4] != ("ccl.all_reduce", torch.float32,
                                                                                        W, "one_shot")]
     assert W == 1 or not staged, f"registered tensors were staged: {staged}"
+    # a registered input with a plain output: the two-shot writes the peers' shares through the heap
+    plain = poison(torch.empty(n, dtype=torch.float32, device=dev))
+    inp.copy_(data(n, torch.float32, 9940 + r))
+    ccl.all_reduce(ctx, plain, inp, config=TWO_SHOT)
+    check(plain, reference("sum", [data(n, torch.float32, 9940 + q) for q in range(W)], torch.float32),
+          "registered input, plain output")
     for registration in registrations:
         registration.close()
     if dev.type == "cuda":  # unregistered, a plain tensor is staged again, and correct
