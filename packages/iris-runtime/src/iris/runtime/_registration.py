@@ -115,9 +115,10 @@ def peer_addresses(ctx, heap, tensor: torch.Tensor, call: str) -> tuple[list[int
             try:
                 mine["ipc"] = _export_cuda(ptr)
             except Exception as exc:  # reported on every rank below
-                mine["error"] = (f"rank {ctx.rank} could not export its tensor over CUDA IPC ({exc}); torch's "
-                                 f"expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) cannot be, "
-                                 f"so turn them off or allocate the tensor on the heap")
+                mine["error"] = (f"rank {ctx.rank} could not export its tensor over CUDA IPC ({exc}); memory of "
+                                 f"torch's expandable segments or of its cudaMallocAsync backend "
+                                 f"(PYTORCH_CUDA_ALLOC_CONF) cannot be: use the default allocator, or allocate the "
+                                 f"tensor on the heap")
     shared = ctx._boot.allgather(mine)
     errors = [entry["error"] for entry in shared if entry["error"]]
     if errors:
