@@ -76,6 +76,12 @@ CANDIDATES = {
 }
 
 
+#: What --write-table tries for all_reduce on heap tensors (``Config.heap_chunk``: rounds of a call
+#: read in place; None: one pass), with the size's fastest candidate on plain tensors, at and
+#: above FLOOR_FROM on the GPU (at every size on the cpu backend, where it only shows the path works).
+HEAP_CHUNKS = {"cuda": (None, 1 << 21, 1 << 22, 1 << 23), "cpu": (None, 1024)}
+
+
 def parse_size(text: str) -> int:
     """'4K' -> 4096, '1M', '1G', or plain bytes."""
     text = text.strip().upper().removesuffix("B").removesuffix("I")
@@ -342,6 +348,48 @@ def parse_config_text(text: str) -> dict:
     return fields
 
 
+def fastest_candidate(point: dict) -> str | None:
+    """The label of ``point``'s fastest correct candidate (in graphs where timed), or None."""
+    times = point["graph_us"] or point["eager_us"]
+    tried = {k: v for k, v in times.items() if "/" in k and point["correct"].get(k)}
+    return min(tried, key=tried.get) if tried else None
+
+
+#: How much faster rounds must be than one pass over heap tensors to be chosen: not for noise.
+HEAP_ROUNDS_MARGIN = 0.97
+
+
+def heap_rounds_of(point: dict) -> int:
+    """The ``heap_chunk`` that ``point`` measured fastest on heap tensors (0: one pass), rounds
+    only where they beat one pass by ``HEAP_ROUNDS_MARGIN``."""
+    times = point.get("heap_rounds_us") or {}
+    if "0" not in times:
+        return 0
+    best = min(times, key=times.get)
+    return int(best) if times[best] < HEAP_ROUNDS_MARGIN * times["0"] else 0
+
+
+def time_heap_rounds(ctx, timer, args, point: dict, on_heap, backend: str) -> None:
+    """Times ``point``'s fastest candidate on heap tensors with each ``HEAP_CHUNKS`` value into
+    ``point["heap_rounds_us"]`` (key: the rounds' elements, 0 for one pass; in a graph where timed)."""
+    best = fastest_candidate(point)
+    if best is None:
+        return
+    rounds = point["heap_rounds_us"] = {}
+    elements = on_heap.inp.numel()
+    for heap_chunk in HEAP_CHUNKS[backend]:
+        if heap_chunk is not None and heap_chunk >= elements:
+            continue  # one pass, timed as None
+        cfg = ccl.Config(**parse_config_text(best), heap_chunk=heap_chunk)
+        if not on_heap.check(cfg):
+            continue
+        fn = on_heap.call(cfg)
+        graphed = timer.graphed(fn, args.graph)
+        rounds[str(heap_chunk or 0)] = (graphed if graphed is not None else timer(fn)) * 1e6
+        ctx.barrier()
+        ccl.clear_workspaces(ctx)
+
+
 def time_calls(timer, args, point: dict, label: str, fn) -> None:
     """Eager and graph time of ``fn`` into ``point`` under ``label``."""
     if args.verbose and timer.ctx.rank == 0:
@@ -394,6 +442,8 @@ def run(args, on_size=None) -> dict:
                     on_heap = Case(ctx, name, size, dtype, heap=True)
                     point["correct"]["heap"] = on_heap.check()
                     time_calls(timer, args, point, "heap", on_heap.call())
+                    if args.write_table and name == "all_reduce" and (backend != "cuda" or case.nbytes >= FLOOR_FROM):
+                        time_heap_rounds(ctx, timer, args, point, on_heap, backend)
                     ctx.barrier()
                     on_heap.free()
                     registered = Case(ctx, name, size, dtype, registered=True)
@@ -442,21 +492,23 @@ def best_rows(result: dict) -> list[dict]:
                             key=lambda p: p["message_bytes"])
             runs: list[list] = []
             for p in points:
-                times = p["graph_us"] or p["eager_us"]
-                tried = {k: v for k, v in times.items() if "/" in k and p["correct"].get(k)}
-                if not tried:
+                best = fastest_candidate(p)
+                if best is None:
                     continue
-                best = min(tried, key=tried.get)
+                best = (best, heap_rounds_of(p))  # and the heap tensors' rounds
                 if runs and runs[-1][0] == best:
                     runs[-1][1] = p["message_bytes"]
                 else:
                     runs.append([best, p["message_bytes"]])
-            for i, (label, upto) in enumerate(runs):
+            for i, ((label, heap_chunk), upto) in enumerate(runs):
+                config = parse_config_text(label)
+                if heap_chunk:
+                    config["heap_chunk"] = heap_chunk
                 for dt in dtypes:
                     rows.append({"backend": result["backend"], "collective": name,
                                  "max_bytes": None if i == len(runs) - 1 else upto, "dtype": dt,
                                  "world_size": result["world_size"], "ranks_per_gpu": result["ranks_per_gpu"],
-                                 "config": parse_config_text(label), "measured": where})
+                                 "config": config, "measured": where})
     # specific dtypes before "*": the first matching row wins
     return sorted(rows, key=lambda r: r["dtype"] == "*")
 

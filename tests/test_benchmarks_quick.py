@@ -57,9 +57,11 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
     assert {p["dtype"] for p in result["points"]} == {"bf16", "fp32"}, proc.stdout
     assert all(all(p["correct"].values()) for p in result["points"]), result["points"]
     # plain and heap tensors, and every candidate of the table, timed side by side
-    assert all({"ccl", "heap"} <= set(p["eager_us"]) for p in result["points"]), result["points"]
+    assert all({"ccl", "heap", "registered"} <= set(p["eager_us"]) for p in result["points"]), result["points"]
+    # the all-reduce on heap tensors in one pass and in rounds (Config.heap_chunk), for the table
+    assert all("0" in p["heap_rounds_us"] for p in result["points"] if p["collective"] == "all_reduce"), result
     text = stem.with_suffix(".md").read_text()
-    assert "ccl/peer" in text and "pln/heap" in text and "floor" in text, text
+    assert "ccl/peer" in text and "pln/heap" in text and "reg/heap" in text and "floor" in text, text
     backend, shared = result["backend"], result["ranks_per_gpu"]
 
     def table_rows(path, name):

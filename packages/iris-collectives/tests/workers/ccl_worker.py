@@ -177,7 +177,8 @@ def scenario_broadcast(ctx):
 
 def scenario_in_rounds(ctx):
     # config.chunk: tensors off the heap moved in rounds of 2 tiles through staging buffers of one
-    # round (4 rounds, the last ragged); in place, out of place, and with one side on the heap
+    # round (4 rounds, the last ragged); in place, out of place, and with one side on the heap;
+    # then config.heap_chunk: rounds of tensors on the heap
     for i, variant in enumerate(("one_shot", "two_shot")):
         config = ccl.Config(variant=variant, block=64, width=16, chunk=128)
         for j, (heap_in, heap_out, in_place) in enumerate(((False, False, False), (False, False, True),
@@ -192,6 +193,19 @@ def scenario_in_rounds(ctx):
     run_all_to_all(ctx, 450, torch.int32, 9104, config=pull)
     run_all_to_all(ctx, 450, torch.float32, 9105, heap_in=True, config=pull)
     run_broadcast(ctx, 450, torch.bfloat16, 9106, ctx.world_size - 1, config=pull)
+    # config.heap_chunk: the same rounds for tensors the peers read in place, on the heap
+    for i, variant in enumerate(("one_shot", "two_shot")):
+        in_place = ccl.Config(variant=variant, block=64, width=16, heap_chunk=128)
+        run_all_reduce(ctx, 450, torch.float32, "sum", 9200 + i, in_place, heap_in=True, heap_out=True)
+    run_all_reduce(ctx, 450, torch.bfloat16, "max", 9202, ccl.Config(variant="two_shot", block=64, width=16,
+                                                                        heap_chunk=128), heap_in=True, in_place=True)
+    pull_in_place = ccl.Config(block=64, width=16, heap_chunk=128)
+    run_reduce_scatter(ctx, 450, torch.float32, "sum", 9203, heap_in=True, config=pull_in_place)
+    run_all_gather(ctx, 450, torch.float32, 9204, heap_in=True, config=pull_in_place)
+    run_all_to_all(ctx, 450, torch.int32, 9205, heap_in=True, config=pull_in_place)
+    run_broadcast(ctx, 450, torch.float32, 9206, 0, heap=True, config=pull_in_place)
+    rounds_of_2 = ("ccl.all_reduce", torch.float32, ctx.world_size, "two_shot", 64, 16, 2, False, False)
+    assert rounds_of_2 in _workspace._CACHES[ctx], "heap_chunk=128 made no workspace of one 2-tile round"
 
 
 def scenario_back_to_back(ctx):
@@ -414,6 +428,8 @@ def scenario_argument_errors(ctx):
                  "config.block=48", "power of two")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=64, width=16, chunk=96)), IrisUsageError, ar,
                  "config.chunk=96", "multiple of config.block=64")
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(block=64, width=16, heap_chunk=100)),
+                 IrisUsageError, ar, "config.heap_chunk=100", "multiple of config.block=64")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=ccl.Config(variant="ring")), IrisUsageError, ar,
                  "config.variant='ring'", "one_shot")
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config={"block": 64}), IrisUsageError, ar,

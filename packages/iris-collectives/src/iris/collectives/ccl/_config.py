@@ -39,6 +39,9 @@ class Config:
       reduce_scatter, all_gather and all_to_all) when the call stages through the heap (a tensor
       not on the heap): the call runs in rounds whose staging buffers are reused, small enough to
       stay in L2. ``None``: one round.
+    - ``heap_chunk``: the same for a call whose tensors the peers read in place (on the heap, or
+      registered): rounds that keep the memory a call touches at once small, which with many
+      ranks on one GPU can beat one pass over everything. ``None``: one round.
     """
 
     variant: str | None = None
@@ -47,6 +50,7 @@ class Config:
     grid: int | None = None
     num_warps: int | None = None
     chunk: int | None = None
+    heap_chunk: int | None = None
 
 
 def _pow2(value) -> bool:
@@ -73,7 +77,8 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
     where = f"iris.collectives.ccl.{collective}"
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"{where}: config={config!r} must be an iris.collectives.ccl.Config or None")
-    fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4, "chunk": None}
+    fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4, "chunk": None,
+              "heap_chunk": None}
     for row in _table.TABLE if table is None else table:
         if _row_matches(row, backend, collective, nbytes, dtype, world_size, ranks_per_gpu):
             fields.update({k: v for k, v in row["config"].items() if v is not None})
@@ -90,11 +95,13 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
     if not _pow2(chosen.width) or chosen.width > chosen.block:
         raise IrisUsageError(f"{where}: config.width={chosen.width!r} must be a power of two <= config.block="
                              f"{chosen.block} (columns per tile row)")
-    for name in ("grid", "num_warps", "chunk"):
+    for name in ("grid", "num_warps", "chunk", "heap_chunk"):
         value = getattr(chosen, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise IrisUsageError(f"{where}: config.{name}={value!r} must be a positive int")
-    if chosen.chunk is not None and chosen.chunk % chosen.block:
-        raise IrisUsageError(f"{where}: config.chunk={chosen.chunk} must be a multiple of config.block={chosen.block} "
-                             f"(whole tiles per round)")
+    for name in ("chunk", "heap_chunk"):
+        value = getattr(chosen, name)
+        if value is not None and value % chosen.block:
+            raise IrisUsageError(f"{where}: config.{name}={value} must be a multiple of config.block={chosen.block} "
+                                 f"(whole tiles per round)")
     return chosen

@@ -138,6 +138,14 @@ def capacity(tiles: int) -> int:
     return 1 << (tiles - 1).bit_length()
 
 
+def round_elements(cfg, n: int, staged: bool) -> int:
+    """Elements per round of a call moving ``n`` (per chunk): ``cfg.chunk`` when it stages,
+    ``cfg.heap_chunk`` when the peers read its tensors in place, at most ``n``; ``n`` (one round)
+    when the one that applies is None."""
+    rounds = cfg.chunk if staged else cfg.heap_chunk
+    return n if rounds is None else min(rounds, n)
+
+
 def grid_key(cfg) -> tuple:
     """What, besides the compiled kernel, decides the grid of a call: for the workspace key of the
     buffered variants, whose every call must give each program the same tiles (their launches

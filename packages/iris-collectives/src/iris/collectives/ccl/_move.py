@@ -26,7 +26,7 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     buffered = cfg.variant == "pull_buffered" and W > 1
     reg_in = _checks.registration(ctx, inp)  # a registered tensor is read in place, as a heap one
     stage_in = W > 1 and (buffered or not (ctx.is_symmetric(inp) or reg_in is not None))
-    chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
+    chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = -(-chunk // block)
     cap = _launch.capacity(tiles)
     chunks = W if name == "all_to_all" else 1

@@ -77,8 +77,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
         # heap, src must be a staging copy.
         stage_in, copy_out = not sym_in or same, False
     block, width = cfg.block, cfg.width
-    # rounds of `chunk` elements (whole tiles) reuse the staging buffers; heap tensors need none
-    chunk = n if cfg.chunk is None or not (stage_in or copy_out) else min(cfg.chunk, n)
+    # rounds of `chunk` elements (whole tiles): staging buffers of one round, reused by the next;
+    # for tensors read in place, rounds of `heap_chunk`
+    chunk = _launch.round_elements(cfg, n, stage_in or copy_out)
     tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
     ws_key = ("ccl.all_reduce", inp.dtype, W, cfg.variant, block, width, cap, stage_in, copy_out)
@@ -145,7 +146,7 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
     reg_in = _checks.registration(ctx, inp)
     stage_in = W > 1 and (buffered or not (ctx.is_symmetric(inp) or reg_in is not None))
-    chunk = m if cfg.chunk is None or not stage_in else min(cfg.chunk, m)  # elements per round
+    chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
     ws_key = ("ccl.reduce_scatter", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
