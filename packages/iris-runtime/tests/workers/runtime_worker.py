@@ -517,7 +517,7 @@ def scenario_registered_tensors(ctx):
                      f"rank {W - 1}'s tensor starts at")
     odd = ctx.zeros(64 * (1 + rank % 2), dtype=torch.float32)  # the sizes differ between ranks
     if W > 1:
-        expect_error(IrisUsageError, lambda: ctx.register(odd), "same size", "rank 1: 512 B")
+        expect_error(IrisUsageError, lambda: ctx.register(odd), "differ in size", "rank 1: 512 B", "same size")
     if dev.type != "cuda":
         expect_error(IrisUsageError, lambda: ctx.register(torch.zeros(n, device=dev)), "not on the symmetric heap",
                      "ctx.zeros()")

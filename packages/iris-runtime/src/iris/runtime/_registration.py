@@ -127,7 +127,8 @@ def peer_addresses(ctx, heap, tensor: torch.Tensor, call: str) -> tuple[list[int
     sizes = {entry["nbytes"] for entry in shared}
     if len(sizes) > 1:
         listed = ", ".join(f"rank {entry['rank']}: {entry['nbytes']} B" for entry in shared)
-        raise IrisUsageError(f"{call}: every rank registers a tensor of the same size; got {listed}")
+        raise IrisUsageError(f"{call}: the ranks' tensors differ in size ({listed}); every rank registers its "
+                             f"tensor of the same size")
     addresses, opened = [0] * ctx.world_size, []
     try:
         for entry in shared:
