@@ -156,6 +156,14 @@ MUTATIONS = [
                "        signal_and_wait_all(ctx, record, DONE, epoch, call, \"done\", slot)\n",
                "    if ctx.world_size > 1:\n        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
              [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
+    Mutation("buffered-one-half", "one_shot_buffered stages each call into the other half of its staging buffer",
+             [(f"{COLL}/ccl/_kernels.py", "    return slot, record, epoch, src + (epoch % 2) * half\n",
+               "    return slot, record, epoch, src\n", 1)],
+             [("worker", "2", "ccl_worker.py", "buffered_one_shot")], expect="buffered one-shot"),
+    Mutation("buffered-waits-done", "one_shot_buffered makes one flag round trip per call, not two",
+             [(f"{COLL}/ccl/_kernels.py", "                               ONE_SHOT_CALL)\n    if DEBUG:\n",
+               "                               ONE_SHOT_CALL)\n    if True:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "buffered_one_shot")], expect="not one round trip per call"),
     Mutation("two-shot-no-final-wait", "two-shot (per tile) returns once no peer reads this rank's source tile",
              [(f"{COLL}/_all_reduce.py", "        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)\n"
                "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
@@ -190,7 +198,7 @@ MUTATIONS = [
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
-         "rotated-partials-truncate", "rotated-partials-fp32"]
+         "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done"]
 
 
 def copy_packages(root: str) -> None:

@@ -253,7 +253,13 @@ def scenario_buffered_one_shot(ctx):
         records = spaces[0].buffers["locks"].cpu().view(-1, LOCK_WORDS)
         used = records[records[:, EPOCH.value] > 0]  # .value: the kernels' compile-time word indices
         assert len(used) > 0 and (used[:, EPOCH.value] == 24).all(), records
-        assert (used[:, ARRIVE.value] == 24 * (W - 1)).all() and (used[:, DONE.value] == 0).all(), records
+        assert (used[:, ARRIVE.value] == 24 * (W - 1)).all() and (used[:, DONE.value] == 0).all(), \
+            f"buffered one-shot: not one round trip per call (ready, done counts): {used[:, :2].tolist()}"
+        # the halves by turns: call 24 (k = 23, 250 elements) staged in half 0, call 23 in half 1
+        stage = spaces[0].buffers["stage"].cpu()
+        arange = torch.arange(250, dtype=torch.float32)
+        check(stage[:250], arange + 5 * 23 + r, "buffered one-shot: half 0 holds the last call")
+        check(stage[256:256 + 130], arange[:130] + 5 * 22 + r, "buffered one-shot: half 1 the one before")
 
 
 def scenario_buffered_pull(ctx):
