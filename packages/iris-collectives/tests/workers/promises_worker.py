@@ -225,12 +225,12 @@ def ccl_inputs(W: int, n: int, dtype, op: str, seed: int) -> list[torch.Tensor]:
 
 
 def scenario_ccl_all_reduce(ctx):
-    """ccl.all_reduce, both variants, sum / avg / prod in fp32, fp16 and bf16 (several tiles, the
+    """ccl.all_reduce, every variant, sum / avg / prod in fp32, fp16 and bf16 (several tiles, the
     last ragged): the ranks' values reduced in rank order in fp32, rounded once."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     cases = [(FP32, "sum"), (BF16, "sum"), (FP16, "sum"), (FP32, "avg"), (BF16, "avg"), (FP32, "prod"),
              (BF16, "prod")]
-    for variant in ("one_shot", "two_shot"):
+    for variant in ccl.VARIANTS["all_reduce"]:
         for i, (dtype, op) in enumerate(cases):
             parts = ccl_inputs(W, 150, dtype, op, 500 + i)
             out = torch.full((150,), float("nan"), dtype=dtype, device=dev)
@@ -241,15 +241,17 @@ def scenario_ccl_all_reduce(ctx):
 
 
 def scenario_ccl_reduce_scatter(ctx):
-    """ccl.reduce_scatter: chunk r of every rank's values, summed in rank order, rounded once."""
+    """ccl.reduce_scatter, every variant: chunk r of every rank's values, summed in rank order,
+    rounded once."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     m = 70
-    for i, (dtype, op) in enumerate(((FP32, "sum"), (BF16, "sum"), (FP16, "avg"))):
-        parts = ccl_inputs(W, W * m, dtype, op, 600 + i)
-        out = torch.full((m,), float("nan"), dtype=dtype, device=dev)
-        ccl.reduce_scatter(ctx, out, parts[r].to(dev), op=op, config=ccl.Config(**CCL_SMALL))
-        expected = ccl_reference(op, [p[r * m:(r + 1) * m] for p in parts]).to(dtype)
-        check(out, expected, f"ccl.reduce_scatter {op} {dtype} rank {r}/{W}")
+    for variant in ccl.VARIANTS["reduce_scatter"]:
+        for i, (dtype, op) in enumerate(((FP32, "sum"), (BF16, "sum"), (FP16, "avg"))):
+            parts = ccl_inputs(W, W * m, dtype, op, 600 + i)
+            out = torch.full((m,), float("nan"), dtype=dtype, device=dev)
+            ccl.reduce_scatter(ctx, out, parts[r].to(dev), op=op, config=ccl.Config(variant=variant, **CCL_SMALL))
+            expected = ccl_reference(op, [p[r * m:(r + 1) * m] for p in parts]).to(dtype)
+            check(out, expected, f"ccl.reduce_scatter {variant} {op} {dtype} rank {r}/{W}")
 
 
 # --- device_barrier(epoch=) ------------------------------------------------------------------------------
