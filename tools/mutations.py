@@ -161,8 +161,8 @@ MUTATIONS = [
                "    return slot, record, epoch, src\n", 1)],
              [("worker", "2", "ccl_worker.py", "buffered_one_shot")], expect="buffered one-shot"),
     Mutation("buffered-waits-done", "one_shot_buffered makes one flag round trip per call, not two",
-             [(f"{COLL}/ccl/_kernels.py", "                               ONE_SHOT_CALL)\n    if DEBUG:\n",
-               "                               ONE_SHOT_CALL)\n    if True:\n", 1)],
+             [(f"{COLL}/ccl/_kernels.py", "ONE_SHOT_CALL, src_bases)\n    if DEBUG:\n",
+               "ONE_SHOT_CALL, src_bases)\n    if True:\n", 1)],
              [("worker", "2", "ccl_worker.py", "buffered_one_shot")], expect="not one round trip per call"),
     Mutation("two-shot-no-final-wait", "two-shot (per tile) returns once no peer reads this rank's source tile",
              [(f"{COLL}/_all_reduce.py", "        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)\n"

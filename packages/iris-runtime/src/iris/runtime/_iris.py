@@ -23,6 +23,7 @@ from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._logging import configure_logging, logger
 from ._registration import Registration, close_cuda, peer_addresses
 from ._residency import resident_grid
+from ._spans import address, lies_within
 from ._tracing import Tracing
 from ._watchdog import Watchdog, write_watchdog_info
 
@@ -42,12 +43,6 @@ def context_of_uid(uid: int) -> Iris | None:
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
-
-
-def _address(tensor: torch.Tensor) -> int:
-    """Address of ``tensor``'s first element. Unlike ``data_ptr()``, which is 0 for a tensor with no
-    elements, it also locates empty tensors, so they can be recognised and freed like others."""
-    return tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
 
 
 class Iris(TensorFactories):
@@ -211,11 +206,7 @@ class Iris(TensorFactories):
         """True when all of ``tensor``'s memory lies on this rank's heap."""
         if not isinstance(tensor, torch.Tensor) or tensor.device != self.device or tensor.layout != torch.strided:
             return False
-        start = _address(tensor)
-        if tensor.numel() == 0:
-            return self._base <= start <= self._base + self.heap_size
-        span = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) + 1
-        return self._base <= start and start + span * tensor.element_size() <= self._base + self.heap_size
+        return lies_within(tensor, self._base, self.heap_size)
 
     def require_symmetric(self, tensor: torch.Tensor, call: str) -> torch.Tensor:
         """``tensor`` if it is on the heap, else :class:`NotOnHeapError` naming ``call``."""
@@ -229,7 +220,7 @@ class Iris(TensorFactories):
     def offset_of(self, tensor: torch.Tensor) -> int:
         """Byte offset of ``tensor``'s first element in the heap (the same on every rank)."""
         self.require_symmetric(tensor, "offset_of")
-        return _address(tensor) - self._base
+        return address(tensor) - self._base
 
     def as_symmetric(self, tensor: torch.Tensor) -> torch.Tensor:
         """A contiguous copy of ``tensor`` on the heap (collective in the sense of allocation order)."""

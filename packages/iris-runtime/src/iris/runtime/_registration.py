@@ -24,6 +24,7 @@ import torch
 from iris.device import _layout as layout
 
 from ._errors import IrisUsageError
+from ._spans import lies_within
 
 #: Every registered tensor starts on this boundary on every rank, so that translated pointers keep
 #: the alignment the device layer promises the compiler (``iris.device._layout.HEAP_BASE_ALIGNMENT``).
@@ -56,10 +57,7 @@ class Registration:
         """True when all of ``tensor``'s memory lies in this rank's registered tensor."""
         if self.closed or not isinstance(tensor, torch.Tensor) or tensor.device != self.tensor.device:
             return False
-        start = self.addresses[self._ctx.rank]
-        begin = tensor.data_ptr()
-        span = sum((n - 1) * abs(s) for n, s in zip(tensor.shape, tensor.stride())) + 1 if tensor.numel() else 0
-        return start <= begin and begin + span * tensor.element_size() <= start + self.nbytes
+        return lies_within(tensor, self.addresses[self._ctx.rank], self.nbytes)
 
     def close(self) -> None:
         """Unregister on every rank (collective): wait for this rank's device work and for every

@@ -72,10 +72,3 @@ def check_dim0(call: str, big_name: str, big: torch.Tensor, small_name: str, sma
                              f"elements ({W * small.numel()}) and {W} x its rows along dim 0 "
                              f"(e.g. {big_name} of shape {example})")
 
-
-def registration(ctx, t: torch.Tensor):
-    """The open registration (``ctx.register``, iris.runtime) that holds all of ``t``, or None (then
-    the peers reach ``t`` through the heap's translation if it is on the heap, else it is staged).
-    A registered heap tensor goes through its registration: registering is how heap tensors at
-    different offsets on different ranks are reached."""
-    return ctx.registration_of(t)

@@ -126,11 +126,8 @@ def _buffered_one_shot_round(ctx, inp, src, out, locks, n, half, OP: tl.constexp
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
         mask = offsets < n
         tl.store(staged + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
-    signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
-    reduce_range_in_rank_order(ctx, tiles, FlatView(staged, n, rows, BLOCK_N), o, OP, FlatView(inp, n, rows, BLOCK_N),
-                               ONE_SHOT_CALL)
-    if DEBUG:
-        signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
+    _buffered_reduce(ctx, tiles, FlatView(staged, n, rows, BLOCK_N), o, OP, FlatView(inp, n, rows, BLOCK_N), slot,
+                     record, epoch)
 
 
 @triton.jit
@@ -139,6 +136,17 @@ def _enter_buffered(tiles, view, locks, src, half, call: tl.constexpr):
     # count (epoch) and the half of the staging buffer src that the count's parity picks.
     slot, record, epoch = enter_range(tiles, view, locks, call)
     return slot, record, epoch, src + (epoch % 2) * half
+
+
+@triton.jit
+def _buffered_reduce(ctx, tiles, peers_read, out_view, OP: tl.constexpr, mine_view, slot, record, epoch,
+                     src_bases=None):
+    # The rest of a buffered one-shot call once this program has staged: "ready", the reduction,
+    # and in debug mode only the "done" wait (see _buffered_one_shot_round).
+    signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
+    reduce_range_in_rank_order(ctx, tiles, peers_read, out_view, OP, mine_view, ONE_SHOT_CALL, src_bases)
+    if DEBUG:
+        signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
 
 
 @triton.jit
@@ -223,10 +231,7 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride
     peers_read = FlatView(src + ctx.rank * src_stride, n, rows, BLOCK_N)
     mine = FlatView(inp + ctx.rank * m, n, rows, BLOCK_N)
     if BUFFERED:
-        signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
-        reduce_range_in_rank_order(ctx, tiles, peers_read, o, OP, mine, ONE_SHOT_CALL, src_bases)
-        if DEBUG:
-            signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
+        _buffered_reduce(ctx, tiles, peers_read, o, OP, mine, slot, record, epoch, src_bases)
     else:
         all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine, src_bases)
 

@@ -138,6 +138,17 @@ def capacity(tiles: int) -> int:
     return 1 << (tiles - 1).bit_length()
 
 
+def peer_reach(ctx, t: torch.Tensor) -> tuple[bool, torch.Tensor]:
+    """Whether the peers can read ``t`` in place, and the table that translates it to them: a
+    registered tensor's registration (``ctx.register``: a heap tensor too, which is how heap tensors
+    at different offsets on different ranks are reached), else the heap's bases, in place when
+    ``t`` is on the heap (else the call stages it, and the staging buffer is on the heap)."""
+    registration = ctx.registration_of(t)
+    if registration is not None:
+        return True, registration.bases
+    return ctx.is_symmetric(t), ctx.get_heap_bases()
+
+
 def round_elements(cfg, n: int, staged: bool) -> int:
     """Elements per round of a call moving ``n`` (per chunk): ``cfg.chunk`` when it stages,
     ``cfg.heap_chunk`` when the peers read its tensors in place, at most ``n``; ``n`` (one round)

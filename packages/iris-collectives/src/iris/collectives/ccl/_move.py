@@ -24,8 +24,8 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     # pull_buffered always stages, into the half of the staging buffer that the call's parity
     # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
     buffered = cfg.variant == "pull_buffered" and W > 1
-    reg_in = _checks.registration(ctx, inp)  # a registered tensor is read in place, as a heap one
-    stage_in = W > 1 and (buffered or not (ctx.is_symmetric(inp) or reg_in is not None))
+    in_place, in_bases = _launch.peer_reach(ctx, inp)
+    stage_in = W > 1 and (buffered or not in_place)
     chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = -(-chunk // block)
     cap = _launch.capacity(tiles)
@@ -46,7 +46,7 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     stride = cap * block if stage_in else m
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
-    src_bases = reg_in.bases if reg_in is not None and not stage_in else ctx.get_heap_bases()
+    src_bases = ctx.get_heap_bases() if stage_in else in_bases
     args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
     run = _launch.launcher(ctx, ws, pull_kernel, cap if buffered else tiles, cap, cfg, args, constexprs,

@@ -58,9 +58,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     two_shot = cfg.variant == "two_shot" and W > 1
     buffered = cfg.variant == "one_shot_buffered" and W > 1
     same = out.data_ptr() == inp.data_ptr()
-    # where the peers reach each tensor in place: the heap, a registration, or nowhere (staged)
-    reg_in, reg_out = _checks.registration(ctx, inp), _checks.registration(ctx, out)
-    sym_in, sym_out = ctx.is_symmetric(inp) or reg_in is not None, ctx.is_symmetric(out) or reg_out is not None
+    # whether the peers reach each tensor in place (on the heap or registered), and through which table
+    sym_in, in_bases = _launch.peer_reach(ctx, inp)
+    sym_out, out_bases = _launch.peer_reach(ctx, out)
     if W == 1:
         stage_in = copy_out = False  # nothing is read by a peer
     elif buffered:
@@ -100,9 +100,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     stage, result = ws.buffers.get("stage"), ws.buffers.get("result")
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
                       COPY_OUT=copy_out, BUFFERED=buffered, BLOCK_M=block // width, BLOCK_N=width)
-    heap = ctx.get_heap_bases()
-    src_bases = reg_in.bases if reg_in is not None and not stage_in else heap
-    dst_bases = reg_out.bases if reg_out is not None and two_shot and not copy_out else heap
+    heap = ctx.get_heap_bases()  # the staging and result buffers' table
+    src_bases = heap if stage_in else in_bases
+    dst_bases = heap if copy_out or not two_shot else out_bases
     args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
             dst_bases, n, chunk, half)
     run = _launch.launcher(ctx, ws, all_reduce_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
@@ -144,8 +144,8 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
                  config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
     buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
-    reg_in = _checks.registration(ctx, inp)
-    stage_in = W > 1 and (buffered or not (ctx.is_symmetric(inp) or reg_in is not None))
+    in_place, in_bases = _launch.peer_reach(ctx, inp)
+    stage_in = W > 1 and (buffered or not in_place)
     chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = _tiles(chunk, block)
     cap = _launch.capacity(tiles)
@@ -166,7 +166,7 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
     stride = cap * block if stage_in else m
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
-    src_bases = reg_in.bases if reg_in is not None and not stage_in else ctx.get_heap_bases()
+    src_bases = ctx.get_heap_bases() if stage_in else in_bases
     args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
