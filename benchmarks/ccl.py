@@ -425,7 +425,8 @@ def run(args, on_size=None) -> dict:
                 case = Case(ctx, name, size, dtype)
                 chosen = ccl.choose(name, case.message, str(dtype).removeprefix("torch."), W, backend,
                                     ranks_per_gpu=ctx.ranks_on_device)
-                point = {"collective": name, "bytes": case.nbytes, "message_bytes": case.message, "dtype": dname,
+                point = {"collective": name, "date": result["date"], "bytes": case.nbytes,
+                         "message_bytes": case.message, "dtype": dname,
                          "eager_us": {}, "graph_us": {}, "correct": {}, "chosen": config_text(chosen),
                          "floor_us": copy_us * floor_bytes(name, case.nbytes, W) / (2 * case.nbytes)}
                 configs = [("ccl", None)]
@@ -446,11 +447,15 @@ def run(args, on_size=None) -> dict:
                         time_heap_rounds(ctx, timer, args, point, on_heap, backend)
                     ctx.barrier()
                     on_heap.free()
-                    registered = Case(ctx, name, size, dtype, registered=True)
-                    point["correct"]["registered"] = registered.check()
-                    time_calls(timer, args, point, "registered", registered.call())
-                    ctx.barrier()
-                    registered.free()
+                    try:  # every rank raises together (ctx.register exchanges its errors): keep the rest
+                        registered = Case(ctx, name, size, dtype, registered=True)
+                    except iris.runtime.IrisError as exc:
+                        notes.append(f"registered at {human(case.nbytes)} {dname}: {exc}")
+                    else:
+                        point["correct"]["registered"] = registered.check()
+                        time_calls(timer, args, point, "registered", registered.call())
+                        ctx.barrier()
+                        registered.free()
                 peer_calls = peer.calls(case)
                 if peer_calls and args.peer_max_bytes is not None and case.nbytes > args.peer_max_bytes:
                     peer_calls = {}
@@ -486,7 +491,6 @@ def best_rows(result: dict) -> list[dict]:
     rows = []
     for dname in result["dtypes"]:
         dtypes = {"fp32": ["*"], "bf16": ["bfloat16", "float16"], "fp16": ["float16"]}[dname]
-        where = f"{result['date']}, {result['device']}, {dname}"
         for name in dict.fromkeys(p["collective"] for p in result["points"]):
             points = sorted((p for p in result["points"] if p["collective"] == name and p["dtype"] == dname),
                             key=lambda p: p["message_bytes"])
@@ -496,11 +500,12 @@ def best_rows(result: dict) -> list[dict]:
                 if best is None:
                     continue
                 best = (best, heap_rounds_of(p))  # and the heap tensors' rounds
+                date = p.get("date", result["date"])  # points merged from an earlier run keep its date
                 if runs and runs[-1][0] == best:
-                    runs[-1][1] = p["message_bytes"]
+                    runs[-1][1], runs[-1][2] = p["message_bytes"], max(runs[-1][2], date)
                 else:
-                    runs.append([best, p["message_bytes"]])
-            for i, ((label, heap_chunk), upto) in enumerate(runs):
+                    runs.append([best, p["message_bytes"], date])
+            for i, ((label, heap_chunk), upto, date) in enumerate(runs):
                 config = parse_config_text(label)
                 if heap_chunk:
                     config["heap_chunk"] = heap_chunk
@@ -508,27 +513,29 @@ def best_rows(result: dict) -> list[dict]:
                     rows.append({"backend": result["backend"], "collective": name,
                                  "max_bytes": None if i == len(runs) - 1 else upto, "dtype": dt,
                                  "world_size": result["world_size"], "ranks_per_gpu": result["ranks_per_gpu"],
-                                 "config": config, "measured": where})
+                                 "config": config, "measured": f"{date}, {result['device']}, {dname}"})
     # specific dtypes before "*": the first matching row wins
     return sorted(rows, key=lambda r: r["dtype"] == "*")
 
 
-def write_table(path: str, rows: list[dict], result: dict, measured_here: set) -> None:
+def write_table(path: str, rows: list[dict], result: dict) -> None:
     """Rewrite the selection table with the measured ``rows`` in place of the earlier rows of the
-    same backend, world size, ranks per GPU and collective (of ``measured_here``); every other row
-    is kept, the rows for any world size (the fallbacks) after all measured ones, since the first
+    same backend, world size, ranks per GPU, collective and dtype (a run of one dtype keeps the
+    other's rows); every other row is kept. Rows of a specific dtype come before the ``"*"`` rows
+    and the rows for any world size (the fallbacks) after all measured ones, since the first
     matching row wins."""
+    replaced = {(r["collective"], r["dtype"]) for r in rows}
 
     def same(r):
         return (r["backend"] == result["backend"] and r["world_size"] == result["world_size"]
-                and r.get("ranks_per_gpu", 0) == result["ranks_per_gpu"] and r["collective"] in measured_here)
+                and r.get("ranks_per_gpu", 0) == result["ranks_per_gpu"] and (r["collective"], r["dtype"]) in replaced)
 
     kept = [r for r in _table.TABLE if not same(r)]
-    measured = [r for r in kept if r["world_size"] != 0]
+    measured = sorted(rows + [r for r in kept if r["world_size"] != 0], key=lambda r: r["dtype"] == "*")
     fallback = [r for r in kept if r["world_size"] == 0]
     head, _, _ = open(path).read().partition("TABLE = ")
     with open(path, "w") as f:
-        f.write(head + "TABLE = " + pprint.pformat(rows + measured + fallback, width=116, sort_dicts=False) + "\n")
+        f.write(head + "TABLE = " + pprint.pformat(measured + fallback, width=116, sort_dicts=False) + "\n")
 
 
 # --- output ---------------------------------------------------------------------------------------------
@@ -617,7 +624,7 @@ def save(args, result: dict, final: bool) -> None:
         # the table of the collectives this run measured, from their points of every size: a run
         # of a few sizes keeps what an earlier run chose for the others
         rows = [r for r in best_rows(result) if r["collective"] in measured]
-        write_table(args.table_out, rows, result, measured)
+        write_table(args.table_out, rows, result)
         result = dict(result, table_rows=rows, points=[as_chosen(p, rows, result) for p in result["points"]])
     notes = list(result["notes"])
     if not final:
@@ -664,7 +671,8 @@ def with_earlier_points(result: dict, path: str) -> dict:
     if any(earlier.get(k) != result[k] for k in key):
         return result
     measured = {(p["collective"], p["dtype"], p["bytes"]) for p in result["points"]}
-    kept = [p for p in earlier.get("points", []) if (p["collective"], p["dtype"], p["bytes"]) not in measured]
+    kept = [dict(p, date=p.get("date", earlier.get("date"))) for p in earlier.get("points", [])
+            if (p["collective"], p["dtype"], p["bytes"]) not in measured]
     if not kept:
         return result
     order = {name: i for i, name in enumerate(COLLECTIVES)}
