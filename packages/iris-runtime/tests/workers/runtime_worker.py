@@ -491,6 +491,12 @@ def scenario_registered_tensors(ctx):
         assert registration.nbytes == 4 * n and registration.addresses[rank] == mine.data_ptr()
         assert ctx.registration_of(mine) is registration and ctx.registration_of(mine[8:16]) is registration
         assert ctx.registration_of(pad) is None and ctx.registration_of(torch.zeros(n, device=dev)) is None
+        assert ctx.comm.allgather(registration.serial) == [registration.serial] * W, "serials differ between ranks"
+        # ctx.reach agrees on it: the registered tensor, and a view at the same place on every rank
+        reached = ctx.reach([mine, mine[8:16]])
+        assert [r.ident for r in reached] == [("registered", (registration.serial, 0)),
+                                              ("registered", (registration.serial, 32))], reached
+        assert all(r.in_place and r.bases.data_ptr() == registration.bases.data_ptr() for r in reached)
         words = registration.table.cpu().tolist()
         assert words[layout.CUR_RANK] == rank and words[layout.NUM_RANKS] == W
         assert words[layout.HEAP_BASES:layout.HEAP_BASES + W] == registration.addresses

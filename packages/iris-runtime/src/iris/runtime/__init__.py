@@ -33,6 +33,7 @@ from ._factories import SUPPORTED_DTYPES
 from ._heap import SymmetricHeap
 from ._iris import DEFAULT_HEAP_SIZE, Iris, context_of_uid, iris
 from ._logging import logger, set_log_level
+from ._reach import Reach
 from ._registration import Registration
 from ._residency import programs_per_sm
 from ._tracing import Tracing
@@ -51,6 +52,7 @@ __all__ = [
     "IrisUsageError",
     "NotOnHeapError",
     "RankError",
+    "Reach",
     "Registration",
     "SUPPORTED_DTYPES",
     "SymmetricAllocator",

@@ -21,6 +21,7 @@ from ._context import build_context
 from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._logging import configure_logging, logger
+from ._reach import Reach, RegistrationCache
 from ._registration import Registration, close_cuda, peer_addresses
 from ._residency import resident_grid
 from ._spans import address, lies_within
@@ -109,6 +110,8 @@ class Iris(TensorFactories):
         self.tracing = Tracing(self)
         self._closed = False
         self._registrations: list[Registration] = []
+        self._serials = 0  # registrations made, counted alike on every rank
+        self._reach = RegistrationCache(self)
         #: Changes whenever a tensor is registered or unregistered (caches of launch plans compare it).
         self.registrations_generation = 0
         self.uid = next(_UIDS)
@@ -255,13 +258,29 @@ class Iris(TensorFactories):
         self._check_open(call)
         addresses, opened = peer_addresses(self, self._heap, tensor, call)
         try:
-            registration = Registration(self, tensor, addresses, opened)
+            registration = Registration(self, tensor, addresses, opened, serial=self._next_serial())
         except BaseException:
             close_cuda(opened)
             raise
         self._registrations.append(registration)
         self.registrations_generation += 1
         return registration
+
+    def _next_serial(self) -> int:
+        self._serials += 1
+        return self._serials
+
+    def reach(self, tensors) -> list[Reach]:
+        """How the peers reach each of ``tensors`` in a collective call, the same answer on every
+        rank: where every rank's tensor is at the same heap offset, or in the same registration,
+        there; else, where every rank's tensor can be registered (on the ``cuda`` backend: plain
+        tensors, over CUDA IPC), through a registration made now and cached for the calls that
+        pass the same tensors again; else staged through the heap. Collective: every rank passes
+        its tensors of the call, in the same order (one allgather per call; a registration takes
+        milliseconds, once). Returns one :class:`Reach` per tensor; ``iris.collectives.ccl`` asks
+        for it above a message size (``Config.register``). See ``iris.runtime._reach``."""
+        self._check_open("reach()")
+        return self._reach.reach(list(tensors))
 
     def registration_of(self, tensor: torch.Tensor) -> Registration | None:
         """The open :class:`Registration` whose tensor holds all of ``tensor``'s memory, or None."""
@@ -278,7 +297,8 @@ class Iris(TensorFactories):
         self._boot.barrier()
         registration.closed = True
         registration.tensor = None
-        self._registrations.remove(registration)
+        if registration in self._registrations:  # else one of the collectives' cache (_reach)
+            self._registrations.remove(registration)
         self.registrations_generation += 1
 
     @property
@@ -340,6 +360,7 @@ class Iris(TensorFactories):
         self._watchdog.mark_exit()  # peers must not take this rank's end for a crash
         for registration in list(self._registrations):  # registered in the same order on every rank
             registration.close()
+        self._reach.close()
         self.barrier()
         self._watchdog.close()
         remove_abort_hook(self._watchdog.before_abort)

@@ -34,15 +34,21 @@ ALIGNMENT = layout.HEAP_BASE_ALIGNMENT
 class Registration:
     """One registered tensor (see the module docstring). Build it with :meth:`Iris.register`.
 
-    Attributes: ``tensor`` (this rank's), ``nbytes``, ``addresses`` (every rank's tensor in this
-    process's address space, by rank), ``table`` (the int64 context table on the device) and
-    ``bases`` (its view at the addresses: what device code takes in place of ``heap_bases``).
+    Attributes: ``tensor`` (this rank's), ``serial`` (the same on every rank), ``nbytes``,
+    ``addresses`` (every rank's tensor in this process's address space, by rank), ``table`` (the
+    int64 context table on the device) and ``bases`` (its view at the addresses: what device code
+    takes in place of ``heap_bases``).
     Use it as a context manager, or call :meth:`close` on every rank.
     """
 
-    def __init__(self, ctx, tensor: torch.Tensor, addresses: list[int], opened: list[int]):
+    def __init__(self, ctx, tensor: torch.Tensor, addresses: list[int], opened: list[int], serial: int,
+                 keep: bool = True):
         self._ctx = ctx
-        self.tensor = tensor
+        #: the same number on every rank: registrations are made collectively, in the same order
+        self.serial = serial
+        # a registration made on the fly for a collective call (keep False) does not hold the tensor
+        self.tensor = tensor if keep else None
+        self.device = tensor.device
         self.nbytes = tensor.numel() * tensor.element_size()
         self.addresses = addresses
         self._opened = opened
@@ -55,7 +61,7 @@ class Registration:
 
     def contains(self, tensor: torch.Tensor) -> bool:
         """True when all of ``tensor``'s memory lies in this rank's registered tensor."""
-        if self.closed or not isinstance(tensor, torch.Tensor) or tensor.device != self.tensor.device:
+        if self.closed or not isinstance(tensor, torch.Tensor) or tensor.device != self.device:
             return False
         return lies_within(tensor, self.addresses[self._ctx.rank], self.nbytes)
 
