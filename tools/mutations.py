@@ -35,6 +35,7 @@ SHM = "/dev/shm"  # where MPICH keeps a job's shared-memory segment
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE = "iris-device/src/iris/device"
 COLL = "iris-collectives/src/iris/collectives"
+RUNTIME = "iris-runtime/src/iris/runtime"
 
 
 @dataclass
@@ -164,6 +165,12 @@ MUTATIONS = [
              [(f"{COLL}/ccl/_kernels.py", "ONE_SHOT_CALL, src_bases)\n    if DEBUG:\n",
                "ONE_SHOT_CALL, src_bases)\n    if True:\n", 1)],
              [("worker", "2", "ccl_worker.py", "buffered_one_shot")], expect="not one round trip per call"),
+    Mutation("reach-never-agreed", "Config(register=True) agrees with the peers on how each tensor is reached",
+             [(f"{COLL}/ccl/_launch.py", "    return tuple(ctx.reach(tensors))\n", "    return None\n", 1)],
+             [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="agreed all_reduce"),
+    Mutation("reach-no-recency", "the registration cache closes its least recently used registration",
+             [(f"{RUNTIME}/_reach.py", "        self._entries.move_to_end(serial)", "        pass", 1)],
+             [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="used more recently"),
     Mutation("two-shot-no-final-wait", "two-shot (per tile) returns once no peer reads this rank's source tile",
              [(f"{COLL}/_all_reduce.py", "        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)\n"
                "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
@@ -198,7 +205,8 @@ MUTATIONS = [
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
-         "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done"]
+         "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
+         "reach-never-agreed", "reach-no-recency"]
 
 
 def copy_packages(root: str) -> None:

@@ -377,6 +377,113 @@ def scenario_registered_tensors(ctx):
         ctx.free(slab)
 
 
+def scenario_agreed_reach(ctx):
+    # Config(register=True) (and, on the GPU, any call from REGISTER_FROM bytes): the ranks agree
+    # on how each tensor is reached and register plain tensors on the fly, cached. On the cpu
+    # backend the tensors that translation alone would get wrong are heap tensors at a different
+    # offset on each rank; on the GPU, plain torch tensors (CUDA IPC). Every collective; a second
+    # call with the same tensors registers nothing; a rank whose tensor cannot be registered makes
+    # every rank stage; the cache closes its least recently used registration past its capacity.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
+    cache, slabs = ctx._reach, []
+    reg = ccl.Config(block=64, width=16, register=True)
+    reg_two_shot = ccl.Config(variant="two_shot", block=64, width=16, register=True)
+
+    def tensor(n, dtype, shift=r):
+        if dev.type == "cuda":
+            return torch.empty(n, dtype=dtype, device=dev)
+        per_256 = 256 // torch.tensor([], dtype=dtype).element_size()
+        slabs.append(ctx.zeros(n + per_256 * W, dtype=dtype))
+        return slabs[-1][per_256 * shift:per_256 * shift + n]
+
+    n, m = 150, 37
+    inp, out, big = tensor(n, torch.float32), tensor(n, torch.float32), tensor(W * m, torch.bfloat16)
+    start = len(cache)
+    for i, config in enumerate((reg, reg_two_shot)):
+        for in_place in (False, True):
+            for again in range(2):
+                inp.copy_(data(n, torch.float32, 8800 + 10 * i + again + r))
+                target = inp if in_place else poison(out)
+                ccl.all_reduce(ctx, target, inp, config=config)
+                check(target, reference("sum", [data(n, torch.float32, 8800 + 10 * i + again + q) for q in range(W)],
+                                        torch.float32), f"agreed all_reduce, {config.variant}, in_place={in_place}")
+    if W > 1:
+        assert len(cache) == start + 2, f"inp and out registered once each: {len(cache) - start} registrations"
+        generation = ctx.registrations_generation
+        ccl.all_reduce(ctx, out, inp, config=reg_two_shot)
+        assert ctx.registrations_generation == generation, "the same tensors again must find their registrations"
+    big.copy_(data(W * m, torch.bfloat16, 8860 + r))
+    part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
+    ccl.reduce_scatter(ctx, part, big, config=reg)
+    full = reference("sum", [data(W * m, torch.bfloat16, 8860 + q) for q in range(W)], torch.bfloat16)
+    check(part, full[r * m:(r + 1) * m], "agreed reduce_scatter")
+    gathered = poison(torch.empty(W * n, dtype=torch.float32, device=dev))
+    inp.copy_(data(n, torch.float32, 8870 + r))
+    ccl.all_gather(ctx, gathered, inp, config=reg)
+    check(gathered, torch.cat([data(n, torch.float32, 8870 + q) for q in range(W)]), "agreed all_gather")
+    swapped = poison(torch.empty(W * m, dtype=torch.bfloat16, device=dev))
+    ccl.all_to_all(ctx, swapped, big, config=reg)
+    check(swapped, torch.cat([data(W * m, torch.bfloat16, 8860 + q)[r * m:(r + 1) * m] for q in range(W)]),
+          "agreed all_to_all")
+    inp.copy_(data(n, torch.float32, 8880 + r))
+    ccl.broadcast(ctx, inp, W - 1, config=reg)
+    check(inp, data(n, torch.float32, 8880 + W - 1), "agreed broadcast")
+    staged = [key for key in _workspace._CACHES.get(ctx, {})
+              if str(key[0]).startswith("ccl.") and True in key[7:9] and key[:4] != ("ccl.all_reduce", torch.float32,
+                                                                                       W, "one_shot")]
+    assert W == 1 or not staged, f"tensors registered on the fly were staged: {staged}"
+
+    # one rank's tensor cannot be registered (not on a 256-byte boundary): every rank stages, and
+    # the result is right; so is a rank whose tensor is plain on the cpu backend, beside heap tensors
+    odd = tensor(n + 8, torch.float32)[(1 if r == 0 else 0):][:n]
+    odd.copy_(data(n, torch.float32, 8890 + r))
+    before = len(cache)
+    ccl.all_reduce(ctx, out, odd, config=reg_two_shot)
+    check(out, reference("sum", [data(n, torch.float32, 8890 + q) for q in range(W)], torch.float32),
+          "agreed all_reduce, one rank's input unaligned")
+    if dev.type != "cuda":
+        mixed = inp if r == 0 else torch.empty(n, dtype=torch.float32)
+        mixed.copy_(data(n, torch.float32, 8895 + r))
+        ccl.all_reduce(ctx, out, mixed, config=reg_two_shot)
+        check(out, reference("sum", [data(n, torch.float32, 8895 + q) for q in range(W)], torch.float32),
+              "agreed all_reduce, a plain tensor on one rank, heap tensors on the others")
+    assert W == 1 or len(cache) == before, "a tensor that cannot be registered must not be"
+
+    # heap tensors at the same offset on every rank: the heap's translation, no registration
+    if dev.type != "cuda":
+        same = tensor(n, torch.float32, shift=0)
+        same.copy_(data(n, torch.float32, 8896 + r))
+        assert [x.ident for x in ctx.reach([same])] == [("heap",)]
+        ccl.all_reduce(ctx, same, same, config=reg_two_shot)
+        check(same, reference("sum", [data(n, torch.float32, 8896 + q) for q in range(W)], torch.float32),
+              "agreed all_reduce, same heap offsets")
+        assert len(cache) == before, "heap tensors at one offset need no registration"
+
+    if W > 1:  # the least recently used goes past the capacity, the same one on every rank
+        capacity, cache.capacity = cache.capacity, 2
+        a, b, c = (tensor(64, torch.float32) for _ in range(3))
+        serial = {}
+        for name, t in (("a", a), ("b", b), ("a", a), ("c", c)):
+            t.copy_(data(64, torch.float32, 8897 + r))
+            ccl.all_reduce(ctx, t, t, config=reg_two_shot)
+            check(t, reference("sum", [data(64, torch.float32, 8897 + q) for q in range(W)], torch.float32),
+                  f"agreed all_reduce in place, tensor {name}")
+            serial[name] = ctx.reach([t])[0].ident
+        assert len(cache) == 2, f"capacity 2, {len(cache)} cached"
+        assert ctx.reach([a])[0].ident == serial["a"], "a was used more recently than b: it stays"
+        assert ctx.reach([b])[0].ident != serial["b"], "b was the least recently used: closed, registered anew"
+        cache.capacity = capacity
+        expect_error(lambda: ccl.all_reduce(ctx, out, inp, config=ccl.Config(register="yes")), IrisUsageError,
+                     "config.register='yes'", "True, False or None")
+    ctx.barrier()
+    cache.close()
+    assert len(cache) == 0
+    for slab in reversed(slabs):
+        ctx.free(slab)
+
+
 def scenario_late_first_call(ctx):
     # The first call of a shape creates its workspace (flags zeroed on the stream). Rank 0 comes
     # 0.5 s late, as behind a long GEMM: the others' kernels must not signal into its flags before
@@ -493,6 +600,7 @@ def scenario_cuda_graph(ctx):
     b = torch.empty(n, dtype=torch.bfloat16, device=dev)
     z = torch.empty(n, device=dev)
     h = torch.empty(W * n, device=dev)
+    u = torch.empty(n, device=dev)  # plain tensors registered on the fly in the warm-up
     stream = torch.cuda.Stream(dev)
 
     def sequence():
@@ -504,6 +612,7 @@ def scenario_cuda_graph(ctx):
         ccl.all_reduce(ctx, z, x, config=ccl.Config(variant="one_shot_buffered"))
         ccl.all_reduce(ctx, z, z, config=ccl.Config(variant="one_shot_buffered"))
         ccl.all_gather(ctx, h, x, config=ccl.Config(variant="pull_buffered"))
+        ccl.all_reduce(ctx, u, x, config=ccl.Config(variant="two_shot", register=True))
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
@@ -514,8 +623,10 @@ def scenario_cuda_graph(ctx):
         sequence()  # warm-up: plans, workspaces and grids exist before capture
     stream.synchronize()
     graph = torch.cuda.CUDAGraph()
+    registered = len(ctx._reach)
     with torch.cuda.graph(graph, stream=stream):
         sequence()
+    assert W == 1 or registered == len(ctx._reach) >= 2, "the capture found the warm-up's registrations"
     for k in range(1, 21):
         fill(k)
         graph.replay()
@@ -527,6 +638,7 @@ def scenario_cuda_graph(ctx):
         check(z, W * expected, f"graph replay {k}: one_shot_buffered all_reduce, twice")
         check(h, torch.cat([torch.arange(n, dtype=torch.float32) + k + q for q in range(W)]),
               f"graph replay {k}: pull_buffered all_gather")
+        check(u, expected, f"graph replay {k}: all_reduce of tensors registered on the fly")
 
 
 if __name__ == "__main__":

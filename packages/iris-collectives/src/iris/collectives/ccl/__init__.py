@@ -31,7 +31,7 @@ Example::
     ccl.all_reduce(ctx, x, x)                  # in place: every element is 0 + 1 + ... + (W - 1)
 """
 
-from ._config import VARIANTS, Config, choose
+from ._config import REGISTER_FROM, VARIANTS, Config, choose
 from ._launch import forget as _forget_plans
 from ._move import all_gather, all_to_all, barrier, broadcast
 from ._reduce import all_reduce, reduce_scatter
@@ -48,6 +48,7 @@ def clear_workspaces(ctx) -> None:
 
 
 __all__ = [
+    "REGISTER_FROM",
     "VARIANTS",
     "Config",
     "all_gather",

@@ -20,6 +20,13 @@ VARIANTS = {
 }
 
 
+#: Message bytes from which a call registers plain tensors unless ``Config.register`` says
+#: otherwise (the ``cuda`` backend only): below it the host's agreement (an allgather, a few
+#: microseconds) costs about what staging does; at 16 MiB staging costs 1.5-2x the call
+#: (benchmarks/results/ccl_*ranks_1gpu.md, columns ccl and reg).
+REGISTER_FROM = 4 << 20
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Launch settings of a host collective; every field left ``None`` comes from the table.
@@ -42,6 +49,13 @@ class Config:
     - ``heap_chunk``: the same for a call whose tensors the peers read in place (on the heap, or
       registered): rounds that keep the memory a call touches at once small, which with many
       ranks on one GPU can beat one pass over everything. ``None``: one round.
+    - ``register``: whether the call registers plain tensors (not on the heap) on the fly, so that
+      the peers read them where they are instead of staging them through the heap: ``True``
+      always, ``False`` never, ``None`` on the ``cuda`` backend for messages of at least
+      :data:`REGISTER_FROM` bytes. Each such call agrees with the peers on how every tensor is
+      reached (one allgather of a few bytes on the host); the first call with a tensor registers
+      it (CUDA IPC, milliseconds) and later calls with the same tensor find it cached
+      (``ctx.reach``).
     """
 
     variant: str | None = None
@@ -51,6 +65,7 @@ class Config:
     num_warps: int | None = None
     chunk: int | None = None
     heap_chunk: int | None = None
+    register: bool | None = None
 
 
 def _pow2(value) -> bool:
@@ -78,7 +93,7 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"{where}: config={config!r} must be an iris.collectives.ccl.Config or None")
     fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4, "chunk": None,
-              "heap_chunk": None}
+              "heap_chunk": None, "register": None}
     for row in _table.TABLE if table is None else table:
         if _row_matches(row, backend, collective, nbytes, dtype, world_size, ranks_per_gpu):
             fields.update({k: v for k, v in row["config"].items() if v is not None})
@@ -99,6 +114,8 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
         value = getattr(chosen, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise IrisUsageError(f"{where}: config.{name}={value!r} must be a positive int")
+    if chosen.register not in (None, True, False):
+        raise IrisUsageError(f"{where}: config.register={chosen.register!r} must be True, False or None (automatic)")
     for name in ("chunk", "heap_chunk"):
         value = getattr(chosen, name)
         if value is not None and value % chosen.block:

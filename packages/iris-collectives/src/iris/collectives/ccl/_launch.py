@@ -18,6 +18,7 @@ import weakref
 import torch
 
 from ..ops import _workspace
+from ._config import REGISTER_FROM
 
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
 DIRECT_LAUNCH = os.environ.get("IRIS_CCL_DIRECT_LAUNCH", "1") != "0"
@@ -31,7 +32,31 @@ _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LAST: list = [None, None]
 
 
-def call_key(name, config, out, inp):
+def agreed_reach(ctx, config, *tensors):
+    """How the peers reach ``tensors`` (a call's tensors the peers read or write), agreed with them
+    (``ctx.reach``: collective, one allgather; plain tensors registered on the fly), when the call
+    asks for it: ``config.register`` True, or None on the ``cuda`` backend for a first tensor of
+    at least :data:`REGISTER_FROM` bytes. Else None (each rank decides alone: the heap's
+    translation for heap tensors, ``ctx.register``'s registrations, staging for the rest). What
+    decides is the same on every rank (the config, the backend, the message size), so every rank
+    takes part in the allgather or none does."""
+    register = None if config is None else getattr(config, "register", None)
+    try:
+        if register is False or ctx.world_size == 1:
+            return None
+        if register is None:
+            first = tensors[0]
+            if ctx.device.type != "cuda" or first.numel() * first.element_size() < REGISTER_FROM:
+                return None
+        elif register is not True:
+            return None  # a bad value: the checks of the plan report it
+    except (AttributeError, TypeError, IndexError):
+        return None  # not a tensor: the checks of the plan say what is wrong
+    # a rank's bad tensor is reached by staging (ctx.reach), and then the checks of its plan say why
+    return tuple(ctx.reach(tensors))
+
+
+def call_key(name, config, out, inp, reach=None):
     """The key of a call (see the module docstring), or None when an argument is not a tensor (the
     checks of a miss then say what is wrong). ``name`` names the collective (with its op).
 
@@ -44,10 +69,12 @@ def call_key(name, config, out, inp):
     microseconds before). The price: each new address is a miss, which is why the plans of a
     context are capped (:data:`MAX_PLANS`); a miss re-derives, and finds its workspace cached."""
     try:
-        return (name, config, inp.data_ptr(), inp.shape, inp.dtype, inp.is_contiguous(), out.data_ptr(), out.shape,
-                out.dtype, out.is_contiguous())
+        key = (name, config, inp.data_ptr(), inp.shape, inp.dtype, inp.is_contiguous(), out.data_ptr(), out.shape,
+               out.dtype, out.is_contiguous())
     except (AttributeError, TypeError):
         return None
+    # agreed with the peers: the plan depends on the agreement (which registration, or staging)
+    return key if reach is None else (*key, tuple(r.ident for r in reach))
 
 
 #: Plans kept per context; past it the oldest are dropped (their workspaces stay cached). A
@@ -138,11 +165,15 @@ def capacity(tiles: int) -> int:
     return 1 << (tiles - 1).bit_length()
 
 
-def peer_reach(ctx, t: torch.Tensor) -> tuple[bool, torch.Tensor]:
-    """Whether the peers can read ``t`` in place, and the table that translates it to them: a
-    registered tensor's registration (``ctx.register``: a heap tensor too, which is how heap tensors
-    at different offsets on different ranks are reached), else the heap's bases, in place when
-    ``t`` is on the heap (else the call stages it, and the staging buffer is on the heap)."""
+def peer_reach(ctx, t: torch.Tensor, agreed=None) -> tuple[bool, torch.Tensor]:
+    """Whether the peers can read ``t`` in place, and the table that translates it to them:
+    ``agreed`` (the :class:`iris.runtime.Reach` of ``t`` from :func:`agreed_reach`) when the call
+    agreed on it, else a registered tensor's registration (``ctx.register``: a heap tensor too,
+    which is how heap tensors at different offsets on different ranks are reached), else the
+    heap's bases, in place when ``t`` is on the heap (else the call stages it, and the staging
+    buffer is on the heap)."""
+    if agreed is not None:
+        return agreed.in_place, agreed.bases
     registration = ctx.registration_of(t)
     if registration is not None:
         return True, registration.bases

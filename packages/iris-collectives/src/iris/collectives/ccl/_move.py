@@ -15,7 +15,7 @@ from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, barrier_kernel, pull_kernel
 _MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value}
 
 
-def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
+def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None):
     """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller)."""
     W = ctx.world_size
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
@@ -24,7 +24,7 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config):
     # pull_buffered always stages, into the half of the staging buffer that the call's parity
     # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
     buffered = cfg.variant == "pull_buffered" and W > 1
-    in_place, in_bases = _launch.peer_reach(ctx, inp)
+    in_place, in_bases = _launch.peer_reach(ctx, inp, reach[0] if reach else None)
     stage_in = W > 1 and (buffered or not in_place)
     chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = -(-chunk // block)
@@ -81,9 +81,10 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         call = "iris.collectives.ccl.all_gather"
         _checked(ctx, call, out, inp)
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
-        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config)
+        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config, reach)
 
-    key = _launch.call_key("all_gather", config, out, inp)
+    reach = _launch.agreed_reach(ctx, config, inp)  # peers read inp; out is this rank's alone
+    key = _launch.call_key("all_gather", config, out, inp, reach)
     _launch.call(ctx, key, make, out, inp, 0)
     return out
 
@@ -108,9 +109,10 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         if out.shape != inp.shape:
             raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass an out "
                                  f"of inp's shape")
-        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config)
+        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config, reach)
 
-    key = _launch.call_key("all_to_all", config, out, inp)
+    reach = _launch.agreed_reach(ctx, config, inp)
+    key = _launch.call_key("all_to_all", config, out, inp, reach)
     _launch.call(ctx, key, make, out, inp, 0)
     return out
 
@@ -132,9 +134,10 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         return tensor
     def make():
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
-        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config)
+        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach)
 
-    key = _launch.call_key("broadcast", config, tensor, tensor)
+    reach = _launch.agreed_reach(ctx, config, tensor)  # the peers read src's tensor
+    key = _launch.call_key("broadcast", config, tensor, tensor, reach)
     _launch.call(ctx, key, make, tensor, tensor, src)
     return tensor
 

@@ -37,12 +37,14 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     """
     if is_compiling():
         return traced().collective("all_reduce", ctx, out, inp, op, config=config)
-    key = _launch.call_key(("all_reduce", op), config, out, inp)
-    _launch.call(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config), out, inp)
+    # peers read inp and (two-shot) write out: both reached in place when registered on the fly
+    reach = _launch.agreed_reach(ctx, config, inp) if out is inp else _launch.agreed_reach(ctx, config, inp, out)
+    key = _launch.call_key(("all_reduce", op), config, out, inp, reach)
+    _launch.call(ctx, key, lambda: _plan_all_reduce(ctx, key, out, inp, op, config, reach), out, inp)
     return out
 
 
-def _plan_all_reduce(ctx, key, out, inp, op, config):
+def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     call = "iris.collectives.ccl.all_reduce"
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
@@ -59,8 +61,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config):
     buffered = cfg.variant == "one_shot_buffered" and W > 1
     same = out.data_ptr() == inp.data_ptr()
     # whether the peers reach each tensor in place (on the heap or registered), and through which table
-    sym_in, in_bases = _launch.peer_reach(ctx, inp)
-    sym_out, out_bases = _launch.peer_reach(ctx, out)
+    reach = reach or (None, None)
+    sym_in, in_bases = _launch.peer_reach(ctx, inp, reach[0])
+    sym_out, out_bases = _launch.peer_reach(ctx, out, reach[-1])
     if W == 1:
         stage_in = copy_out = False  # nothing is read by a peer
     elif buffered:
@@ -125,12 +128,13 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
     """
     if is_compiling():
         return traced().collective("reduce_scatter", ctx, out, inp, op, config=config)
-    key = _launch.call_key(("reduce_scatter", op), config, out, inp)
-    _launch.call(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config), out, inp)
+    reach = _launch.agreed_reach(ctx, config, inp)  # peers read inp; out is this rank's alone
+    key = _launch.call_key(("reduce_scatter", op), config, out, inp, reach)
+    _launch.call(ctx, key, lambda: _plan_reduce_scatter(ctx, key, out, inp, op, config, reach), out, inp)
     return out
 
 
-def _plan_reduce_scatter(ctx, key, out, inp, op, config):
+def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     call = "iris.collectives.ccl.reduce_scatter"
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
@@ -144,7 +148,7 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config):
                  config, ranks_per_gpu=ctx.ranks_on_device)
     block, width = cfg.block, cfg.width
     buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
-    in_place, in_bases = _launch.peer_reach(ctx, inp)
+    in_place, in_bases = _launch.peer_reach(ctx, inp, reach[0] if reach else None)
     stage_in = W > 1 and (buffered or not in_place)
     chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = _tiles(chunk, block)
