@@ -113,6 +113,10 @@ def parse_args(argv=None):
                         "ranks on one H200: pass 1M there)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--no-heap", action="store_true", help="skip the calls on heap tensors")
+    p.add_argument("--heap-size", type=parse_size, default=None, metavar="SIZE",
+                   help="bytes of heap per rank (default 8x the largest size + 64 MiB); with 8 ranks on one GPU a "
+                        "256 MiB all-reduce of heap tensors was 2.5x slower than of registered ones: whether the "
+                        "heap's size is why")
     p.add_argument("--host", action="store_true", help="the host's microseconds per call instead (see above)")
     p.add_argument("--calls", type=int, default=5000, help="with --host: calls per measurement")
     p.add_argument("--rounds", type=int, default=5, help="with --host: measurements, the median counts")
@@ -402,7 +406,7 @@ def time_calls(timer, args, point: dict, label: str, fn) -> None:
 
 def run(args, on_size=None) -> dict:
     """Times every size; ``on_size(result)`` (rank 0) gets the result so far after each size."""
-    ctx = iris.runtime.iris(heap_size=max(1 << 26, 8 * max(args.sizes) + (1 << 26)))
+    ctx = iris.runtime.iris(heap_size=args.heap_size or max(1 << 26, 8 * max(args.sizes) + (1 << 26)))
     backend, W = ctx.device.type, ctx.world_size
     timer, peer = Timer(ctx, args), Peer(ctx, not args.no_peer)
     points, notes = [], []
@@ -414,7 +418,8 @@ def run(args, on_size=None) -> dict:
         notes.append("ccl: the configuration that the table written by this run chooses, timed as a candidate here")
     result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtypes": args.dtypes,
               "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
-              "peer": peer.kind, "graph_calls": args.graph, "date": datetime.date.today().isoformat(),
+              "peer": peer.kind, "graph_calls": args.graph, "heap_size": ctx.heap_size,
+              "date": datetime.date.today().isoformat(),
               "command": " ".join(["benchmarks/ccl.py", *sys.argv[1:]]), "points": points, "notes": notes,
               "sizes_done": []}
     for size in args.sizes:

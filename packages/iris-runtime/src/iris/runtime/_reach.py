@@ -31,6 +31,7 @@ before capturing them, as CUDA graphs want anyway.
 from __future__ import annotations
 
 import collections
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -67,6 +68,7 @@ class RegistrationCache:
         self._by_key: dict[tuple, int] = {}  # this rank's tensor key -> serial of its registration
         # this rank's plain tensor keys tried for export: why they cannot be registered, or None
         self._exportable: dict[tuple, str | None] = {}
+        self._seen: dict[int, tuple] = {}  # address -> (weak reference to its storage, its buffer id)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -142,11 +144,26 @@ class RegistrationCache:
             return (ptr, nbytes, "heap")  # the heap outlives every cached registration of it
         if self._ctx.backend != "cuda" or not t.is_cuda:
             return None
+        # Asking the driver for the buffer id costs microseconds; while the storage that had it
+        # lives, its allocation cannot have changed (a live storage holds its block, and the block
+        # its segment), so a tensor passed again finds it here (torch keeps one Python object per
+        # storage)
+        storage = t.untyped_storage()
+        seen = self._seen.get(ptr)
+        if seen is not None and seen[0]() is storage:
+            return (ptr, nbytes, seen[1])
         try:
-            return (ptr, nbytes, _buffer_id(ptr))
+            buffer_id = _buffer_id(ptr)
         except Exception as exc:  # memory the driver does not know: staged
             logger.info("rank %d: no CUDA buffer id for %#x (%s); collectives stage it", self._ctx.rank, ptr, exc)
             return None
+        if len(self._seen) > 4096:  # fresh tensors every call: start again
+            self._seen.clear()
+        try:
+            self._seen[ptr] = (weakref.ref(storage), buffer_id)
+        except TypeError:  # a storage without weak references: ask the driver every call
+            pass
+        return (ptr, nbytes, buffer_id)
 
     def _why_unfit(self, t: torch.Tensor) -> str | None:
         # Why this rank's plain (contiguous, aligned) tensor cannot be registered, or None: an export
