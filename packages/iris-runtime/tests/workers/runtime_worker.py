@@ -492,6 +492,7 @@ def scenario_registered_tensors(ctx):
         assert ctx.registration_of(mine) is registration and ctx.registration_of(mine[8:16]) is registration
         assert ctx.registration_of(pad) is None and ctx.registration_of(torch.zeros(n, device=dev)) is None
         assert ctx.comm.allgather(registration.serial) == [registration.serial] * W, "serials differ between ranks"
+        assert ctx.quick_allgather is (ctx.bootstrap == "mpi")
         # ctx.reach agrees on it: the registered tensor, and a view at the same place on every rank
         reached = ctx.reach([mine, mine[8:16]])
         assert [r.ident for r in reached] == [("registered", (registration.serial, 0)),

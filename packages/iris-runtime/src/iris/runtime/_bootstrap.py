@@ -36,6 +36,9 @@ class Bootstrap(abc.ABC):
     name: str
     #: What :meth:`abort` calls, for messages (``"MPI_Abort"``, ``"os._exit"``).
     abort_call: str
+    #: Whether a small allgather costs microseconds (MPI within a node: shared memory), so that a
+    #: host collective may make one on every call (``Iris.reach``); gloo's costs milliseconds.
+    quick_allgather: bool
     rank: int
     world_size: int
     #: This rank's index among the ranks of its node, and how many there are.

@@ -35,6 +35,7 @@ class MpiBootstrap(Bootstrap):
 
     name = "mpi"
     abort_call = "MPI_Abort"
+    quick_allgather = True
 
     def __init__(self, comm, node_comm):
         self._comm, self._node_comm = comm, node_comm

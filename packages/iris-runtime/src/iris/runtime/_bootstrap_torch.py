@@ -104,6 +104,7 @@ class TorchBootstrap(Bootstrap):
 
     name = "torch"
     abort_call = "os._exit"
+    quick_allgather = False  # gloo over TCP: 2.6 ms for two ranks on a loaded 2-core machine
 
     def __init__(self, group):
         dist = _dist()

@@ -270,6 +270,12 @@ class Iris(TensorFactories):
         self._serials += 1
         return self._serials
 
+    @property
+    def quick_allgather(self) -> bool:
+        """Whether a small host allgather costs microseconds (MPI) rather than milliseconds (gloo,
+        under torchrun): whether :meth:`reach` may be asked on every call of a collective."""
+        return self._boot.quick_allgather
+
     def reach(self, tensors) -> list[Reach]:
         """How the peers reach each of ``tensors`` in a collective call, the same answer on every
         rank: where every rank's tensor is at the same heap offset, or in the same registration,

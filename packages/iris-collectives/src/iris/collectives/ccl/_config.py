@@ -52,10 +52,11 @@ class Config:
     - ``register``: whether the call registers plain tensors (not on the heap) on the fly, so that
       the peers read them where they are instead of staging them through the heap: ``True``
       always, ``False`` never, ``None`` on the ``cuda`` backend for messages of at least
-      :data:`REGISTER_FROM` bytes. Each such call agrees with the peers on how every tensor is
-      reached (one allgather of a few bytes on the host); the first call with a tensor registers
-      it (CUDA IPC, milliseconds) and later calls with the same tensor find it cached
-      (``ctx.reach``).
+      :data:`REGISTER_FROM` bytes, under MPI (under torchrun gloo's allgather takes milliseconds,
+      more than staging costs: there only ``True`` registers). Each such call agrees with the
+      peers on how every tensor is reached (one allgather of a few bytes on the host); the first
+      call with a tensor registers it (CUDA IPC, milliseconds) and later calls with the same
+      tensor find it cached (``ctx.reach``).
     """
 
     variant: str | None = None

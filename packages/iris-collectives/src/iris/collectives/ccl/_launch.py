@@ -36,7 +36,8 @@ def agreed_reach(ctx, config, *tensors):
     """How the peers reach ``tensors`` (a call's tensors the peers read or write), agreed with them
     (``ctx.reach``: collective, one allgather; plain tensors registered on the fly), when the call
     asks for it: ``config.register`` True, or None on the ``cuda`` backend for a first tensor of
-    at least :data:`REGISTER_FROM` bytes. Else None (each rank decides alone: the heap's
+    at least :data:`REGISTER_FROM` bytes, when the host's allgather is quick (MPI; under torchrun
+    gloo's takes milliseconds: only ``register=True`` agrees there). Else None (each rank decides alone: the heap's
     translation for heap tensors, ``ctx.register``'s registrations, staging for the rest). What
     decides is the same on every rank (the config, the backend, the message size), so every rank
     takes part in the allgather or none does."""
@@ -47,6 +48,8 @@ def agreed_reach(ctx, config, *tensors):
         if register is None:
             first = tensors[0]
             if ctx.device.type != "cuda" or first.numel() * first.element_size() < REGISTER_FROM:
+                return None
+            if not ctx.quick_allgather:  # gloo (torchrun): the agreement would cost milliseconds
                 return None
         elif register is not True:
             return None  # a bad value: the checks of the plan report it
