@@ -155,7 +155,7 @@ def test_plans_are_capped_per_context_oldest_first(monkeypatch):
     assert _launch.plan_for(ctx, ("k", 4), lambda: pytest.fail("a cached plan is not rebuilt"))() == 4
     _launch.forget(ctx)
 def test_a_plan_gives_way_to_its_fast_launch_and_clearing_workspaces_drops_both():
-    from iris.collectives.ops import _workspace
+    from iris.collectives import _workspace
 
     class Context:  # any weak-referenceable object with a registrations count stands for a context
         registrations_generation = 0

@@ -49,7 +49,7 @@ def test_a_new_workspace_waits_for_every_rank_once():
     # any launch: without it, 2 ranks sharing an H200 hung at the first call after a long GEMM.
     import torch
 
-    from iris.collectives.ops import _workspace
+    from iris.collectives import _workspace
 
     class Ctx:  # a stand-in host context (weak-referenceable, as the cache needs)
         def __init__(self, world_size, name):
@@ -137,7 +137,7 @@ def test_the_descriptor_allocator_is_set_in_every_thread_that_launches():
     # compiled model, which autograd runs in its own thread, found none ("no allocator was set")
     import threading
 
-    from iris.collectives.ops import _workspace
+    from iris.collectives import _workspace
 
     def has_one():
         return _workspace._thread_has_allocator()

@@ -21,9 +21,8 @@ import torch
 
 import iris.device
 import iris.runtime.testing
-from iris.collectives import ccl
+from iris.collectives import _workspace, ccl
 from iris.collectives._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS
-from iris.collectives.ops import _workspace
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
 

@@ -327,7 +327,8 @@ def scenario_tma_path(ctx):
     fp32's row-major b is transposed by the host first). Strides are multiples of 16 bytes (the
     descriptors' rule); M, N and K are still ragged."""
     global B_COLUMN_MAJOR
-    from iris.collectives.ops import _launch, _workspace
+    from iris.collectives import _workspace
+    from iris.collectives.ops import _launch
     from iris.collectives.ops._config import VARIANTS
 
     if ctx.backend == "cpu":
@@ -411,7 +412,7 @@ def scenario_late_first_call(ctx):
 def scenario_workspace_cache(ctx):
     """One workspace per (op, shape, dtype, world, config), reused by later calls (no heap growth);
     clear_workspaces frees them, and the next call allocates fresh ones and is still right."""
-    from iris.collectives.ops import _workspace
+    from iris.collectives import _workspace
 
     W, M, N, K = ctx.world_size, 24, 40, 20
     cfg = ops.Config(block_m=16, block_n=16, block_k=16)

@@ -41,7 +41,7 @@ def clear_workspaces(ctx) -> None:
     """Free the heap buffers of every host collective and fused op of ``ctx`` (collective: every
     rank calls it, once no kernel uses them, e.g. after ``ctx.barrier()``). The next call
     allocates again, with fresh counters."""
-    from ..ops import _workspace
+    from .. import _workspace
 
     _forget_plans(ctx)
     _workspace.clear(ctx)

@@ -3,7 +3,7 @@
 A call's *key* (collective, op, config, and each tensor's address, shape, dtype and contiguity;
 see :func:`call_key`) decides everything the launch needs: the checks it
 passed, the chosen :class:`Config`, the workspace (lock records and staging buffers, from the
-fused ops' per-context cache, :mod:`iris.collectives.ops._workspace`), the grid and the
+per-context cache shared with the fused ops, :mod:`iris.collectives._workspace`), the grid and the
 compile-time arguments. A hit therefore costs a dict lookup and the kernel launch; only a miss
 validates, chooses and allocates. Plans hold no per-call values (the call counters are in the
 lock records on the device), so launching one again, or replaying a CUDA graph of it, is a new
@@ -17,7 +17,7 @@ import weakref
 
 import torch
 
-from ..ops import _workspace
+from .. import _workspace
 from ._config import REGISTER_FROM
 
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
@@ -199,7 +199,7 @@ def grid_key(cfg) -> tuple:
 
 
 def workspace(ctx, key: tuple, make):
-    """The fused ops' per-context workspace for ``key`` (see ``ops._workspace.workspace``)."""
+    """The per-context workspace for ``key``, shared with the fused ops (see ``_workspace.workspace``)."""
     return _workspace.workspace(ctx, key, make)
 
 

@@ -26,12 +26,12 @@ docs/fused-ops.md. Inside ``torch.compile`` each call is a torch operator
 layers in :mod:`iris.collectives.nn`); in eager mode it launches its kernel directly.
 """
 
+from .._workspace import clear as clear_workspaces
 from ._all_gather_matmul import all_gather_matmul
 from ._config import DEFAULTS, VARIANTS, Config, choose
 from ._matmul_all_gather import matmul_all_gather
 from ._matmul_all_reduce import matmul_all_reduce
 from ._matmul_reduce_scatter import matmul_reduce_scatter
-from ._workspace import clear as clear_workspaces
 
 __all__ = [
     "DEFAULTS",

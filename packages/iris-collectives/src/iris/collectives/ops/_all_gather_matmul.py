@@ -29,6 +29,7 @@ from .. import _host
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
+from .._workspace import workspace
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import (
@@ -44,7 +45,6 @@ from ._gemm import (
     tile_rows,
 )
 from ._launch import TMA_OFF, b_operand, launch
-from ._workspace import workspace
 
 CALL = "iris.collectives.ops.all_gather_matmul"
 CALL_C: tl.constexpr = tl.constexpr(CALL)

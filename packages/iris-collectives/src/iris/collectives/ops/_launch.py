@@ -6,8 +6,8 @@ import torch
 
 from iris.device import INTERPRETER
 
+from .._workspace import Workspace, ensure_allocator
 from . import _gemm
-from ._workspace import Workspace, ensure_allocator
 
 #: Tests only: let the interpreter take the tensor-descriptor path too (Triton 3.9's interpreter
 #: emulates ``tl.make_tensor_descriptor``), so its index arithmetic is checked without a GPU.

@@ -26,11 +26,11 @@ from .._context import DeviceContext
 from .._gather import all_gather
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch
 from .._views import TensorView, Tile
+from .._workspace import workspace
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import b_operand, launch
-from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_all_gather"
 

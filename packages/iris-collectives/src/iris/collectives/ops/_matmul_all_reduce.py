@@ -24,12 +24,12 @@ from .._all_reduce import all_reduce_one_shot, all_reduce_two_shot
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._views import TensorView, Tile
+from .._workspace import workspace
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import accumulator_dtype, b_operand, launch
 from ._matmul_reduce_scatter import rotated
-from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_all_reduce"
 

@@ -31,12 +31,12 @@ from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signal_all, wait_at_least
 from .._views import Tile
+from .._workspace import workspace
 from ._checks import check_inputs, check_matrix, check_rows_divide
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import accumulator_dtype, b_operand, launch
 from ._rotated import record_words, rotated_buffers, rotated_kernel
-from ._workspace import workspace
 
 CALL = "iris.collectives.ops.matmul_reduce_scatter"
 CALL_C: tl.constexpr = tl.constexpr(CALL)

@@ -1,7 +1,8 @@
 """One workspace cache per host context: lock arrays, staging buffers and grids, allocated once.
 
-A fused op's kernel needs symmetric-heap memory besides the caller's tensors (lock records whose
-counters only grow, staging buffers that peers read or write). Allocating them per call would
+A fused op's kernel, and a host collective's (``ccl``), needs symmetric-heap memory besides the
+caller's tensors (lock records whose counters only grow, staging buffers that peers read or
+write). Allocating them per call would
 cost heap churn and a collective allocation each time, and would reset the counters the flags
 rely on. So each (op, shapes, dtypes, world size, config) gets one :class:`Workspace`, created
 on first use and kept on the context (a ``WeakKeyDictionary``: it goes when the context goes).
