@@ -171,6 +171,11 @@ MUTATIONS = [
     Mutation("reach-no-recency", "the registration cache closes its least recently used registration",
              [(f"{RUNTIME}/_reach.py", "        self._entries.move_to_end(serial)", "        pass", 1)],
              [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="used more recently"),
+    Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
+             [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
+               "bias if ctx.rank == 0 else None", 1),
+              (f"{COLL}/ops/_unfused.py", "    late_bias = bias if scatter else None\n", "    late_bias = None\n", 1)],
+             [("worker", "3", "promises_worker.py", "matmul_reduce_scatter")], expect="matmul_reduce_scatter unfused"),
     Mutation("two-shot-no-final-wait", "two-shot (per tile) returns once no peer reads this rank's source tile",
              [(f"{COLL}/_all_reduce.py", "        _two_shot_tile(ctx, tile, t, src_view, dst_view, acc_ty, dst_ty, OP, None, None)\n"
                "        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n"
@@ -206,7 +211,7 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
          "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
-         "reach-never-agreed", "reach-no-recency"]
+         "reach-never-agreed", "reach-no-recency", "unfused-bias-early"]
 
 
 def copy_packages(root: str) -> None:

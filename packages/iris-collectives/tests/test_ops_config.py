@@ -92,7 +92,7 @@ def test_partial_dtype_input_picks_rotated_and_is_refused_where_no_partials_trav
         picked = _config.choose(op, 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))
         assert picked.variant == "rotated" and picked.partial_dtype == "input"
     with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config\.partial_dtype='input' needs strategy "
-                                             r"'rotated', got variant='two_shot': drop variant"):
+                                             r"'rotated' or 'unfused', got variant='two_shot': drop variant"):
         _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cpu", ops.Config(variant="two_shot", partial_dtype="input"))
     with pytest.raises(IrisUsageError, match=r"all_gather_matmul: .*stages no partial products"):
         _config.choose("all_gather_matmul", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))

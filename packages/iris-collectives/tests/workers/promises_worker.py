@@ -129,7 +129,7 @@ def scenario_matmul_all_reduce(ctx):
     bias joining rank 0's (docs/fused-ops.md), rounded once; and the same bits on every rank."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     M, N, K = 24, 40, 16
-    for variant in ("one_shot", "two_shot", "rotated"):
+    for variant in ops.VARIANTS["matmul_all_reduce"]:
         for i, (dtype, out_dtype, with_bias) in enumerate(OP_CASES):
             parts, bias = k_split_inputs(W, M, N, K, dtype, 100 + i)
             out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
@@ -146,7 +146,8 @@ def scenario_matmul_reduce_scatter(ctx):
     then adds the bias, and rounds once."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     m, N, K = 8, 40, 16
-    for variant, (i, (dtype, out_dtype, with_bias)) in itertools.product(("owner", "rotated"), enumerate(OP_CASES)):
+    for variant, (i, (dtype, out_dtype, with_bias)) in itertools.product(ops.VARIANTS["matmul_reduce_scatter"],
+                                                                       enumerate(OP_CASES)):
         parts, bias = k_split_inputs(W, W * m, N, K, dtype, 200 + i)
         out = torch.full((m, N), float("nan"), dtype=out_dtype, device=dev)
         ops.matmul_reduce_scatter(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev),
@@ -165,16 +166,17 @@ def scenario_matmul_all_reduce_partials_in_input_dtype(ctx):
     rank. One rank takes the kernel that hands nothing over: one rounding."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     M, N, K = 8 * W, 40, 16
-    for i, (dtype, out_dtype) in enumerate([(BF16, BF16), (FP16, FP32)]):
+    for variant, (i, (dtype, out_dtype)) in itertools.product((None, "unfused"),
+                                                              enumerate([(BF16, BF16), (FP16, FP32)])):
         parts, bias = k_split_inputs(W, M, N, K, dtype, 300 + i)
         out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
-        cfg = dataclasses.replace(op_config(dtype), partial_dtype="input")
+        cfg = dataclasses.replace(op_config(dtype, variant), partial_dtype="input")  # None: rotated
         ops.matmul_all_reduce(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev), bias.to(dev), config=cfg)
         staged = [p[2] for p in parts]
         if W > 1:
             staged[0] = (staged[0] + bias.to(FP32)).to(dtype)
         expected = rank_order(staged, None if W > 1 else bias.to(FP32)).to(out_dtype)
-        what = f"matmul_all_reduce partial_dtype=input {dtype}->{out_dtype} rank {r}/{W}"
+        what = f"matmul_all_reduce {cfg.variant or 'rotated'} partial_dtype=input {dtype}->{out_dtype} rank {r}/{W}"
         check(out, expected, what)
         same_on_every_rank(ctx, out, what)
 

@@ -18,8 +18,8 @@ from iris.runtime import IrisUsageError
 #: Strategies each op accepts (``Config.variant``); the first is the default where the table says
 #: nothing else.
 VARIANTS = {
-    "matmul_all_reduce": ("one_shot", "two_shot", "rotated"),
-    "matmul_reduce_scatter": ("owner", "rotated"),
+    "matmul_all_reduce": ("one_shot", "two_shot", "rotated", "unfused"),
+    "matmul_reduce_scatter": ("owner", "rotated", "unfused"),
     "matmul_all_gather": ("push",),
     "all_gather_matmul": ("pull", "arrival"),
 }
@@ -48,9 +48,10 @@ class Config:
       specialise a persistent loop whose body waits (a compile error) and, where they do
       specialise one with a signal after the tile, drop its atomic (seen in the TTGIR), so a
       fused op's flags would be lost. Ignored without tensor descriptors.
-    - ``partial_dtype``: the dtype in which strategy ``rotated`` of ``matmul_reduce_scatter`` and
-      ``matmul_all_reduce`` hands the partial products between ranks. ``"accumulator"`` (default):
-      fp32 (fp64 for fp64 inputs), so the result is rounded once. ``"input"``: the inputs' dtype,
+    - ``partial_dtype``: the dtype in which strategies ``rotated`` and ``unfused`` of
+      ``matmul_reduce_scatter`` and ``matmul_all_reduce`` hand the partial products between
+      ranks. ``"accumulator"`` (default): fp32 (fp64 for fp64 inputs), so the result is rounded
+      once. ``"input"``: the inputs' dtype,
       as torch's fused ops do: half the bytes on the wire for bf16 and fp16, at the cost of one
       rounding per rank's partial before the fp32 sum (still in rank order, still bit-identical
       on every rank). Setting it without ``variant`` picks ``rotated``; the other strategies, and
@@ -167,10 +168,10 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
             raise IrisUsageError(f"{where}: config.{name}={getattr(chosen, name)!r} must be True or False")
     if chosen.partial_dtype not in ("accumulator", "input"):
         raise IrisUsageError(f"{where}: config.partial_dtype={chosen.partial_dtype!r} must be 'accumulator' or 'input'")
-    if chosen.partial_dtype == "input" and chosen.variant != "rotated":
-        fix = ("drop variant or set variant='rotated'" if "rotated" in VARIANTS[op]
+    if chosen.partial_dtype == "input" and chosen.variant not in ("rotated", "unfused"):
+        fix = ("drop variant or set variant='rotated' or 'unfused'" if "rotated" in VARIANTS[op]
                else "this op stages no partial products: leave partial_dtype unset")
-        raise IrisUsageError(f"{where}: config.partial_dtype='input' needs strategy 'rotated', got "
+        raise IrisUsageError(f"{where}: config.partial_dtype='input' needs strategy 'rotated' or 'unfused', got "
                              f"variant={chosen.variant!r}: {fix}")
     if chosen.input_precision not in ("tf32", "ieee"):
         raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")

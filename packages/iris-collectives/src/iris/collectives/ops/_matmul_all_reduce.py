@@ -30,6 +30,7 @@ from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import accumulator_dtype, b_operand, launch
 from ._matmul_reduce_scatter import rotated
+from ._unfused import unfused
 
 CALL = "iris.collectives.ops.matmul_all_reduce"
 
@@ -92,6 +93,10 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_reduce", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
+    if cfg.variant == "unfused":
+        key = ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg, out.is_contiguous())
+        unfused(ctx, key, out, a, b, bias, cfg, scatter=False)
+        return out
     if cfg.variant == "rotated" and ctx.world_size > 1 and M % ctx.world_size == 0:
         rotated(CALL, ctx, ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg), out, a, b, bias,
                 cfg, gather=True)

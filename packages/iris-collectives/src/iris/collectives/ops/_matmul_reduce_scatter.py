@@ -37,6 +37,7 @@ from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import accumulator_dtype, b_operand, launch
 from ._rotated import record_words, rotated_buffers, rotated_kernel
+from ._unfused import unfused
 
 CALL = "iris.collectives.ops.matmul_reduce_scatter"
 CALL_C: tl.constexpr = tl.constexpr(CALL)
@@ -116,6 +117,9 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     check_matrix(CALL, "out", out, (m_local, N))
     cfg = choose("matmul_reduce_scatter", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
     key = ("matmul_reduce_scatter", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
+    if cfg.variant == "unfused":
+        unfused(ctx, key + (out.is_contiguous(),), out, a, b, bias, cfg, scatter=True)
+        return out
     if cfg.variant == "rotated" and ctx.world_size > 1:
         rotated(CALL, ctx, key, out, a, b, bias, cfg, gather=False)
         return out
