@@ -8,8 +8,10 @@
 # not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
 # For the same reason send the output to a file, not into a pipe (`| tail`): a job that outlives
 # pytest (its SIGKILL, 30 s after the deadline) would hold the pipe, and what was printed with it.
-# The whole suite at 2 and 4 ranks takes longer than one 10-minute call: IRIS_TEST_SHARD=1/2 and
-# then 2/2 run it in two halves (tools/pytest_shard.py; a test function's world sizes stay together).
+# The whole suite at 2 and 4 ranks takes well over 17 minutes on one H200 (2026-12-05: the first
+# half 531 s; the second had run 90 of its 195 tests at 520 s): IRIS_TEST_SHARD=1/4 .. 4/4 run it
+# in quarters (tools/pytest_shard.py; a test function's world sizes stay together; shards 1/4 and 3/4
+# together are 1/2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
