@@ -301,6 +301,34 @@ def scenario_buffered_pull(ctx):
         assert (used[:, ARRIVE.value] == 12 * (W - 1)).all() and (used[:, DONE.value] == 0).all(), records
 
 
+def moves_read_in_place(ctx, inp, big, n: int, m: int, config, seed: int, what: str) -> None:
+    # reduce_scatter and all_to_all of big (W * m bf16), all_gather and broadcast of inp (n fp32):
+    # right, and no workspace of a ccl call but the in-place one-shot all-reduce's stages (the
+    # peers read the tensors where they are)
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    big.copy_(data(W * m, torch.bfloat16, seed + r))
+    part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
+    ccl.reduce_scatter(ctx, part, big, config=config)
+    full = reference("sum", [data(W * m, torch.bfloat16, seed + q) for q in range(W)], torch.bfloat16)
+    check(part, full[r * m:(r + 1) * m], f"{what} reduce_scatter")
+    gathered = poison(torch.empty(W * n, dtype=torch.float32, device=dev))
+    inp.copy_(data(n, torch.float32, seed + 10 + r))
+    ccl.all_gather(ctx, gathered, inp, config=config)
+    check(gathered, torch.cat([data(n, torch.float32, seed + 10 + q) for q in range(W)]), f"{what} all_gather")
+    swapped = poison(torch.empty(W * m, dtype=torch.bfloat16, device=dev))
+    ccl.all_to_all(ctx, swapped, big, config=config)
+    check(swapped, torch.cat([data(W * m, torch.bfloat16, seed + q)[r * m:(r + 1) * m] for q in range(W)]),
+          f"{what} all_to_all")
+    inp.copy_(data(n, torch.float32, seed + 20 + r))
+    ccl.broadcast(ctx, inp, W - 1, config=config)
+    check(inp, data(n, torch.float32, seed + 20 + W - 1), f"{what} broadcast")
+    # only the one-shot in place stages (peers may still read the input while it is overwritten)
+    staged = [key for key in _workspace._CACHES.get(ctx, {})
+              if str(key[0]).startswith("ccl.") and True in key[7:9] and key[:4] != ("ccl.all_reduce", torch.float32,
+                                                                                       W, "one_shot")]
+    assert W == 1 or not staged, f"{what} tensors were staged: {staged}"
+
+
 def scenario_registered_tensors(ctx):
     # Tensors registered with ctx.register are read and written where they are, with no staging:
     # on the cpu backend heap tensors at a different offset on each rank (which translation
@@ -337,27 +365,7 @@ def scenario_registered_tensors(ctx):
     ccl.all_reduce(ctx, view, view, op="max", config=TWO_SHOT)
     check(view, reference("max", [data(40, torch.float32, 9950 + q) for q in range(W)], torch.float32),
           "registered view, in place")
-    big.copy_(data(W * m, torch.bfloat16, 9960 + r))
-    part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
-    ccl.reduce_scatter(ctx, part, big, config=SMALL)
-    full = reference("sum", [data(W * m, torch.bfloat16, 9960 + q) for q in range(W)], torch.bfloat16)
-    check(part, full[r * m:(r + 1) * m], "registered reduce_scatter")
-    gathered = poison(torch.empty(W * n, dtype=torch.float32, device=dev))
-    inp.copy_(data(n, torch.float32, 9970 + r))
-    ccl.all_gather(ctx, gathered, inp, config=SMALL)
-    check(gathered, torch.cat([data(n, torch.float32, 9970 + q) for q in range(W)]), "registered all_gather")
-    swapped = poison(torch.empty(W * m, dtype=torch.bfloat16, device=dev))
-    ccl.all_to_all(ctx, swapped, big, config=SMALL)
-    check(swapped, torch.cat([data(W * m, torch.bfloat16, 9960 + q)[r * m:(r + 1) * m] for q in range(W)]),
-          "registered all_to_all")
-    inp.copy_(data(n, torch.float32, 9980 + r))
-    ccl.broadcast(ctx, inp, W - 1, config=SMALL)
-    check(inp, data(n, torch.float32, 9980 + W - 1), "registered broadcast")
-    # only the one-shot in place stages (peers may still read the input while it is overwritten)
-    staged = [key for key in _workspace._CACHES.get(ctx, {})
-              if str(key[0]).startswith("ccl.") and True in key[7:9] and key[:4] != ("ccl.all_reduce", torch.float32,
-                                                                                       W, "one_shot")]
-    assert W == 1 or not staged, f"registered tensors were staged: {staged}"
+    moves_read_in_place(ctx, inp, big, n, m, SMALL, 9960, "registered")
     # a registered input with a plain output: the two-shot writes the peers' shares through the heap
     plain = poison(torch.empty(n, dtype=torch.float32, device=dev))
     inp.copy_(data(n, torch.float32, 9940 + r))
@@ -413,26 +421,7 @@ def scenario_agreed_reach(ctx):
         generation = ctx.registrations_generation
         ccl.all_reduce(ctx, out, inp, config=reg_two_shot)
         assert ctx.registrations_generation == generation, "the same tensors again must find their registrations"
-    big.copy_(data(W * m, torch.bfloat16, 8860 + r))
-    part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
-    ccl.reduce_scatter(ctx, part, big, config=reg)
-    full = reference("sum", [data(W * m, torch.bfloat16, 8860 + q) for q in range(W)], torch.bfloat16)
-    check(part, full[r * m:(r + 1) * m], "agreed reduce_scatter")
-    gathered = poison(torch.empty(W * n, dtype=torch.float32, device=dev))
-    inp.copy_(data(n, torch.float32, 8870 + r))
-    ccl.all_gather(ctx, gathered, inp, config=reg)
-    check(gathered, torch.cat([data(n, torch.float32, 8870 + q) for q in range(W)]), "agreed all_gather")
-    swapped = poison(torch.empty(W * m, dtype=torch.bfloat16, device=dev))
-    ccl.all_to_all(ctx, swapped, big, config=reg)
-    check(swapped, torch.cat([data(W * m, torch.bfloat16, 8860 + q)[r * m:(r + 1) * m] for q in range(W)]),
-          "agreed all_to_all")
-    inp.copy_(data(n, torch.float32, 8880 + r))
-    ccl.broadcast(ctx, inp, W - 1, config=reg)
-    check(inp, data(n, torch.float32, 8880 + W - 1), "agreed broadcast")
-    staged = [key for key in _workspace._CACHES.get(ctx, {})
-              if str(key[0]).startswith("ccl.") and True in key[7:9] and key[:4] != ("ccl.all_reduce", torch.float32,
-                                                                                       W, "one_shot")]
-    assert W == 1 or not staged, f"tensors registered on the fly were staged: {staged}"
+    moves_read_in_place(ctx, inp, big, n, m, reg, 8860, "agreed")
 
     # one rank's tensor cannot be registered (not on a 256-byte boundary): every rank stages, and
     # the result is right; so is a rank whose tensor is plain on the cpu backend, beside heap tensors
