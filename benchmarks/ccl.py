@@ -722,32 +722,35 @@ def run_host(args) -> dict:
     ctx = iris.runtime.iris(heap_size=1 << 24)
     cuda = ctx.device.type == "cuda"
     rows = []
-    for heap in (False, True):
-        for name in COLLECTIVES:
-            case = Case(ctx, name, 4096, torch.float32, heap=heap)
-            fn = case.call()
-            fn()  # builds the plan and compiles: not timed
-            ctx.barrier()
-            row = {"collective": name, "heap": heap}
-            # dispatch: the plan's launcher swapped for a no-op (a new plan built through the real
-            # launcher first, so that the resident grid and the compiled kernel are found as usual)
-            real_launcher = _launch.launcher
-            _launch.launcher = lambda *a, **k: (real_launcher(*a, **k), NoLaunch())[1]
-            try:
-                _launch.forget(ctx)
-                fn()
-                row["dispatch_us"] = [host_us(fn, args.calls, False) for _ in range(args.rounds)]
-            finally:
-                _launch.launcher = real_launcher
-                _launch.forget(ctx)
-            fn()  # a plan with the real launch again
-            if cuda:
-                # every rank enqueues the same number of calls, so their counters stay matched
-                row["enqueue_us"] = [host_us(fn, min(args.calls, 2000), True) for _ in range(args.rounds)]
-            ctx.barrier()
-            del fn
-            case.free()
-            rows.append(row)
+    # the last: an all-reduce whose call agrees with the peers on how its tensors are reached (one
+    # host allgather per call), as calls of plain tensors from ccl.REGISTER_FROM bytes do
+    cases = [(name, heap, None) for heap in (False, True) for name in COLLECTIVES]
+    cases.append(("all_reduce", False, ccl.Config(register=True)))
+    for name, heap, config in cases:
+        case = Case(ctx, name, 4096, torch.float32, heap=heap)
+        fn = case.call(config)
+        fn()  # builds the plan and compiles: not timed
+        ctx.barrier()
+        row = {"collective": name, "heap": heap, "agreed": config is not None}
+        # dispatch: the plan's launcher swapped for a no-op (a new plan built through the real
+        # launcher first, so that the resident grid and the compiled kernel are found as usual)
+        real_launcher = _launch.launcher
+        _launch.launcher = lambda *a, **k: (real_launcher(*a, **k), NoLaunch())[1]
+        try:
+            _launch.forget(ctx)
+            fn()
+            row["dispatch_us"] = [host_us(fn, args.calls, False) for _ in range(args.rounds)]
+        finally:
+            _launch.launcher = real_launcher
+            _launch.forget(ctx)
+        fn()  # a plan with the real launch again
+        if cuda:
+            # every rank enqueues the same number of calls, so their counters stay matched
+            row["enqueue_us"] = [host_us(fn, min(args.calls, 2000), True) for _ in range(args.rounds)]
+        ctx.barrier()
+        del fn
+        case.free()
+        rows.append(row)
     floor = direct = None
     peer_rows = []
     if cuda:
@@ -797,8 +800,8 @@ def host_table(result: dict) -> str:
              "| --- | --- | --- | --- |"]
     for row in result["rows"]:
         enqueue = f"{row['enqueue_median_us']:.1f}" if "enqueue_median_us" in row else "- (GPU only)"
-        lines.append(f"| {row['collective']} | {'heap' if row['heap'] else 'plain'} | {row['dispatch_median_us']:.2f} "
-                     f"| {enqueue} |")
+        tensors = "heap" if row["heap"] else "plain, agreed with the peers" if row.get("agreed") else "plain"
+        lines.append(f"| {row['collective']} | {tensors} | {row['dispatch_median_us']:.2f} | {enqueue} |")
     if result["empty_triton_launch_us"] is not None:
         lines.append(f"| empty Triton kernel, Triton's launcher | - | - | {result['empty_triton_launch_us']:.1f} |")
     if result.get("empty_direct_launch_us") is not None:
@@ -820,7 +823,8 @@ def host_plot(result: dict, path: str) -> str | None:
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(series)
     for i, (key, heap, label) in enumerate(series):
-        values = [next(r[key] for r in result["rows"] if r["collective"] == c and r["heap"] == heap)
+        values = [next(r[key] for r in result["rows"]
+                       if r["collective"] == c and r["heap"] == heap and not r.get("agreed"))
                   for c in COLLECTIVES]
         ax.bar([j + i * width for j in range(len(COLLECTIVES))], values, width, label=label)
     if result["empty_triton_launch_us"] is not None:

@@ -69,6 +69,7 @@ class RegistrationCache:
         # this rank's plain tensor keys tried for export: why they cannot be registered, or None
         self._exportable: dict[tuple, str | None] = {}
         self._seen: dict[int, tuple] = {}  # address -> (weak reference to its storage, its buffer id)
+        self._heap_bases = ctx.get_heap_bases()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -83,26 +84,29 @@ class RegistrationCache:
         mine = [self._status(t) for t in tensors]
         shared = ctx._boot.allgather((mine, capturing))
         pin = any(c for _, c in shared)
-        heap = ctx.get_heap_bases()
+        heap = self._heap_bases
         result = []
+        grew = False
         for i, tensor in enumerate(tensors):
+            first = mine[i]
+            if all(s[0][i][:3] == first[:3] for s in shared) and first[0] != "new":
+                if first[0] == "heap":  # every rank's tensor at the same heap offset
+                    result.append(Reach(True, heap, ("heap",)))
+                else:  # every rank's tensor in the same registration, at the same place
+                    result.append(Reach(True, self._registration(first[1][0], pin).bases, ("registered", first[1])))
+                continue
             statuses = [s[0][i] for s in shared]
-            first = statuses[0]
-            if all(s[:3] == first[:3] for s in statuses) and first[0] == "heap":
-                result.append(Reach(True, heap, ("heap",)))
-            elif all(s[:3] == first[:3] for s in statuses) and first[0] == "registered":
-                serial = first[1][0]
-                result.append(Reach(True, self._registration(serial, pin).bases, ("registered", first[1])))
-            elif all(s[3] for s in statuses) and len({s[2] for s in statuses}) == 1 and not pin:
+            if all(s[3] for s in statuses) and len({s[2] for s in statuses}) == 1 and not pin:
                 # (not while a rank captures a CUDA graph: a registration's table is filled by
                 # copies on the stream, which a capture would record instead of running)
                 registration = self._register(tensor, pin)
                 result.append(Reach(True, registration.bases, ("registered", (registration.serial, 0))))
+                grew = True
             else:
                 # a rank's tensor cannot be registered, or the sizes differ (a call that the
                 # kernels' checks report, as they would without this agreement): staged everywhere
                 result.append(Reach(False, heap, ("staged",)))
-        if not pin:
+        if grew:
             self._evict()
         return result
 
