@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -120,6 +121,9 @@ def scenario_ranks(ctx):
     assert ctx.rank == ctx.get_rank() == world.Get_rank()
     assert ctx.world_size == ctx.get_num_ranks() == world.Get_size()
     assert ctx.comm.allgather(ctx.rank) == list(range(ctx.world_size))
+    # the per-call allgather of a few words (ctx.reach): every rank's row, in rank order
+    words = ctx._boot.allgather_int64([ctx.rank, -1, 1 << 40])
+    assert words.dtype == np.int64 and words.tolist() == [[q, -1, 1 << 40] for q in range(ctx.world_size)], words
     assert ctx.num_nodes == 1 and 0 <= ctx.local_rank < ctx.world_size
     expected = os.environ.get("IRIS_BACKEND", "auto")
     if expected == "auto":

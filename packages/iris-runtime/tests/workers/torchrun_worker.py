@@ -18,6 +18,7 @@ import os
 import sys
 import weakref
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -57,6 +58,8 @@ def scenario_ranks(ctx):
     # gloo's allgather takes milliseconds: the host collectives do not agree on every call here,
     # though ctx.reach works (asked explicitly)
     assert ctx.quick_allgather is False
+    words = ctx._boot.allgather_int64(np.array([rank, -1, 1 << 40], dtype=np.int64))
+    assert words.dtype == np.int64 and words.tolist() == [[q, -1, 1 << 40] for q in range(n)], words
     x = ctx.zeros(64, dtype=torch.float32)
     assert [r.ident for r in ctx.reach([x])] == [("heap",)]
     ctx.free(x)

@@ -87,6 +87,12 @@ class MpiBootstrap(Bootstrap):
         self._comm.Gatherv(array, [gathered, counts], root=root)
         return np.split(gathered, np.cumsum(counts)[:-1])
 
+    def allgather_int64(self, array: np.ndarray) -> np.ndarray:
+        array = np.ascontiguousarray(array, dtype=np.int64).reshape(-1)
+        out = np.empty((self.world_size, array.size), dtype=np.int64)
+        self._comm.Allgather(array, out)
+        return out
+
     def node_allgather(self, obj) -> list:
         return self._node_comm.allgather(obj)
 

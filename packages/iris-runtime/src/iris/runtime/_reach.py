@@ -34,6 +34,7 @@ import collections
 import weakref
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ._logging import logger
@@ -42,6 +43,10 @@ from ._registration import ALIGNMENT, Registration, _export_cuda, close_cuda, pe
 #: Cached registrations kept (not counting those a CUDA graph uses); past it the least recently
 #: used is closed (collective, as the decision to close it is taken on every rank alike).
 CAPACITY = 64
+
+# What a rank tells its peers of each tensor of a call: WORDS integers (see RegistrationCache._status)
+HEAP, REGISTERED, NEW = 0, 1, 2
+WORDS = 5
 
 
 class Reach(NamedTuple):
@@ -69,7 +74,11 @@ class RegistrationCache:
         # this rank's plain tensor keys tried for export: why they cannot be registered, or None
         self._exportable: dict[tuple, str | None] = {}
         self._seen: dict[int, tuple] = {}  # address -> (weak reference to its storage, its buffer id)
+        # (address, size, fit) -> (weak reference to its storage, registrations_generation, status)
+        self._memo: dict[tuple, tuple] = {}
         self._heap_bases = ctx.get_heap_bases()
+        self._heap_reach = Reach(True, self._heap_bases, ("heap",))
+        self._staged_reach = Reach(False, self._heap_bases, ("staged",))  # staging buffers are on the heap
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -81,22 +90,32 @@ class RegistrationCache:
         tensors are plain and registered in no common registration yet."""
         ctx = self._ctx
         capturing = ctx.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        mine = [self._status(t) for t in tensors]
-        shared = ctx._boot.allgather((mine, capturing))
-        pin = any(c for _, c in shared)
-        heap = self._heap_bases
+        words = []
+        for t in tensors:
+            words.extend(self._status(t))
+        words.append(int(capturing))
+        # a few int64 words per rank, not a pickled object: this runs on every call from
+        # ccl.REGISTER_FROM bytes, and the pickled allgather was most of its host time
+        rows = ctx._boot.allgather_int64(np.array(words, dtype=np.int64)).tolist()
+        first = rows[0]
+        identical = all(row == first for row in rows)  # the usual call: one comparison per rank
+        pin = any(row[-1] for row in rows)
         result = []
         grew = False
         for i, tensor in enumerate(tensors):
-            first = mine[i]
-            if all(s[0][i][:3] == first[:3] for s in shared) and first[0] != "new":
-                if first[0] == "heap":  # every rank's tensor at the same heap offset
-                    result.append(Reach(True, heap, ("heap",)))
+            kind, where, offset, nbytes, fit = first[WORDS * i:WORDS * (i + 1)]
+            if identical:
+                same, fit_everywhere = True, fit
+            else:
+                statuses = [row[WORDS * i:WORDS * (i + 1)] for row in rows]
+                same = all(s[:4] == statuses[0][:4] for s in statuses)
+                fit_everywhere = all(s[4] for s in statuses) and all(s[3] == nbytes for s in statuses)
+            if kind != NEW and same:
+                if kind == HEAP:  # every rank's tensor at the same heap offset
+                    result.append(self._heap_reach)
                 else:  # every rank's tensor in the same registration, at the same place
-                    result.append(Reach(True, self._registration(first[1][0], pin).bases, ("registered", first[1])))
-                continue
-            statuses = [s[0][i] for s in shared]
-            if all(s[3] for s in statuses) and len({s[2] for s in statuses}) == 1 and not pin:
+                    result.append(Reach(True, self._registration(where, pin).bases, ("registered", (where, offset))))
+            elif fit_everywhere and not pin:
                 # (not while a rank captures a CUDA graph: a registration's table is filled by
                 # copies on the stream, which a capture would record instead of running)
                 registration = self._register(tensor, pin)
@@ -105,40 +124,58 @@ class RegistrationCache:
             else:
                 # a rank's tensor cannot be registered, or the sizes differ (a call that the
                 # kernels' checks report, as they would without this agreement): staged everywhere
-                result.append(Reach(False, heap, ("staged",)))
+                result.append(self._staged_reach)
         if grew:
             self._evict()
         return result
 
     def _status(self, t: torch.Tensor) -> tuple:
-        # What this rank knows of its tensor: (kind, where, nbytes, fit), kind "heap" (where: its
-        # heap offset), "registered" (where: the registration's serial and the tensor's offset in
-        # it; by ctx.register or cached here) or "new"; fit: whether it could be registered now.
+        # What this rank knows of its tensor, as WORDS integers: (kind, where, offset, nbytes, fit),
+        # kind HEAP (where: its heap offset), REGISTERED (where: the registration's serial, offset:
+        # the tensor's offset in it; by ctx.register or cached here) or NEW; fit: whether it could
+        # be registered now. Remembered per storage while no registration changes: a tensor passed
+        # again costs a dictionary lookup (the derivation below was a third of a call's host time).
         ctx = self._ctx
         if not isinstance(t, torch.Tensor) or t.device != ctx.device:
-            return ("new", None, -1, False)  # staged on every rank; the call's own checks say why
+            return (NEW, 0, 0, -1, 0)  # staged on every rank; the call's own checks say why
         nbytes = t.numel() * t.element_size()
-        fit = t.is_contiguous() and nbytes > 0 and t.data_ptr() % ALIGNMENT == 0
+        ptr = t.data_ptr()
+        fit = int(t.is_contiguous() and nbytes > 0 and ptr % ALIGNMENT == 0)
+        storage = t.untyped_storage()
+        memo_key = (ptr, nbytes, fit)
+        memo = self._memo.get(memo_key)
+        if memo is not None and memo[0]() is storage and memo[1] == ctx.registrations_generation:
+            return memo[2]
+        status = self._derive_status(t, ptr, nbytes, fit)
+        if len(self._memo) > 4096:  # fresh tensors every call: forget, start again
+            self._memo.clear()
+        try:
+            self._memo[memo_key] = (weakref.ref(storage), ctx.registrations_generation, status)
+        except TypeError:  # a storage without weak references: derived every call
+            pass
+        return status
+
+    def _derive_status(self, t: torch.Tensor, ptr: int, nbytes: int, fit: int) -> tuple:
+        ctx = self._ctx
         explicit = ctx.registration_of(t)
         if explicit is not None:
-            return ("registered", (explicit.serial, t.data_ptr() - explicit.addresses[ctx.rank]), nbytes, fit)
+            return (REGISTERED, explicit.serial, ptr - explicit.addresses[ctx.rank], nbytes, fit)
         on_heap = ctx.is_symmetric(t)
         key = self._key(t, nbytes, on_heap) if fit else None
         serial = self._by_key.get(key)
         if serial is not None and serial in self._entries:
-            return ("registered", (serial, 0), nbytes, fit)
+            return (REGISTERED, serial, 0, nbytes, fit)
         if on_heap:
-            return ("heap", t.data_ptr() - ctx._base, nbytes, fit)
+            return (HEAP, ptr - ctx._base, 0, nbytes, fit)
         if key is None:
-            return ("new", None, nbytes, False)
+            return (NEW, 0, 0, nbytes, 0)
         if key not in self._exportable:
             if len(self._exportable) > 4096:  # fresh tensors every call: forget, try again
                 self._exportable.clear()
             why = self._exportable[key] = self._why_unfit(t)
             if why is not None:
-                logger.info("rank %d: collectives stage a tensor of %d B at %#x: %s", ctx.rank, nbytes, t.data_ptr(),
-                            why)
-        return ("new", None, nbytes, self._exportable[key] is None)
+                logger.info("rank %d: collectives stage a tensor of %d B at %#x: %s", ctx.rank, nbytes, ptr, why)
+        return (NEW, 0, 0, nbytes, int(self._exportable[key] is None))
 
     def _key(self, t: torch.Tensor, nbytes: int, on_heap: bool) -> tuple | None:
         # This rank's tensor as the cache knows it: its address, size and allocation; None when it
