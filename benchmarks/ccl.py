@@ -109,8 +109,8 @@ def parse_args(argv=None):
     p.add_argument("--table-out", default=TABLE_PATH, help="where --write-table writes the table")
     p.add_argument("--verbose", action="store_true", help="print each config before it is timed (where a run stops)")
     p.add_argument("--peer-max-bytes", type=parse_size, default=None, metavar="SIZE",
-                   help="time the peer only up to this size (torch's symm_mem two-shot stalled at 16 MiB with 8 "
-                        "ranks on one H200: pass 1M there)")
+                   help="time the peer only up to this size (default: every size, but 1M with 8 or more ranks on "
+                        "one GPU, where torch's symm_mem two-shot stalled at 16 MiB on an H200 and never returned)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--no-heap", action="store_true", help="skip the calls on heap tensors")
     p.add_argument("--heap-size", type=parse_size, default=None, metavar="SIZE",
@@ -409,6 +409,9 @@ def run(args, on_size=None) -> dict:
     ctx = iris.runtime.iris(heap_size=args.heap_size or max(1 << 26, 8 * max(args.sizes) + (1 << 26)))
     backend, W = ctx.device.type, ctx.world_size
     timer, peer = Timer(ctx, args), Peer(ctx, not args.no_peer)
+    peer_max_bytes = args.peer_max_bytes
+    if peer_max_bytes is None and ctx.ranks_on_device >= 8:
+        peer_max_bytes = 1 << 20  # torch's two-shot waits forever from 16 MiB there: the run would end in its stall
     points, notes = [], []
     if peer.reason:
         notes.append(peer.reason)
@@ -462,9 +465,9 @@ def run(args, on_size=None) -> dict:
                         ctx.barrier()
                         registered.free()
                 peer_calls = peer.calls(case)
-                if peer_calls and args.peer_max_bytes is not None and case.nbytes > args.peer_max_bytes:
+                if peer_calls and peer_max_bytes is not None and case.nbytes > peer_max_bytes:
                     peer_calls = {}
-                    skipped = f"{peer.kind} not timed above {human(args.peer_max_bytes)} (--peer-max-bytes)"
+                    skipped = f"{peer.kind} not timed above {human(peer_max_bytes)} (--peer-max-bytes)"
                     if skipped not in notes:
                         notes.append(skipped)
                 for label, fn in peer_calls.items():

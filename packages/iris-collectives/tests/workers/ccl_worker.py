@@ -463,6 +463,13 @@ def scenario_agreed_reach(ctx):
         assert ctx.reach([a])[0].ident == serial["a"], "a was used more recently than b: it stays"
         assert ctx.reach([b])[0].ident != serial["b"], "b was the least recently used: closed, registered anew"
         cache.capacity = capacity
+        # what a rank remembers of a tensor (its status, per storage) goes with any change of the
+        # registrations: registered explicitly, a tensor is found in that registration; closed
+        # again, in the cached one
+        explicit = ctx.register(a)
+        assert ctx.reach([a])[0].ident == ("registered", (explicit.serial, 0)), (ctx.reach([a]), explicit.serial)
+        explicit.close()
+        assert ctx.reach([a])[0].ident == serial["a"], "the cached registration again, once the explicit one closed"
         expect_error(lambda: ccl.all_reduce(ctx, out, inp, config=ccl.Config(register="yes")), IrisUsageError,
                      "config.register='yes'", "True, False or None")
     ctx.barrier()
