@@ -85,12 +85,19 @@ def test_four_byte_inputs_take_a_shorter_k_block_on_the_gpu():
     assert _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", None, itemsize=4).block_k == 16
 
 
-def test_partial_dtype_input_picks_rotated_and_is_refused_where_no_partials_travel():
+def test_partial_dtype_input_picks_the_measured_strategy_and_is_refused_where_no_partials_travel():
     cpu_default = _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", None)
     assert cpu_default.partial_dtype == "accumulator" and cpu_default.variant == "owner"
     for op in ("matmul_reduce_scatter", "matmul_all_reduce"):
         picked = _config.choose(op, 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))
         assert picked.variant == "rotated" and picked.partial_dtype == "input"
+        # on the GPU, cuBLAS then ccl (measured faster at 2 and 4 ranks); fp32 partials stay fused
+        for world in (2, 4, 8):
+            picked = _config.choose(op, 4096, 8192, 2048, world, "cuda", ops.Config(partial_dtype="input"))
+            assert picked.variant == "unfused" and picked.partial_dtype == "input", (op, world, picked)
+            assert _config.choose(op, 4096, 8192, 2048, world, "cuda", None).variant == "rotated"
+        forced = _config.choose(op, 4096, 8192, 2048, 4, "cuda", ops.Config(variant="rotated", partial_dtype="input"))
+        assert forced.variant == "rotated"
     with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config\.partial_dtype='input' needs strategy "
                                              r"'rotated' or 'unfused', got variant='two_shot': drop variant"):
         _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cpu", ops.Config(variant="two_shot", partial_dtype="input"))

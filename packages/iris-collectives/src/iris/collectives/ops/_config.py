@@ -54,7 +54,8 @@ class Config:
       once. ``"input"``: the inputs' dtype,
       as torch's fused ops do: half the bytes on the wire for bf16 and fp16, at the cost of one
       rounding per rank's partial before the fp32 sum (still in rank order, still bit-identical
-      on every rank). Setting it without ``variant`` picks ``rotated``; the other strategies, and
+      on every rank). Setting it without ``variant`` picks the strategy of :data:`INPUT_PARTIALS`
+      (``unfused`` on the GPU, ``rotated`` in the interpreter); the other strategies, and
       ``matmul_all_reduce`` falling back to ``one_shot`` (M not a multiple of the ranks), stage
       fp32. The ops without partial products refuse ``"input"``.
     """
@@ -96,6 +97,24 @@ DEFAULTS: list[tuple[tuple[str, str, str, int], dict]] = [
     # op and strategy at M = 4096 (2 ranks on one H200: 3-14 %).
     (("cuda", "*", "*", 0), dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=4,
                                 use_tma=True)),
+]
+
+
+#: The strategy that ``Config(partial_dtype="input")`` picks when the caller names none, by the keys
+#: of :data:`DEFAULTS` (the first matching row wins; the last matches every call).
+INPUT_PARTIALS: list[tuple[tuple[str, str, str, int], str]] = [
+    # "unfused": torch's GEMM into a heap buffer, then ccl's collective in place. One H200, ranks
+    # under MPS, bf16, M = 4096, 8192, 16384, N = K = 8192 and the MLP shapes (K split), both
+    # strategies with partials in bf16 side by side in one run (2026-12-05,
+    # benchmarks/results/fused_ops_{2,4}ranks_1gpu_input.md): "unfused" took 0.90-0.995x the time of
+    # "rotated" at 4 ranks (12 of 12 cases) and 0.92-1.02x at 2 ranks (10 of 12 faster). Ranks that
+    # share a GPU share its SMs and memory, so the fused kernel cannot hide the partials' traffic
+    # behind the GEMM; cuBLAS's GEMM beats the fused kernel's. With fp32 partials (the default)
+    # "rotated" stays: "unfused" moves twice the bytes in a separate pass (1.04-1.15x "rotated" at
+    # 4 ranks, square shapes: fused_ops_4ranks_1gpu_unfused.md).
+    (("cuda", "*", "*", 0), "unfused"),
+    # the interpreter: the fused strategy, which runs this library's kernels (the tests' subject)
+    (("*", "*", "*", 0), "rotated"),
 ]
 
 
@@ -146,7 +165,8 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     fields.setdefault("warp_specialize", False)
     fields.setdefault("partial_dtype", "accumulator")
     if given.get("partial_dtype") == "input" and "variant" not in given and "rotated" in VARIANTS[op]:
-        given["variant"] = "rotated"  # the strategy that stages partials in the inputs' dtype
+        given["variant"] = next(variant for (b, o, s, w), variant in INPUT_PARTIALS if b in ("*", backend)
+                                and o in ("*", op) and s in ("*", shape) and w in (0, world_size))
     fields.update(given)
     chosen = Config(**{f.name: fields.get(f.name) for f in dataclasses.fields(Config)})
     where = f"iris.collectives.ops.{op}"
