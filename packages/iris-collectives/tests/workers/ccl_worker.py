@@ -329,6 +329,19 @@ def moves_read_in_place(ctx, inp, big, n: int, m: int, config, seed: int, what: 
     assert W == 1 or not staged, f"{what} tensors were staged: {staged}"
 
 
+def rank_shifted(ctx, slabs, n, dtype, shift=None):
+    """A plain tensor of ``n`` elements that translation alone would get wrong: on the GPU a torch
+    tensor; on the cpu backend ``n`` elements 256 B x ``shift`` (default: the rank) into a heap slab
+    of the same size on every rank (appended to ``slabs``, for the caller to free), so that the
+    tensors' heap offsets differ and what is allocated after them stays symmetric."""
+    if ctx.device.type == "cuda":
+        return torch.empty(n, dtype=dtype, device=ctx.device)
+    shift = ctx.rank if shift is None else shift
+    per_256 = 256 // torch.tensor([], dtype=dtype).element_size()
+    slabs.append(ctx.zeros(n + per_256 * ctx.world_size, dtype=dtype))
+    return slabs[-1][per_256 * shift:per_256 * shift + n]
+
+
 def scenario_registered_tensors(ctx):
     # Tensors registered with ctx.register are read and written where they are, with no staging:
     # on the cpu backend heap tensors at a different offset on each rank (which translation
@@ -341,13 +354,7 @@ def scenario_registered_tensors(ctx):
     slabs = []
 
     def tensor(n, dtype):
-        if dev.type == "cuda":
-            return torch.empty(n, dtype=dtype, device=dev)
-        # n elements 256 B x rank into a slab of the same size on every rank: the tensors' heap
-        # offsets differ, and what is allocated after them stays symmetric
-        per_256 = 256 // torch.tensor([], dtype=dtype).element_size()
-        slabs.append(ctx.zeros(n + per_256 * W, dtype=dtype))
-        return slabs[-1][per_256 * r:per_256 * r + n]
+        return rank_shifted(ctx, slabs, n, dtype)
 
     n, m = 150, 37
     inp, out, big = tensor(n, torch.float32), tensor(n, torch.float32), tensor(W * m, torch.bfloat16)
@@ -399,11 +406,7 @@ def scenario_agreed_reach(ctx):
     reg_two_shot = ccl.Config(variant="two_shot", block=64, width=16, register=True)
 
     def tensor(n, dtype, shift=r):
-        if dev.type == "cuda":
-            return torch.empty(n, dtype=dtype, device=dev)
-        per_256 = 256 // torch.tensor([], dtype=dtype).element_size()
-        slabs.append(ctx.zeros(n + per_256 * W, dtype=dtype))
-        return slabs[-1][per_256 * shift:per_256 * shift + n]
+        return rank_shifted(ctx, slabs, n, dtype, shift)
 
     n, m = 150, 37
     inp, out, big = tensor(n, torch.float32), tensor(n, torch.float32), tensor(W * m, torch.bfloat16)
