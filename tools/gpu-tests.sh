@@ -9,9 +9,10 @@
 # For the same reason send the output to a file, not into a pipe (`| tail`): a job that outlives
 # pytest (its SIGKILL, 30 s after the deadline) would hold the pipe, and what was printed with it.
 # The whole suite at 2 and 4 ranks takes well over 17 minutes on one H200 (2026-12-05: the first
-# half 531 s; the second had run 90 of its 195 tests at 520 s): IRIS_TEST_SHARD=1/4 .. 4/4 run it
-# in quarters (tools/pytest_shard.py; a test function's world sizes stay together; shards 1/4 and 3/4
-# together are 1/2).
+# half 531 s, shard 2/4 289 s; shard 4/4 ran 20 tests, then one test ran on from about 210 s to the
+# 545 s deadline): IRIS_TEST_SHARD=1/4 .. 4/4 run it in quarters (tools/pytest_shard.py; a test
+# function's world sizes stay together; shards 1/4 and 3/4 together are 1/2). Pass -v to see which
+# test runs; a job that the deadline interrupts prints the end of its output (iris.runtime.testing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"

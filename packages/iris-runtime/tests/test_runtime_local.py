@@ -4,8 +4,12 @@ hierarchy, and the public names."""
 from __future__ import annotations
 
 import contextlib
+import io
 import mmap
 import os
+import signal
+import sys
+import threading
 
 import pytest
 import torch
@@ -304,3 +308,20 @@ def test_dead_mpich_segments_are_removed_and_live_ones_kept(monkeypatch):
         for path in [*paths, other]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+def test_an_interrupted_job_says_how_far_it_got(monkeypatch):
+    # A suite ended by an outer deadline (SIGINT, tools/gpu-tests.sh) kills the job it was running
+    # and prints the end of that job's output, which pytest would not report.
+    shown = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", shown)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            testing.run_command(["bash", "-c", "echo PASS first_scenario; echo still working >&2; sleep 60"],
+                                timeout=30)
+    finally:
+        timer.cancel()
+    text = shown.getvalue()
+    assert "interrupted after" in text and "PASS first_scenario" in text and "still working" in text, text

@@ -148,6 +148,11 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
         if isinstance(exc, subprocess.TimeoutExpired):
             raise AssertionError(
                 f"{' '.join(cmd)} timed out after {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}") from None
+        if isinstance(exc, KeyboardInterrupt):
+            # a suite ended by an outer deadline (SIGINT): say how far the job got, past pytest's
+            # capture, which an interrupted run does not report
+            print(f"\ninterrupted after {time.monotonic() - start:.0f} s: {' '.join(cmd)}\n--- its stdout (end)\n"
+                  f"{out[-4000:]}\n--- its stderr (end)\n{err[-2000:]}", file=sys.__stderr__, flush=True)
         raise
     proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     elapsed = time.monotonic() - start
