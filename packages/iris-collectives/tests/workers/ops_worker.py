@@ -239,12 +239,13 @@ def ref_partials_in_input_dtype(W, M, N, K, dtype, out_dtype, seed, with_bias, g
 
 
 def scenario_partials_in_input_dtype(ctx):
-    """``Config(partial_dtype="input")`` (strategy ``rotated`` implied): bf16 partials over K = 200
-    (about 100 in magnitude, some above 256) lose bits when rounded (the result differs from the fp32-staged one, which
-    the scenario asserts of its own data), fp16 ones do not; both ops, bias on and off, an fp32
-    output, back-to-back calls; the all-reduce with M not a multiple of W stages fp32."""
+    """``Config(variant="rotated", partial_dtype="input")``: bf16 partials over K = 200 (about 100
+    in magnitude, some above 256) lose bits when rounded (the result differs from the fp32-staged
+    one, which the scenario asserts of its own data), fp16 ones do not; both ops, bias on and off,
+    an fp32 output, back-to-back calls; the all-reduce with M not a multiple of W stages fp32 there
+    (one_shot takes over), while strategy ``unfused`` rounds the partials at any M."""
     W, r = ctx.world_size, ctx.rank
-    cfg = dataclasses.replace(SMALL, partial_dtype="input")
+    cfg = dataclasses.replace(SMALL, variant="rotated", partial_dtype="input")
     cases = [(W * 7, 70, 200, "bf16", "bf16", True), (W * 9, 33, 200, "bf16", "fp32", False),
              (W * 11, 50, 27, "fp16", "fp16", True)]
     for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
@@ -273,6 +274,10 @@ def scenario_partials_in_input_dtype(ctx):
         out = run_matmul_all_reduce(ctx, M, 30, 200, torch.bfloat16, torch.float32, 3200, True, cfg)
         check(out, ref_matmul_all_reduce(W, M, 30, 200, torch.bfloat16, torch.float32, 3200, True),
               f"matmul_all_reduce partial_dtype=input M={M} (not a multiple of {W})")
+        out = run_matmul_all_reduce(ctx, M, 30, 200, torch.bfloat16, torch.float32, 3200, True,
+                                    dataclasses.replace(cfg, variant="unfused"))
+        check(out, ref_partials_in_input_dtype(W, M, 30, 200, torch.bfloat16, torch.float32, 3200, True, True),
+              f"matmul_all_reduce unfused partial_dtype=input M={M} (not a multiple of {W})")
 
 
 def gather_scenario(ctx, op, name, seed0, config=SMALL, only=None):

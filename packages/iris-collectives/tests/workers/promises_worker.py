@@ -166,17 +166,19 @@ def scenario_matmul_all_reduce_partials_in_input_dtype(ctx):
     rank. One rank takes the kernel that hands nothing over: one rounding."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     M, N, K = 8 * W, 40, 16
-    for variant, (i, (dtype, out_dtype)) in itertools.product((None, "unfused"),
+    # both strategies that stage partials, named (which one a bare partial_dtype picks depends on
+    # the backend: test_ops_config)
+    for variant, (i, (dtype, out_dtype)) in itertools.product(("rotated", "unfused"),
                                                               enumerate([(BF16, BF16), (FP16, FP32)])):
         parts, bias = k_split_inputs(W, M, N, K, dtype, 300 + i)
         out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
-        cfg = dataclasses.replace(op_config(dtype, variant), partial_dtype="input")  # None: rotated
+        cfg = dataclasses.replace(op_config(dtype, variant), partial_dtype="input")
         ops.matmul_all_reduce(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev), bias.to(dev), config=cfg)
         staged = [p[2] for p in parts]
         if W > 1:
             staged[0] = (staged[0] + bias.to(FP32)).to(dtype)
         expected = rank_order(staged, None if W > 1 else bias.to(FP32)).to(out_dtype)
-        what = f"matmul_all_reduce {cfg.variant or 'rotated'} partial_dtype=input {dtype}->{out_dtype} rank {r}/{W}"
+        what = f"matmul_all_reduce {variant} partial_dtype=input {dtype}->{out_dtype} rank {r}/{W}"
         check(out, expected, what)
         same_on_every_rank(ctx, out, what)
 
