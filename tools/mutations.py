@@ -172,8 +172,13 @@ MUTATIONS = [
              [(f"{RUNTIME}/_reach.py", "        self._entries.move_to_end(serial)", "        pass", 1)],
              [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="used more recently"),
     Mutation("reach-status-stale", "what a rank remembers of a tensor goes when a registration changes",
-             [(f"{RUNTIME}/_reach.py", " and memo[1] == ctx.registrations_generation:", ":", 1)],
+             [(f"{RUNTIME}/_reach.py", " and memo[1] == generations:", ":", 1)],
              [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="registered once each"),
+    Mutation("reach-drops-plans", "registrations on the fly leave the context's launch plans cached",
+             [(f"{RUNTIME}/_reach.py", "            self._by_key[key] = registration.serial\n        self.generation += 1\n",
+               "            self._by_key[key] = registration.serial\n        self.generation += 1\n"
+               "        ctx.registrations_generation += 1\n", 1)],
+             [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="dropped the plans"),
     Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
              [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
                "bias if ctx.rank == 0 else None", 1),
@@ -214,7 +219,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
          "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
-         "reach-never-agreed", "reach-no-recency", "reach-status-stale", "unfused-bias-early"]
+         "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
+         "unfused-bias-early"]
 
 
 def copy_packages(root: str) -> None:

@@ -411,6 +411,9 @@ def scenario_agreed_reach(ctx):
     n, m = 150, 37
     inp, out, big = tensor(n, torch.float32), tensor(n, torch.float32), tensor(W * m, torch.bfloat16)
     start = len(cache)
+    # what registrations on the fly (and their eviction) leave alone: the context's launch plans,
+    # which compare ctx.registrations_generation (a plan that uses one is keyed by its serial)
+    explicit_generation = ctx.registrations_generation
     for i, config in enumerate((reg, reg_two_shot)):
         for in_place in (False, True):
             for again in range(2):
@@ -421,9 +424,9 @@ def scenario_agreed_reach(ctx):
                                         torch.float32), f"agreed all_reduce, {config.variant}, in_place={in_place}")
     if W > 1:
         assert len(cache) == start + 2, f"inp and out registered once each: {len(cache) - start} registrations"
-        generation = ctx.registrations_generation
+        generation = cache.generation
         ccl.all_reduce(ctx, out, inp, config=reg_two_shot)
-        assert ctx.registrations_generation == generation, "the same tensors again must find their registrations"
+        assert cache.generation == generation, "the same tensors again must find their registrations"
     moves_read_in_place(ctx, inp, big, n, m, reg, 8860, "agreed")
 
     # one rank's tensor cannot be registered (not on a 256-byte boundary): every rank stages, and
@@ -466,6 +469,7 @@ def scenario_agreed_reach(ctx):
         assert ctx.reach([a])[0].ident == serial["a"], "a was used more recently than b: it stays"
         assert ctx.reach([b])[0].ident != serial["b"], "b was the least recently used: closed, registered anew"
         cache.capacity = capacity
+        assert ctx.registrations_generation == explicit_generation, "registrations on the fly dropped the plans"
         # what a rank remembers of a tensor (its status, per storage) goes with any change of the
         # registrations: registered explicitly, a tensor is found in that registration; closed
         # again, in the cached one

@@ -112,7 +112,9 @@ class Iris(TensorFactories):
         self._registrations: list[Registration] = []
         self._serials = 0  # registrations made, counted alike on every rank
         self._reach = RegistrationCache(self)
-        #: Changes whenever a tensor is registered or unregistered (caches of launch plans compare it).
+        #: Changes whenever a tensor is registered or unregistered with :meth:`register` (caches of
+        #: launch plans compare it). Registrations made on the fly for collective calls
+        #: (:meth:`reach`) leave it alone: a plan that uses one is keyed by its serial instead.
         self.registrations_generation = 0
         self.uid = next(_UIDS)
         _LIVE[self.uid] = weakref.ref(self, lambda _, uid=self.uid: _LIVE.pop(uid, None))
@@ -303,9 +305,9 @@ class Iris(TensorFactories):
         self._boot.barrier()
         registration.closed = True
         registration.tensor = None
-        if registration in self._registrations:  # else one of the collectives' cache (_reach)
+        if registration in self._registrations:  # else one of the collectives' cache (_reach), which counts its own
             self._registrations.remove(registration)
-        self.registrations_generation += 1
+            self.registrations_generation += 1
 
     @property
     def heap_free_bytes(self) -> int:

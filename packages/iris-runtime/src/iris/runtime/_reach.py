@@ -74,7 +74,10 @@ class RegistrationCache:
         # this rank's plain tensor keys tried for export: why they cannot be registered, or None
         self._exportable: dict[tuple, str | None] = {}
         self._seen: dict[int, tuple] = {}  # address -> (weak reference to its storage, its buffer id)
-        # (address, size, fit) -> (weak reference to its storage, registrations_generation, status)
+        #: Changes whenever this cache registers or closes a registration (what a rank remembers of
+        #: its tensors compares it, with ``ctx.registrations_generation`` for the explicit ones).
+        self.generation = 0
+        # (address, size, fit) -> (weak reference to its storage, both generations, status)
         self._memo: dict[tuple, tuple] = {}
         self._heap_bases = ctx.get_heap_bases()
         self._heap_reach = Reach(True, self._heap_bases, ("heap",))
@@ -144,13 +147,14 @@ class RegistrationCache:
         storage = t.untyped_storage()
         memo_key = (ptr, nbytes, fit)
         memo = self._memo.get(memo_key)
-        if memo is not None and memo[0]() is storage and memo[1] == ctx.registrations_generation:
+        generations = (ctx.registrations_generation, self.generation)
+        if memo is not None and memo[0]() is storage and memo[1] == generations:
             return memo[2]
         status = self._derive_status(t, ptr, nbytes, fit)
         if len(self._memo) > 4096:  # fresh tensors every call: forget, start again
             self._memo.clear()
         try:
-            self._memo[memo_key] = (weakref.ref(storage), ctx.registrations_generation, status)
+            self._memo[memo_key] = (weakref.ref(storage), generations, status)
         except TypeError:  # a storage without weak references: derived every call
             pass
         return status
@@ -238,7 +242,7 @@ class RegistrationCache:
         self._entries[registration.serial] = [registration, pin]
         if key is not None:
             self._by_key[key] = registration.serial
-        ctx.registrations_generation += 1
+        self.generation += 1
         logger.info("rank %d: registered %d B at %#x for collectives (serial %d, %d cached)", ctx.rank, nbytes,
                     tensor.data_ptr(), registration.serial, len(self._entries))
         return registration
@@ -253,6 +257,7 @@ class RegistrationCache:
         registration, _ = self._entries.pop(serial)
         for key in [k for k, s in self._by_key.items() if s == serial]:
             del self._by_key[key]
+        self.generation += 1
         registration.close()
 
     def close(self) -> None:
