@@ -57,7 +57,7 @@ class Reach(NamedTuple):
     #: the table that translates the tensor's addresses to the peers (``heap_bases`` layout): the
     #: heap's bases, or a registration's ``bases``; the heap's when staged (staging buffers are there)
     bases: torch.Tensor
-    #: what the decision depends on, for keys of launch plans: ("heap",), ("registered", serial), ("staged",)
+    #: what the decision depends on, for keys of launch plans: ("heap",), ("registered", (serial, offset)), ("staged",)
     ident: tuple
 
 

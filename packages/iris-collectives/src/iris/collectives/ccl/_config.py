@@ -21,11 +21,12 @@ VARIANTS = {
 
 
 #: Message bytes from which a call registers plain tensors unless ``Config.register`` says
-#: otherwise (the ``cuda`` backend only). The agreement costs host time on every call (19 us on
-#: a 2-core machine with 2 ranks, against 2.2 without, `benchmarks/ccl.py --host`), which
-#: back-to-back calls hide only behind a kernel that takes longer: a 16 MiB all-reduce takes 25-55
-#: us on one H200 at 2-4 ranks registered, and staging costs it 1.5-2x that
-#: (benchmarks/results/ccl_*ranks_1gpu.md, columns ccl and reg); a 1 MiB one, 8-14 us.
+#: otherwise (the ``cuda`` backend only). The agreement costs host time on every call (16.4 us on
+#: the host of one H200 with 2 ranks, against 2.3 without; 11.9 against 2.1 on a 2-core machine;
+#: `benchmarks/ccl.py --host`), which back-to-back calls hide only behind a kernel that takes
+#: longer: a 16 MiB all-reduce takes 25-55 us on one H200 at 2-4 ranks registered, and staging
+#: costs it 1.5-2x that (benchmarks/results/ccl_*ranks_1gpu.md, columns ccl and reg); a 1 MiB
+#: one, 8-14 us.
 REGISTER_FROM = 16 << 20
 
 

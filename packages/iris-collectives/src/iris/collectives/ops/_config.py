@@ -56,8 +56,8 @@ class Config:
       rounding per rank's partial before the fp32 sum (still in rank order, still bit-identical
       on every rank). Setting it without ``variant`` picks the strategy of :data:`INPUT_PARTIALS`
       (``unfused`` on the GPU, ``rotated`` in the interpreter); the other strategies, and
-      ``matmul_all_reduce`` falling back to ``one_shot`` (M not a multiple of the ranks), stage
-      fp32. The ops without partial products refuse ``"input"``.
+      ``rotated`` of ``matmul_all_reduce`` falling back to ``one_shot`` (M not a multiple of the
+      ranks), stage fp32. The ops without partial products refuse ``"input"``.
     """
 
     variant: str | None = None
@@ -145,13 +145,15 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"iris.collectives.ops.{op}: config={config!r} must be an "
                              f"iris.collectives.ops.Config or None")
-    return _choose(op, shape_class(M, N, K), world_size, backend, config, id(DEFAULTS), len(DEFAULTS), itemsize)
+    return _choose(op, shape_class(M, N, K), world_size, backend, config, (id(DEFAULTS), id(INPUT_PARTIALS)),
+                   (len(DEFAULTS), len(INPUT_PARTIALS)), itemsize)
 
 
 @functools.lru_cache(maxsize=4096)
-def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: int,
-            table_rows: int, itemsize: int = 2) -> Config:
-    # table_id, table_rows: only in the cache key, so that a changed table is looked up anew
+def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: tuple,
+            table_rows: tuple, itemsize: int = 2) -> Config:
+    # table_id, table_rows (of DEFAULTS and INPUT_PARTIALS): only in the cache key, so that a
+    # changed table is looked up anew
     given = {k: v for k, v in dataclasses.asdict(config or Config()).items() if v is not None}
     fields: dict = {}
     for (b, o, s, w), row in reversed(DEFAULTS):

@@ -7,7 +7,9 @@ HBM traffic of the same chip, and in the fused kernels the warps that run the MM
 so it adds to the GEMM instead of hiding behind it (docs/fused-ops.md). Then cuBLAS followed by a
 collective that runs at its floor can take less time than the fused kernel. Which is faster
 depends on the world size and the shape; ``benchmarks/fused_ops.py --variants unfused`` measures
-it, and the table (:data:`iris.collectives.ops.DEFAULTS`) chooses it only where it was faster.
+it. With fp32 partials (the default) the fused ``rotated`` stayed faster on one H200, so
+:data:`iris.collectives.ops.DEFAULTS` keeps it; with partials in the inputs' dtype this one was
+faster, and ``Config(partial_dtype="input")`` picks it on the GPU (``_config.INPUT_PARTIALS``).
 
 The promises of the fused strategies hold: each rank's partial product is exact in fp32 (or, with
 ``partial_dtype="input"``, rounded once to the inputs' dtype, as strategy ``rotated`` does), rank
