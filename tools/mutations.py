@@ -210,6 +210,15 @@ MUTATIONS = [
                "staged = a.dtype if cfg.partial_dtype == \"input\" else accumulator_dtype(a.dtype)",
                "staged = accumulator_dtype(a.dtype)", 1)],
              [("worker", "2", "ops_worker.py", "partials_in_input_dtype")], expect="elements differ"),
+    Mutation("tf32-inputs-stay-fused", "fp32 inputs take cuBLAS + ccl while torch multiplies fp32 as tf32",
+             [(f"{COLL}/ops/_config.py", "        if picked is not None:\n            given[\"variant\"] = picked\n",
+               "", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_ops_config.py::"
+               "test_fp32_inputs_take_cublas_and_ccl_while_torch_multiplies_fp32_as_tf32")],
+             expect="AssertionError"),
+    Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
+             [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
+             [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="transposed out"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -220,7 +229,7 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
          "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
-         "unfused-bias-early"]
+         "unfused-bias-early", "tf32-inputs-stay-fused", "unfused-gather-no-copy-out"]
 
 
 def copy_packages(root: str) -> None:

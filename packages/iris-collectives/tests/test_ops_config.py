@@ -101,10 +101,63 @@ def test_partial_dtype_input_picks_the_measured_strategy_and_is_refused_where_no
     with pytest.raises(IrisUsageError, match=r"matmul_all_reduce: config\.partial_dtype='input' needs strategy "
                                              r"'rotated' or 'unfused', got variant='two_shot': drop variant"):
         _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cpu", ops.Config(variant="two_shot", partial_dtype="input"))
-    with pytest.raises(IrisUsageError, match=r"all_gather_matmul: .*stages no partial products"):
-        _config.choose("all_gather_matmul", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="input"))
+    for variant in (None, "unfused"):  # a gather op's "unfused" hands no partials over either
+        with pytest.raises(IrisUsageError, match=r"all_gather_matmul: .*stages no partial products"):
+            _config.choose("all_gather_matmul", 64, 64, 64, 2, "cpu",
+                           ops.Config(variant=variant, partial_dtype="input"))
     with pytest.raises(IrisUsageError, match=r"config\.partial_dtype='bf16' must be 'accumulator' or 'input'"):
         _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="bf16"))
+
+
+def test_fp32_inputs_take_cublas_and_ccl_while_torch_multiplies_fp32_as_tf32(monkeypatch):
+    # the fused ops' GEMM core in tf32 is slower than cuBLAS's: with the same precision on both
+    # sides the unfused pair wins (TF32_INPUTS); with torch's fp32 GEMM in full precision it is
+    # not the same product, and the fused strategies stay
+    tf32 = {"on": True}
+    monkeypatch.setattr(_config, "torch_multiplies_fp32_as_tf32", lambda: tf32["on"])
+
+    def variant(op, backend="cuda", config=None, itemsize=4):
+        return _config.choose(op, 4096, 8192, 2048, 4, backend, config, itemsize=itemsize).variant
+
+    for op in ops.VARIANTS:
+        assert variant(op) == "unfused", op
+        assert variant(op, itemsize=2) != "unfused" and variant(op, itemsize=8) != "unfused", op
+        assert variant(op, backend="cpu") != "unfused", op
+        assert variant(op, config=ops.Config(input_precision="ieee")) != "unfused", op
+        forced = ops.VARIANTS[op][0]
+        assert variant(op, config=ops.Config(variant=forced)) == forced, op
+        tf32["on"] = False  # read per call: the cached answer follows it
+        assert variant(op) != "unfused", op
+        tf32["on"] = True
+
+
+class _Flags:
+    """A stand-in for ``torch.backends.cuda.matmul``: ``fp32_precision`` (torch 2.9 and later) and
+    the legacy ``allow_tf32``, which torch refuses to read after a mix of the two APIs."""
+
+    def __init__(self, allow_tf32, fp32_precision=None):
+        self._allow = allow_tf32
+        if fp32_precision is not None:
+            self.fp32_precision = fp32_precision
+
+    @property
+    def allow_tf32(self):
+        if isinstance(self._allow, Exception):
+            raise self._allow
+        return self._allow
+
+
+def test_torchs_tf32_setting_is_read_through_either_api(monkeypatch):
+    import torch
+
+    assert isinstance(_config.torch_multiplies_fp32_as_tf32(), bool)  # torch's real flags, as they are
+    cases = [(_Flags(False), False), (_Flags(True), True),  # torch before 2.9: the legacy flag only
+             (_Flags(True, "none"), True), (_Flags(False, "none"), False),  # "none": the legacy flag decides
+             (_Flags(RuntimeError("mixed APIs"), "tf32"), True), (_Flags(RuntimeError("mixed APIs"), "ieee"), False),
+             (_Flags(RuntimeError("mixed APIs"), "none"), False)]
+    for flags, expected in cases:
+        monkeypatch.setattr(torch.backends.cuda, "matmul", flags)
+        assert _config.torch_multiplies_fp32_as_tf32() is expected, (vars(flags), expected)
 
 
 def test_b_operand_reads_b_in_the_layout_its_tensor_cores_take(monkeypatch):

@@ -324,6 +324,22 @@ def scenario_matmul_all_gather(ctx):
     gather_scenario(ctx, ops.matmul_all_gather, "matmul_all_gather", 400)
 
 
+def scenario_gather_ops_unfused(ctx):
+    """Strategy ``unfused`` of both gather ops (torch's GEMM and ``ccl.all_gather``): the cases of
+    the fused strategies, back-to-back calls, and an ``out`` that is not contiguous (a transposed
+    view, written through a cached buffer)."""
+    W = ctx.world_size
+    cfg = dataclasses.replace(SMALL, variant="unfused")
+    for op, name, seed in ((ops.all_gather_matmul, "all_gather_matmul", 700), (ops.matmul_all_gather,
+                                                                                "matmul_all_gather", 800)):
+        gather_scenario(ctx, op, f"{name} unfused", seed, cfg)
+        for i in range(2):  # twice: the second call reuses the cached buffers
+            out = poisoned((40, W * 9), torch.bfloat16, ctx.device).t()
+            run_gather_op(ctx, op, W * 9, 40, 30, torch.bfloat16, torch.bfloat16, seed + 50 + i, True, cfg, out)
+            check(out, ref_all_gather_matmul(W, W * 9, 40, 30, torch.bfloat16, torch.bfloat16, seed + 50 + i, True),
+                  f"{name} unfused into a transposed out, call {i}")
+
+
 def scenario_tma_path(ctx):
     """The tensor-descriptor K loop: the GPU default, and under the interpreter, which emulates
     tl.make_tensor_descriptor (Triton 3.9), forced by ``_launch.INTERPRETER_TMA``. Same bits as

@@ -2,6 +2,9 @@
 
 Choosing is data, not code: :data:`DEFAULTS` is a small table keyed by (backend, op, shape class,
 world size); :func:`choose` looks a call up in it and fills in what the caller left as ``None``.
+Two more tables of the same keys name the strategy where the inputs decide it:
+:data:`INPUT_PARTIALS` for ``partial_dtype="input"``, :data:`TF32_INPUTS` for fp32 inputs while
+torch multiplies fp32 as tf32.
 The GPU rows are measured on an H200 for bf16 (tilings of the GEMM core against cuBLAS, and the
 fused ops at 2 ranks on one GPU for the strategies' tile; docs/performance.md); the two-GPU
 measurement of the fused ops (``benchmarks/fused_ops.py``) may refine them; the cpu rows use small
@@ -13,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import torch
+
 from iris.runtime import IrisUsageError
 
 #: Strategies each op accepts (``Config.variant``); the first is the default where the table says
@@ -20,8 +25,8 @@ from iris.runtime import IrisUsageError
 VARIANTS = {
     "matmul_all_reduce": ("one_shot", "two_shot", "rotated", "unfused"),
     "matmul_reduce_scatter": ("owner", "rotated", "unfused"),
-    "matmul_all_gather": ("push",),
-    "all_gather_matmul": ("pull", "arrival"),
+    "matmul_all_gather": ("push", "unfused"),
+    "all_gather_matmul": ("pull", "arrival", "unfused"),
 }
 
 
@@ -118,6 +123,38 @@ INPUT_PARTIALS: list[tuple[tuple[str, str, str, int], str]] = [
 ]
 
 
+#: The strategy of fp32 inputs, by the keys of :data:`DEFAULTS`, when the caller names none, keeps
+#: ``input_precision="tf32"`` and torch's own GEMM multiplies fp32 as tf32 too
+#: (:func:`torch_multiplies_fp32_as_tf32`): then "unfused" gives the same precision as the fused
+#: kernels. With torch's fp32 GEMM in full precision (torch's default) the fused strategies stay:
+#: cuBLAS's full-precision SGEMM is not what the fused ops' tf32 promises, and is slower.
+TF32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
+    # "unfused" for every op. One H200, ranks under MPS, fp32 (tf32 in both), M = 4096,
+    # N = K = 8192 (K split for the ops that reduce), 2026-12-04
+    # (benchmarks/results/fused_ops_{2,4}ranks_1gpu_dtypes.md): cuBLAS + ccl took 0.47-0.91x the
+    # fused op's time in all 8 cases (matmul_all_gather 1.548 against 2.459 ms at 2 ranks, 1.705
+    # against 3.641 at 4; all_gather_matmul 2.884 against 3.904, 5.978 against 8.254). The GEMM
+    # core is the cause: in tf32 it takes 1.2-1.4x cuBLAS's time ("our GEMM" against "GEMM alone"
+    # there), where in bf16 it ties.
+    (("cuda", "*", "*", 0), "unfused"),
+]
+
+
+def torch_multiplies_fp32_as_tf32() -> bool:
+    """Whether torch's fp32 matmuls on CUDA use tf32 now: ``torch.backends.cuda.matmul.fp32_precision``
+    (torch 2.9 and later; ``"none"`` defers to the legacy flag) or ``allow_tf32`` (torch
+    ``set_float32_matmul_precision("high")`` sets both). Read per call: the user may change it
+    between calls."""
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", "none")
+    if precision != "none":
+        return precision == "tf32"
+    try:
+        return bool(matmul.allow_tf32)
+    except RuntimeError:  # torch refuses the legacy read after a mix of its two APIs
+        return False
+
+
 def shape_class(M: int, N: int, K: int) -> str:
     """``"small"`` when the output has fewer than ~2 tiles of 128 x 128 per H200 SM, else ``"large"``."""
     return "small" if M * N < 2 * 132 * 128 * 128 else "large"
@@ -134,6 +171,9 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     ``itemsize``: bytes per input element. On the GPU, 4- and 8-byte inputs take half the table's
     ``block_k`` (at most 32) unless the caller set it: the bf16 tiles' pipeline, in fp32, needs
     more shared memory than an H200 has (288 KiB for 128 x 256 x 64 in 3 stages, of 227 KiB).
+    fp32 inputs on the GPU take the strategy of :data:`TF32_INPUTS` while torch multiplies fp32
+    as tf32 (:func:`torch_multiplies_fp32_as_tf32`, read per call) and the caller names neither a
+    variant nor ``input_precision="ieee"``.
 
     Raises :class:`iris.runtime.IrisUsageError` naming ``op`` for an unknown variant or a bad tile.
     The answer depends on the shape only through :func:`shape_class`, so it is cached per (op,
@@ -145,15 +185,17 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"iris.collectives.ops.{op}: config={config!r} must be an "
                              f"iris.collectives.ops.Config or None")
-    return _choose(op, shape_class(M, N, K), world_size, backend, config, (id(DEFAULTS), id(INPUT_PARTIALS)),
-                   (len(DEFAULTS), len(INPUT_PARTIALS)), itemsize)
+    tf32 = backend == "cuda" and itemsize == 4 and torch_multiplies_fp32_as_tf32()
+    tables = (DEFAULTS, INPUT_PARTIALS, TF32_INPUTS)
+    return _choose(op, shape_class(M, N, K), world_size, backend, config, tuple(map(id, tables)),
+                   tuple(map(len, tables)), itemsize, tf32)
 
 
 @functools.lru_cache(maxsize=4096)
 def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: tuple,
-            table_rows: tuple, itemsize: int = 2) -> Config:
-    # table_id, table_rows (of DEFAULTS and INPUT_PARTIALS): only in the cache key, so that a
-    # changed table is looked up anew
+            table_rows: tuple, itemsize: int = 2, tf32: bool = False) -> Config:
+    # table_id, table_rows (of the three tables): only in the cache key, so that a changed table is
+    # looked up anew
     given = {k: v for k, v in dataclasses.asdict(config or Config()).items() if v is not None}
     fields: dict = {}
     for (b, o, s, w), row in reversed(DEFAULTS):
@@ -169,6 +211,11 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     if given.get("partial_dtype") == "input" and "variant" not in given and "rotated" in VARIANTS[op]:
         given["variant"] = next(variant for (b, o, s, w), variant in INPUT_PARTIALS if b in ("*", backend)
                                 and o in ("*", op) and s in ("*", shape) and w in (0, world_size))
+    elif tf32 and "variant" not in given and given.get("input_precision", "tf32") == "tf32":
+        picked = next((variant for (b, o, s, w), variant in TF32_INPUTS if b in ("*", backend) and o in ("*", op)
+                       and s in ("*", shape) and w in (0, world_size) and variant in VARIANTS[op]), None)
+        if picked is not None:
+            given["variant"] = picked
     fields.update(given)
     chosen = Config(**{f.name: fields.get(f.name) for f in dataclasses.fields(Config)})
     where = f"iris.collectives.ops.{op}"
@@ -190,7 +237,8 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
             raise IrisUsageError(f"{where}: config.{name}={getattr(chosen, name)!r} must be True or False")
     if chosen.partial_dtype not in ("accumulator", "input"):
         raise IrisUsageError(f"{where}: config.partial_dtype={chosen.partial_dtype!r} must be 'accumulator' or 'input'")
-    if chosen.partial_dtype == "input" and chosen.variant not in ("rotated", "unfused"):
+    if chosen.partial_dtype == "input" and ("rotated" not in VARIANTS[op] or chosen.variant not in ("rotated",
+                                                                                                  "unfused")):
         fix = ("drop variant or set variant='rotated' or 'unfused'" if "rotated" in VARIANTS[op]
                else "this op stages no partial products: leave partial_dtype unset")
         raise IrisUsageError(f"{where}: config.partial_dtype='input' needs strategy 'rotated' or 'unfused', got "

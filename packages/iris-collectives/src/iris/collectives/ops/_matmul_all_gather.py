@@ -31,6 +31,7 @@ from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 from ._launch import b_operand, launch
+from ._unfused import unfused_gather
 
 CALL = "iris.collectives.ops.matmul_all_gather"
 
@@ -98,6 +99,9 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_gather", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
     key = ("matmul_all_gather", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
+    if cfg.variant == "unfused":
+        unfused_gather(ctx, key, out, a, b, bias, gather_first=False)
+        return out
     num_tiles = _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)
 
     def make(ctx):

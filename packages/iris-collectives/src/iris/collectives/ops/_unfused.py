@@ -1,6 +1,8 @@
-"""Strategy ``unfused`` of the ops that reduce: torch's GEMM (cuBLAS on the GPU) writes this rank's
-partial product into a heap buffer, then the host collective (:mod:`iris.collectives.ccl`) sums the
-partials in place on the heap, with no staging.
+"""Strategy ``unfused``: torch's GEMM (cuBLAS on the GPU) and a host collective
+(:mod:`iris.collectives.ccl`) one after the other. For the ops that reduce, the GEMM writes this
+rank's partial product into a heap buffer and the collective sums the partials in place on the
+heap, with no staging. ``all_gather_matmul`` gathers the shards of A, then multiplies;
+``matmul_all_gather`` multiplies this rank's rows into a heap buffer, then gathers them.
 
 Why a strategy that does not fuse: with every rank on one GPU, the partial products' traffic is
 HBM traffic of the same chip, and in the fused kernels the warps that run the MMAs also issue it,
@@ -10,6 +12,8 @@ depends on the world size and the shape; ``benchmarks/fused_ops.py --variants un
 it. With fp32 partials (the default) the fused ``rotated`` stayed faster on one H200, so
 :data:`iris.collectives.ops.DEFAULTS` keeps it; with partials in the inputs' dtype this one was
 faster, and ``Config(partial_dtype="input")`` picks it on the GPU (``_config.INPUT_PARTIALS``).
+With fp32 inputs, where torch's GEMM runs in tf32 as the fused kernels do, this strategy was the
+faster for every op, as the GEMM core in tf32 is slower than cuBLAS's (``_config.TF32_INPUTS``).
 
 The promises of the fused strategies hold: each rank's partial product is exact in fp32 (or, with
 ``partial_dtype="input"``, rounded once to the inputs' dtype, as strategy ``rotated`` does), rank
@@ -84,3 +88,50 @@ def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
         target.add_(late_bias.to(target.dtype))  # in the accumulator's dtype, before the rounding
     if result is not None:
         out.copy_(result)  # the single rounding, to nearest even
+
+
+def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                   gather_first: bool) -> None:
+    """``all_gather_matmul`` (``gather_first``): ``ccl.all_gather`` of every rank's rows of A into
+    a heap buffer, then torch's GEMM of all of them into ``out``; ``matmul_all_gather``: torch's GEMM
+    of this rank's rows into a heap buffer (which the peers read in place), then ``ccl.all_gather``
+    of them into ``out``. Buffers are cached in the workspace of ``key``; checks are the caller's.
+    One rounding to ``out.dtype``: the GEMM's own where ``out`` has the inputs' dtype, else the
+    exact fp32 (fp64) product rounded once by a copy."""
+    W, N = ctx.world_size, b.shape[1]
+    rows, K = a.shape
+    narrow = out.dtype == a.dtype
+    product_dtype = a.dtype if narrow else accumulator_dtype(a.dtype)
+
+    def make(ctx):
+        buffers = {}
+        if gather_first:
+            buffers["a"] = ctx.zeros(W * rows, K, dtype=a.dtype)
+            if not (narrow and out.is_contiguous()):
+                buffers["product"] = ctx.zeros(W * rows, N, dtype=product_dtype)
+        else:
+            buffers["rows"] = ctx.zeros(rows, N, dtype=out.dtype)
+            if not narrow:
+                buffers["product"] = ctx.zeros(rows, N, dtype=product_dtype)
+            if not out.is_contiguous():
+                buffers["gathered"] = ctx.zeros(W * rows, N, dtype=out.dtype)
+        return buffers
+
+    ws = workspace(ctx, key + (bias is not None, out.is_contiguous()), make)
+    if gather_first:
+        gathered = ws.buffers["a"]
+        ccl.all_gather(ctx, gathered, a.contiguous())
+        product = ws.buffers.get("product", out)
+        partial_product(gathered, b, bias, product, rounded=False)
+        if product is not out:
+            out.copy_(product)  # the single rounding, to nearest even
+        return
+    own = ws.buffers["rows"]
+    product = ws.buffers.get("product", own)
+    partial_product(a, b, bias, product, rounded=False)
+    if product is not own:
+        own.copy_(product)
+    target = ws.buffers.get("gathered", out)
+    ccl.all_gather(ctx, target, own)
+    if target is not out:
+        out.copy_(target)
