@@ -323,7 +323,8 @@ def measure_op(ctx, tdist, timer, op: str, M: int, shapes: str, dtype_name: str,
     times["ccl"] = timer(lambda: ours(coll_out, coll_in))
     times["ideal"] = max(times["gemm_cublas"], min(t for t in (times["collective"], times["ccl"]) if t is not None))
     times["best_alt"] = min(times[k] for k in ALTERNATIVES if times.get(k) is not None)
-    variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, None).variant
+    # what the default call above ran (fp32 inputs: "unfused" while torch's GEMM runs in tf32)
+    variant = ops.choose(op, M, b_shape[1], a_shape[1], W, dev.type, None, a.element_size()).variant
     return {"op": op, "shapes": shapes, "panel": f"{op} ({shapes}, {dtype_name})", "variant": variant, "M": M,
             "a": list(a_shape), "b": list(b_shape), "out": list(out_shape), "flops": flops, "dtype": dtype_name,
             "times_s": times, "rel_error": errors,
