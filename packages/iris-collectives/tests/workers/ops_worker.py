@@ -452,6 +452,34 @@ def scenario_workspace_cache(ctx):
     check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 710, False), "after clear_workspaces")
 
 
+def scenario_fp32_inputs_follow_torchs_tf32(ctx):
+    """fp32 inputs and no strategy named: while torch multiplies fp32 as tf32, the four ops run
+    cuBLAS and ccl on the GPU (``ops._config.TF32_INPUTS``; the interpreter keeps the fused
+    strategies); with torch's flag off, the fused ones. Exact either way (tf32 holds these small
+    integers, and every sum is exact in fp32)."""
+    from iris.collectives import _workspace
+
+    W, names = ctx.world_size, ("matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul",
+                                "matmul_all_gather")
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_tf32
+    try:
+        for tf32 in (True, False):
+            matmul.allow_tf32 = tf32
+            ctx.barrier()  # every rank is done with the buffers before any rank frees them
+            ops.clear_workspaces(ctx)
+            for run, reference, name in four_ops(ctx, torch.float32, 40, 24, 900 + 10 * tf32, True, W * 8, 16):
+                check(run(), reference(), f"{name} fp32, torch's tf32 {'on' if tf32 else 'off'}")
+            ran = {key[0]: key[7].variant for key in _workspace._CACHES[ctx] if key[0] in names}
+            assert sorted(ran) == sorted(names), ran
+            unfused = tf32 and ctx.device.type == "cuda"
+            assert all((variant == "unfused") == unfused for variant in ran.values()), (tf32, ran)
+    finally:
+        matmul.allow_tf32 = saved
+        ctx.barrier()
+        ops.clear_workspaces(ctx)
+
+
 def scenario_argument_errors(ctx):
     """Bad shapes, dtypes, devices, M not divisible by the world size, bad configs: an IrisError
     whose message names the call, the argument, the values and the fix. Checked before any
