@@ -216,9 +216,15 @@ MUTATIONS = [
              [("pytest", "packages/iris-collectives/tests/test_ops_config.py::"
                "test_fp32_inputs_take_cublas_and_ccl_while_torch_multiplies_fp32_as_tf32")],
              expect="AssertionError"),
+    Mutation("unfused-bias-rounded-first", "strategy unfused adds a bias of another dtype before the one rounding",
+             [(f"{COLL}/ops/_unfused.py", "    if narrow and (bias is None or bias.dtype == a.dtype):\n",
+               "    if narrow:\n", 1),
+              (f"{COLL}/ops/_unfused.py", "torch.addmm(bias, a, b, out=into)", "torch.addmm(bias.to(a.dtype), a, b, out=into)",
+               1)],
+             [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="with an fp32 bias on bf16 inputs"),
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
-             [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="transposed out"),
+             [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -229,7 +235,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
          "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
-         "unfused-bias-early", "tf32-inputs-stay-fused", "unfused-gather-no-copy-out"]
+         "unfused-bias-early", "tf32-inputs-stay-fused", "unfused-gather-no-copy-out",
+         "unfused-bias-rounded-first"]
 
 
 def copy_packages(root: str) -> None:

@@ -102,7 +102,9 @@ def test_partial_dtype_input_picks_the_measured_strategy_and_is_refused_where_no
                                              r"'rotated' or 'unfused', got variant='two_shot': drop variant"):
         _config.choose("matmul_all_reduce", 64, 64, 64, 2, "cpu", ops.Config(variant="two_shot", partial_dtype="input"))
     for variant in (None, "unfused"):  # a gather op's "unfused" hands no partials over either
-        with pytest.raises(IrisUsageError, match=r"all_gather_matmul: .*stages no partial products"):
+        with pytest.raises(IrisUsageError, match=r"all_gather_matmul: config\.partial_dtype='input': this op hands "
+                                                 r"no partial products between ranks, whatever its strategy; leave "
+                                                 r"partial_dtype unset"):
             _config.choose("all_gather_matmul", 64, 64, 64, 2, "cpu",
                            ops.Config(variant=variant, partial_dtype="input"))
     with pytest.raises(IrisUsageError, match=r"config\.partial_dtype='bf16' must be 'accumulator' or 'input'"):

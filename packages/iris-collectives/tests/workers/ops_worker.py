@@ -326,18 +326,40 @@ def scenario_matmul_all_gather(ctx):
 
 def scenario_gather_ops_unfused(ctx):
     """Strategy ``unfused`` of both gather ops (torch's GEMM and ``ccl.all_gather``): the cases of
-    the fused strategies, back-to-back calls, and an ``out`` that is not contiguous (a transposed
-    view, written through a cached buffer)."""
-    W = ctx.world_size
+    the fused strategies, back-to-back calls, an ``out`` that is not contiguous (a transposed view,
+    written through a cached buffer) in the inputs' dtype and in fp32, and an fp32 bias on bf16
+    inputs, which must be added before the one rounding (as the fused strategy does, also checked)."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
     cfg = dataclasses.replace(SMALL, variant="unfused")
     for op, name, seed in ((ops.all_gather_matmul, "all_gather_matmul", 700), (ops.matmul_all_gather,
                                                                                 "matmul_all_gather", 800)):
         gather_scenario(ctx, op, f"{name} unfused", seed, cfg)
-        for i in range(2):  # twice: the second call reuses the cached buffers
-            out = poisoned((40, W * 9), torch.bfloat16, ctx.device).t()
-            run_gather_op(ctx, op, W * 9, 40, 30, torch.bfloat16, torch.bfloat16, seed + 50 + i, True, cfg, out)
-            check(out, ref_all_gather_matmul(W, W * 9, 40, 30, torch.bfloat16, torch.bfloat16, seed + 50 + i, True),
-                  f"{name} unfused into a transposed out, call {i}")
+        for i, out_dtype in enumerate((torch.bfloat16, torch.bfloat16, torch.float32)):  # again: cached buffers
+            out = poisoned((40, W * 9), out_dtype, dev).t()
+            run_gather_op(ctx, op, W * 9, 40, 30, torch.bfloat16, out_dtype, seed + 50 + i, True, cfg, out)
+            check(out, ref_all_gather_matmul(W, W * 9, 40, 30, torch.bfloat16, out_dtype, seed + 50 + i, True),
+                  f"{name} unfused into a transposed {out_dtype} out, call {i}")
+        # an fp32 bias with fractions that bf16 cannot hold: one rounding differs from two (the
+        # data must show it, or the check proves nothing)
+        M, N, K = W * 8, 48, 3
+        a_all = [ints((M // W, K), torch.bfloat16, seed + 60 + q) for q in range(W)]
+        b = ints((K, N), torch.bfloat16, seed + 70)
+        g = torch.Generator().manual_seed(seed + 80)
+        bias = (torch.randint(-4, 5, (N,), generator=g) + torch.randint(1, 1024, (N,), generator=g) / 1024).float()
+        exact = torch.cat(a_all).float() @ b.float() + bias
+        once = exact.to(torch.bfloat16)
+        twice = (torch.cat(a_all).float() @ b.float() + bias.to(torch.bfloat16).float()).to(torch.bfloat16)
+        assert bool((once != twice).any()), f"{name}: this bias rounds the same once or twice"
+        for strategy in (SMALL, cfg):
+            out = poisoned((M, N), torch.bfloat16, dev)
+            op(ctx, out, a_all[r].to(dev), b.to(dev), bias.to(dev), config=strategy)
+            check(out, once, f"{name} {strategy.variant or 'default'} with an fp32 bias on bf16 inputs")
+    # the workspaces hold buffers in torch's memory too: clear_workspaces frees the heap's alone
+    ctx.barrier()
+    ops.clear_workspaces(ctx)
+    out = run_gather_op(ctx, ops.all_gather_matmul, W * 9, 40, 30, torch.bfloat16, torch.bfloat16, 890, True, cfg)
+    check(out, ref_all_gather_matmul(W, W * 9, 40, 30, torch.bfloat16, torch.bfloat16, 890, True),
+          "all_gather_matmul unfused after clear_workspaces")
 
 
 def scenario_tma_path(ctx):

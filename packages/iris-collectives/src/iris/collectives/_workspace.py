@@ -56,7 +56,8 @@ class Workspace:
 
 def workspace(ctx, key: tuple, make) -> Workspace:
     """The workspace for ``key`` on ``ctx``; on first use ``make(ctx)`` returns its buffers
-    (a dict of heap tensors, zeroed where they hold flags), and every rank waits until every
+    (a dict of tensors: heap tensors, zeroed where they hold flags, and maybe buffers no peer reads,
+    in torch's memory), and every rank waits until every
     rank's buffers are ready (collective, see the module docstring). A first use while a CUDA
     graph is being captured raises :class:`iris.runtime.IrisUsageError`: call once before the
     capture."""
@@ -66,7 +67,9 @@ def workspace(ctx, key: tuple, make) -> Workspace:
         if ctx.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise IrisUsageError(f"iris.collectives {key[0]}: the first call with these shapes, dtypes and config "
                                  f"allocates its workspace and waits for every rank, which cannot happen while a "
-                                 f"CUDA graph is being captured; make one call before the capture (a warm-up)")
+                                 f"CUDA graph is being captured; make one call before the capture (a warm-up), "
+                                 f"with the same settings (for fp32 inputs of the fused ops, torch's tf32 setting "
+                                 f"too: it picks the strategy)")
         buffers = make(ctx)
         if ctx.world_size > 1:
             ctx.barrier()  # every rank's zero fill is done before any rank's kernel signals into it
@@ -82,7 +85,8 @@ def clear(ctx) -> None:
     generation += 1
     for ws in _CACHES.pop(ctx, {}).values():
         for t in ws.buffers.values():
-            ctx.free(t)
+            if ctx.is_symmetric(t):  # a workspace may also hold this rank's own buffers (torch's memory)
+                ctx.free(t)
 
 
 def _torch_scratch(size: int, alignment: int, stream):

@@ -131,7 +131,7 @@ INPUT_PARTIALS: list[tuple[tuple[str, str, str, int], str]] = [
 TF32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
     # "unfused" for every op. One H200, ranks under MPS, fp32 (tf32 in both), M = 4096,
     # N = K = 8192 (K split for the ops that reduce), 2026-12-04
-    # (benchmarks/results/fused_ops_{2,4}ranks_1gpu_dtypes.md): cuBLAS + ccl took 0.47-0.91x the
+    # (benchmarks/results/fused_ops_{2,4}ranks_1gpu_dtypes.md): cuBLAS + ccl took 0.47-0.92x the
     # fused op's time in all 8 cases (matmul_all_gather 1.548 against 2.459 ms at 2 ranks, 1.705
     # against 3.641 at 4; all_gather_matmul 2.884 against 3.904, 5.978 against 8.254). The GEMM
     # core is the cause: in tf32 it takes 1.15-2.9x cuBLAS's time ("our GEMM" against "GEMM alone"
@@ -237,12 +237,12 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
             raise IrisUsageError(f"{where}: config.{name}={getattr(chosen, name)!r} must be True or False")
     if chosen.partial_dtype not in ("accumulator", "input"):
         raise IrisUsageError(f"{where}: config.partial_dtype={chosen.partial_dtype!r} must be 'accumulator' or 'input'")
-    if chosen.partial_dtype == "input" and ("rotated" not in VARIANTS[op] or chosen.variant not in ("rotated",
-                                                                                                  "unfused")):
-        fix = ("drop variant or set variant='rotated' or 'unfused'" if "rotated" in VARIANTS[op]
-               else "this op stages no partial products: leave partial_dtype unset")
+    if chosen.partial_dtype == "input" and "rotated" not in VARIANTS[op]:
+        raise IrisUsageError(f"{where}: config.partial_dtype='input': this op hands no partial products between "
+                             f"ranks, whatever its strategy; leave partial_dtype unset")
+    if chosen.partial_dtype == "input" and chosen.variant not in ("rotated", "unfused"):
         raise IrisUsageError(f"{where}: config.partial_dtype='input' needs strategy 'rotated' or 'unfused', got "
-                             f"variant={chosen.variant!r}: {fix}")
+                             f"variant={chosen.variant!r}: drop variant or set variant='rotated' or 'unfused'")
     if chosen.input_precision not in ("tf32", "ieee"):
         raise IrisUsageError(f"{where}: config.input_precision={chosen.input_precision!r} must be 'tf32' or 'ieee'")
     return chosen

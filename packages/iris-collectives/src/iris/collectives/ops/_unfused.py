@@ -33,25 +33,35 @@ from ._launch import accumulator_dtype
 
 def partial_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, partial: torch.Tensor,
                     rounded: bool) -> None:
-    """``partial = a @ b (+ bias)``: rounded once to the inputs' dtype (``rounded``, in torch's GEMM
-    epilogue; then widened exactly if ``partial`` is wider), else the exact fp32 (fp64) product of
-    cuBLAS's accumulation (``torch.mm(..., out_dtype=)`` where torch has it for the device, else the
-    inputs widened, which gives the same values)."""
-    if rounded or partial.dtype == a.dtype:
+    """``partial = a @ b (+ bias)``: rounded once to the inputs' dtype (``rounded``, or ``partial``
+    in the inputs' dtype; then widened exactly if ``partial`` is wider), else the exact fp32 (fp64)
+    product of cuBLAS's accumulation plus the bias. The rounding is torch's GEMM epilogue where the
+    bias, if any, has the inputs' dtype; a bias of another dtype is added to the exact product
+    first, and the sum rounded once by a copy (rounding the bias to the inputs' dtype first would
+    round twice). The exact product is ``torch.mm(..., out_dtype=)`` where torch has it for the
+    device, else the product of the inputs widened, which gives the same values. fp16 and bf16
+    products rounded in the epilogue follow torch's settings for cuBLAS's reductions
+    (``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction`` and the fp16 one)."""
+    narrow = rounded or partial.dtype == a.dtype
+    if narrow and (bias is None or bias.dtype == a.dtype):
         into = partial if partial.dtype == a.dtype else torch.empty_like(partial, dtype=a.dtype)
         if bias is None:
             torch.matmul(a, b, out=into)
         else:
-            torch.addmm(bias.to(a.dtype), a, b, out=into)
+            torch.addmm(bias, a, b, out=into)
         if into is not partial:
             partial.copy_(into)
         return
+    exact = partial if not narrow else torch.empty_like(partial, dtype=accumulator_dtype(a.dtype))
     try:
-        torch.mm(a, b, out_dtype=partial.dtype, out=partial)
+        torch.mm(a, b, out_dtype=exact.dtype, out=exact)
     except (RuntimeError, TypeError, NotImplementedError):  # no mm.dtype for this device or torch
-        torch.matmul(a.to(partial.dtype), b.to(partial.dtype), out=partial)
+        torch.matmul(a.to(exact.dtype), b.to(exact.dtype), out=exact)
     if bias is not None:
-        partial.add_(bias.to(partial.dtype))
+        exact.add_(bias.to(exact.dtype))
+    if exact is not partial:
+        # the single rounding, to nearest even (to the inputs' dtype, then widened exactly)
+        partial.copy_(exact.to(a.dtype) if partial.dtype != a.dtype else exact)
 
 
 def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, cfg,
@@ -90,37 +100,47 @@ def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
         out.copy_(result)  # the single rounding, to nearest even
 
 
+#: ``ccl.all_gather`` of a workspace buffer: on the heap, at the same offset on every rank (the
+#: workspaces are allocated collectively), so the peers read it in place with no agreement per call
+#: (the host allgather that plain tensors from ``ccl.REGISTER_FROM`` bytes cost).
+_IN_PLACE = ccl.Config(register=False)
+
+
 def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                    gather_first: bool) -> None:
-    """``all_gather_matmul`` (``gather_first``): ``ccl.all_gather`` of every rank's rows of A into
-    a heap buffer, then torch's GEMM of all of them into ``out``; ``matmul_all_gather``: torch's GEMM
-    of this rank's rows into a heap buffer (which the peers read in place), then ``ccl.all_gather``
-    of them into ``out``. Buffers are cached in the workspace of ``key``; checks are the caller's.
-    One rounding to ``out.dtype``: the GEMM's own where ``out`` has the inputs' dtype, else the
-    exact fp32 (fp64) product rounded once by a copy."""
+    """``all_gather_matmul`` (``gather_first``): this rank's rows of A copied into a heap buffer,
+    ``ccl.all_gather`` of every rank's, then torch's GEMM of all of them into ``out``;
+    ``matmul_all_gather``: torch's GEMM of this rank's rows into a heap buffer, then
+    ``ccl.all_gather`` of them into ``out``. The peers read only the heap buffers, in place; the
+    other buffers are this rank's alone (torch's memory). Buffers are cached in the workspace of
+    ``key``; checks are the caller's. One rounding to ``out.dtype`` (:func:`partial_product`):
+    the GEMM's own where ``out`` has the inputs' dtype, else the exact fp32 (fp64) product rounded
+    once by a copy."""
     W, N = ctx.world_size, b.shape[1]
     rows, K = a.shape
-    narrow = out.dtype == a.dtype
-    product_dtype = a.dtype if narrow else accumulator_dtype(a.dtype)
+    product_dtype = a.dtype if out.dtype == a.dtype else accumulator_dtype(a.dtype)
+
+    def local(*shape, dtype):
+        return torch.empty(*shape, dtype=dtype, device=ctx.device)
 
     def make(ctx):
-        buffers = {}
         if gather_first:
-            buffers["a"] = ctx.zeros(W * rows, K, dtype=a.dtype)
-            if not (narrow and out.is_contiguous()):
-                buffers["product"] = ctx.zeros(W * rows, N, dtype=product_dtype)
-        else:
-            buffers["rows"] = ctx.zeros(rows, N, dtype=out.dtype)
-            if not narrow:
-                buffers["product"] = ctx.zeros(rows, N, dtype=product_dtype)
-            if not out.is_contiguous():
-                buffers["gathered"] = ctx.zeros(W * rows, N, dtype=out.dtype)
+            buffers = {"shard": ctx.zeros(rows, K, dtype=a.dtype), "a": local(W * rows, K, dtype=a.dtype)}
+            if not (out.is_contiguous() and out.dtype == product_dtype):
+                buffers["product"] = local(W * rows, N, dtype=product_dtype)
+            return buffers
+        buffers = {"rows": ctx.zeros(rows, N, dtype=out.dtype)}
+        if product_dtype != out.dtype:
+            buffers["product"] = local(rows, N, dtype=product_dtype)
+        if not out.is_contiguous():
+            buffers["gathered"] = local(W * rows, N, dtype=out.dtype)
         return buffers
 
-    ws = workspace(ctx, key + (bias is not None, out.is_contiguous()), make)
+    ws = workspace(ctx, key + (out.is_contiguous(),), make)
     if gather_first:
-        gathered = ws.buffers["a"]
-        ccl.all_gather(ctx, gathered, a.contiguous())
+        shard, gathered = ws.buffers["shard"], ws.buffers["a"]
+        shard.copy_(a)  # stream-ordered: the last call's all_gather has read it (its kernel is before)
+        ccl.all_gather(ctx, gathered, shard, config=_IN_PLACE)
         product = ws.buffers.get("product", out)
         partial_product(gathered, b, bias, product, rounded=False)
         if product is not out:
@@ -130,8 +150,8 @@ def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch
     product = ws.buffers.get("product", own)
     partial_product(a, b, bias, product, rounded=False)
     if product is not own:
-        own.copy_(product)
+        own.copy_(product)  # the single rounding, to nearest even
     target = ws.buffers.get("gathered", out)
-    ccl.all_gather(ctx, target, own)
+    ccl.all_gather(ctx, target, own, config=_IN_PLACE)
     if target is not out:
         out.copy_(target)
