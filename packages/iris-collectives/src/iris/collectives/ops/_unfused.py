@@ -30,6 +30,11 @@ from .. import ccl
 from .._workspace import workspace
 from ._launch import accumulator_dtype
 
+#: The collective of a workspace buffer that only the peers read: on the heap, at the same offset
+#: on every rank (the workspaces are allocated collectively), so the peers read it in place with no
+#: agreement per call (the host allgather that plain tensors from ``ccl.REGISTER_FROM`` bytes cost).
+_IN_PLACE = ccl.Config(register=False)
+
 
 def partial_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, partial: torch.Tensor,
                     rounded: bool) -> None:
@@ -91,19 +96,15 @@ def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
     partial_product(a, b, bias if ctx.rank == 0 and not scatter else None, partial, rounded)
     target = out if result is None else result
     if scatter:
-        ccl.reduce_scatter(ctx, target, partial)
+        ccl.reduce_scatter(ctx, target, partial, config=_IN_PLACE)  # target is this rank's alone
     else:
+        # the peers also write into target (two-shot): a plain out is better registered on the fly
+        # (agreed per call from ccl.REGISTER_FROM bytes) than staged
         ccl.all_reduce(ctx, target, partial)
     if late_bias is not None:
         target.add_(late_bias.to(target.dtype))  # in the accumulator's dtype, before the rounding
     if result is not None:
         out.copy_(result)  # the single rounding, to nearest even
-
-
-#: ``ccl.all_gather`` of a workspace buffer: on the heap, at the same offset on every rank (the
-#: workspaces are allocated collectively), so the peers read it in place with no agreement per call
-#: (the host allgather that plain tensors from ``ccl.REGISTER_FROM`` bytes cost).
-_IN_PLACE = ccl.Config(register=False)
 
 
 def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
