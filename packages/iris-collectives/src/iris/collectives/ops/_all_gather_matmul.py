@@ -259,12 +259,12 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config, a_shard.element_size())
-    # Bias or not is in the key (every rank passes the same): the arrival strategy's counters
-    # assume the same grid on every call of a workspace, and each compiled variant has its own.
     if cfg.variant == "unfused":
         unfused_gather(ctx, ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg), out,
                        a_shard, b, bias, gather_first=True)
         return out
+    # Bias or not is in the key (every rank passes the same): the arrival strategy's counters
+    # assume the same grid on every call of a workspace, and each compiled variant has its own.
     key = ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg, bias is not None)
     num_tiles = _host.num_tiles(M, N, cfg.block_m, cfg.block_n)
 

@@ -38,14 +38,15 @@ _IN_PLACE = ccl.Config(register=False)
 
 def partial_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, partial: torch.Tensor,
                     rounded: bool) -> None:
-    """``partial = a @ b (+ bias)``: rounded once to the inputs' dtype (``rounded``, or ``partial``
-    in the inputs' dtype; then widened exactly if ``partial`` is wider), else the exact fp32 (fp64)
-    product of cuBLAS's accumulation plus the bias. The rounding is torch's GEMM epilogue where the
-    bias, if any, has the inputs' dtype; a bias of another dtype is added to the exact product
-    first, and the sum rounded once by a copy (rounding the bias to the inputs' dtype first would
-    round twice). The exact product is ``torch.mm(..., out_dtype=)`` where torch has it for the
-    device, else the product of the inputs widened, which gives the same values. fp16 and bf16
-    products rounded in the epilogue follow torch's settings for cuBLAS's reductions
+    """``partial = a @ b (+ bias)``, rounded once: to the inputs' dtype where ``rounded`` (then
+    widened exactly if ``partial`` is wider), else to ``partial``'s dtype (none where that is the
+    accumulator's: the exact fp32, fp64 for fp64, product of cuBLAS's accumulation plus the bias).
+    ``partial`` may have any float dtype and strides. The rounding is torch's GEMM epilogue where
+    ``partial`` and the bias, if any, have the inputs' dtype; else the exact product plus the bias,
+    rounded by a copy (rounding a bias of another dtype to the inputs' first would round twice).
+    The exact product is ``torch.mm(..., out_dtype=)`` where torch has it for the device, else the
+    product of the inputs widened, which gives the same values. fp16 and bf16 products rounded in
+    the epilogue follow torch's settings for cuBLAS's reductions
     (``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction`` and the fp16 one)."""
     narrow = rounded or partial.dtype == a.dtype
     if narrow and (bias is None or bias.dtype == a.dtype):
@@ -57,7 +58,8 @@ def partial_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
         if into is not partial:
             partial.copy_(into)
         return
-    exact = partial if not narrow else torch.empty_like(partial, dtype=accumulator_dtype(a.dtype))
+    wide = accumulator_dtype(a.dtype)
+    exact = partial if partial.dtype == wide and not rounded else torch.empty_like(partial, dtype=wide)
     try:
         torch.mm(a, b, out_dtype=exact.dtype, out=exact)
     except (RuntimeError, TypeError, NotImplementedError):  # no mm.dtype for this device or torch
@@ -65,8 +67,8 @@ def partial_product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
     if bias is not None:
         exact.add_(bias.to(exact.dtype))
     if exact is not partial:
-        # the single rounding, to nearest even (to the inputs' dtype, then widened exactly)
-        partial.copy_(exact.to(a.dtype) if partial.dtype != a.dtype else exact)
+        # the single rounding, to nearest even (where rounded, to the inputs' dtype, then widened exactly)
+        partial.copy_(exact.to(a.dtype) if rounded else exact)
 
 
 def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, cfg,
@@ -114,27 +116,17 @@ def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch
     ``matmul_all_gather``: torch's GEMM of this rank's rows into a heap buffer, then
     ``ccl.all_gather`` of them into ``out``. The peers read only the heap buffers, in place; the
     other buffers are this rank's alone (torch's memory). Buffers are cached in the workspace of
-    ``key``; checks are the caller's. One rounding to ``out.dtype`` (:func:`partial_product`):
-    the GEMM's own where ``out`` has the inputs' dtype, else the exact fp32 (fp64) product rounded
-    once by a copy."""
+    ``key``; checks are the caller's. One rounding to ``out.dtype`` (:func:`partial_product`)."""
     W, N = ctx.world_size, b.shape[1]
     rows, K = a.shape
-    product_dtype = a.dtype if out.dtype == a.dtype else accumulator_dtype(a.dtype)
-
-    def local(*shape, dtype):
-        return torch.empty(*shape, dtype=dtype, device=ctx.device)
 
     def make(ctx):
         if gather_first:
-            buffers = {"shard": ctx.zeros(rows, K, dtype=a.dtype), "a": local(W * rows, K, dtype=a.dtype)}
-            if not (out.is_contiguous() and out.dtype == product_dtype):
-                buffers["product"] = local(W * rows, N, dtype=product_dtype)
-            return buffers
+            return {"shard": ctx.zeros(rows, K, dtype=a.dtype),
+                    "a": torch.empty(W * rows, K, dtype=a.dtype, device=ctx.device)}
         buffers = {"rows": ctx.zeros(rows, N, dtype=out.dtype)}
-        if product_dtype != out.dtype:
-            buffers["product"] = local(rows, N, dtype=product_dtype)
-        if not out.is_contiguous():
-            buffers["gathered"] = local(W * rows, N, dtype=out.dtype)
+        if not out.is_contiguous():  # ccl writes contiguous tensors
+            buffers["gathered"] = torch.empty(W * rows, N, dtype=out.dtype, device=ctx.device)
         return buffers
 
     ws = workspace(ctx, key + (out.is_contiguous(),), make)
@@ -142,16 +134,10 @@ def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch
         shard, gathered = ws.buffers["shard"], ws.buffers["a"]
         shard.copy_(a)  # stream-ordered: the last call's all_gather has read it (its kernel is before)
         ccl.all_gather(ctx, gathered, shard, config=_IN_PLACE)
-        product = ws.buffers.get("product", out)
-        partial_product(gathered, b, bias, product, rounded=False)
-        if product is not out:
-            out.copy_(product)  # the single rounding, to nearest even
+        partial_product(gathered, b, bias, out, rounded=False)
         return
     own = ws.buffers["rows"]
-    product = ws.buffers.get("product", own)
-    partial_product(a, b, bias, product, rounded=False)
-    if product is not own:
-        own.copy_(product)  # the single rounding, to nearest even
+    partial_product(a, b, bias, own, rounded=False)
     target = ws.buffers.get("gathered", out)
     ccl.all_gather(ctx, target, own, config=_IN_PLACE)
     if target is not out:
