@@ -68,6 +68,9 @@ def parse_args(argv=None):
     p.add_argument("--variants", type=lambda s: s.split(","), default=[],
                    help="also time these Config(variant=...) where the op has them (iris.collectives.ops.VARIANTS); "
                         "NAME/input: with partial_dtype='input' (rotated/input)")
+    p.add_argument("--fp32-matmul", choices=("tf32", "ieee"), default="tf32",
+                   help="torch's fp32 matmul precision for the run (allow_tf32), which fp32 rows of every column "
+                        "follow: the ops' default input_precision is torch's, and so are cuBLAS's and torch's ops")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--mlp", action="store_true", help="the compiled sequence-parallel MLP, forward and backward")
@@ -393,10 +396,10 @@ def write(result: dict, text: str, stem: str, title="Fused GEMM + communication"
 def run_layers(args) -> int:
     """Every op at every M, or with ``--mlp`` the MLP at every M; rank 0 prints and writes the results."""
     heap_size = 64 << 20 if args.quick else 8 << 30  # workspaces are freed after each op's shapes
-    # fp32 rows compare like with like: the fused ops multiply fp32 as tf32 by default
-    # (Config.input_precision), so cuBLAS and torch's ops get tf32 too (torch's default is full fp32,
-    # which made cuBLAS 1.6x slower than the fused ops' GEMM on an H200)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    # fp32 rows compare like with like: the fused ops multiply fp32 at torch's precision
+    # (Config.input_precision's default), and so do cuBLAS and torch's ops. tf32 by default, what
+    # fp32 training runs in; --fp32-matmul ieee times torch's default, full precision
+    torch.backends.cuda.matmul.allow_tf32 = args.fp32_matmul == "tf32"
     ctx = iris.runtime.iris(heap_size=heap_size)
     timer = Timer(ctx, args.reps, args.warmup)
     tdist = Torch(ctx, not args.no_torch_fused, args.torch_two_shot_max_ranks)
@@ -417,7 +420,7 @@ def run_layers(args) -> int:
               "intermediate": args.intermediate, "b_layout": args.b_layout, "quick": args.quick,
               "torch": torch.__version__,
               "torch_fused_note": tdist.fused_reason, "nccl_note": tdist.nccl_reason,
-              "two_shot_note": tdist.two_shot_reason, "ranks_per_gpu": shared, "fp32_matmul": "tf32",
+              "two_shot_note": tdist.two_shot_reason, "ranks_per_gpu": shared, "fp32_matmul": args.fp32_matmul,
               "rows": rows}
     if ctx.rank == 0:
         text = mlp_text(rows) if args.mlp else HEADER + "\n" + "\n".join(row_text(r) for r in rows)

@@ -210,11 +210,17 @@ MUTATIONS = [
                "staged = a.dtype if cfg.partial_dtype == \"input\" else accumulator_dtype(a.dtype)",
                "staged = accumulator_dtype(a.dtype)", 1)],
              [("worker", "2", "ops_worker.py", "partials_in_input_dtype")], expect="elements differ"),
-    Mutation("tf32-inputs-stay-fused", "fp32 inputs take cuBLAS + ccl while torch multiplies fp32 as tf32",
+    Mutation("fp32-inputs-stay-fused", "fp32 inputs take cuBLAS + ccl when they ask for torch's own precision",
              [(f"{COLL}/ops/_config.py", "        if picked is not None:\n            given[\"variant\"] = picked\n",
                "", 1)],
              [("pytest", "packages/iris-collectives/tests/test_ops_config.py::"
-               "test_fp32_inputs_take_cublas_and_ccl_while_torch_multiplies_fp32_as_tf32")],
+               "test_fp32_inputs_multiply_at_torchs_precision_through_cublas_and_ccl")],
+             expect="AssertionError"),
+    Mutation("fp32-precision-always-tf32", "fp32 inputs multiply at torch's fp32 precision by default",
+             [(f"{COLL}/ops/_config.py", 'fields.setdefault("input_precision", fp32 or "tf32")',
+               'fields.setdefault("input_precision", "tf32")', 1)],
+             [("pytest", "packages/iris-collectives/tests/test_ops_config.py::"
+               "test_fp32_inputs_multiply_at_torchs_precision_through_cublas_and_ccl")],
              expect="AssertionError"),
     Mutation("unfused-bias-rounded-first", "strategy unfused adds a bias of another dtype before the one rounding",
              [(f"{COLL}/ops/_unfused.py", "    if narrow and (bias is None or bias.dtype == a.dtype):\n",
@@ -235,7 +241,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
          "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
-         "unfused-bias-early", "tf32-inputs-stay-fused", "unfused-gather-no-copy-out",
+         "unfused-bias-early", "fp32-inputs-stay-fused", "fp32-precision-always-tf32",
+         "unfused-gather-no-copy-out",
          "unfused-bias-rounded-first"]
 
 

@@ -125,6 +125,14 @@ def cases():
                    signature("a_shard staged b bias out flags", dt, rs),
                    dict(common, USE_TMA=tma, world_size=4 if (dt, tma) == ("bf16", 1) else 2),
                    ("a_shard", "staged", "b", "out"), None)
+    # fp32 in full precision (torch's default fp32 matmul precision, which the ops follow): the
+    # default strategy of the ops that reduce, B row-major through descriptors (no transposing copy:
+    # only tf32's MMAs need B column-major). Its tl.dot must not touch the tensor cores.
+    common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION="ieee", **TILES)
+    yield ("matmul_all_reduce_rotated/fp32_ieee/tma", ROT.rotated_kernel,
+           signature("a b bias partial gathered out flags", "fp32", RS),
+           dict(common, call="matmul_all_reduce_rotated", RECORD=ROT.record_words(2), GATHER=True, USE_TMA=1),
+           ("a", "b", "out", "partial", "gathered"), None)
 
 
 def counts(ptx: str) -> dict:

@@ -1,8 +1,9 @@
 """GPU-path checks of iris.collectives.ops that need no GPU: every op's kernel compiled for an H200
 (sm_90) in a child process with Triton's interpreter off, bf16 and fp32 (tf32), with tensor
-descriptors and with pointer loads, and fp64 (pointer loads). They catch what the interpreter
-never sees: compile errors of the GPU paths, a descriptor path that lost its TMA loads, a GEMM
-that lost its wgmma, and flags that are not acquired and released at system scope."""
+descriptors and with pointer loads, fp64 (pointer loads), and fp32 in full precision (one
+kernel). They catch what the interpreter never sees: compile errors of the GPU paths, a
+descriptor path that lost its TMA loads, a GEMM that lost its wgmma (or, in full precision, one
+that uses the tensor cores), and flags that are not acquired and released at system scope."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def test_descriptor_path_uses_tma_and_wgmma(compiled):
     for key, r in compiled.items():
         if "/fp64/" in key:  # fp64: pointer loads, and mma.sync (wgmma has no fp64 form)
             assert r["mma"] > 0 and r["tma_loads"] == 0, (key, r)
+            continue
+        if "/fp32_ieee/" in key:  # full precision: FMA units only, no tf32 tensor-core instruction
+            assert r["wgmma"] == 0 and r["mma"] == 0 and r["tma_loads"] > 0, (key, r)
             continue
         assert r["wgmma"] > 0, (key, r)  # Hopper tensor cores, not mma.sync
         if key.rsplit("/", 1)[1].startswith("tma"):  # "tma" and "tma_columns" (B's transpose)

@@ -111,26 +111,33 @@ def test_partial_dtype_input_picks_the_measured_strategy_and_is_refused_where_no
         _config.choose("matmul_reduce_scatter", 64, 64, 64, 2, "cpu", ops.Config(partial_dtype="bf16"))
 
 
-def test_fp32_inputs_take_cublas_and_ccl_while_torch_multiplies_fp32_as_tf32(monkeypatch):
-    # the fused ops' GEMM core in tf32 is slower than cuBLAS's: with the same precision on both
-    # sides the unfused pair wins (TF32_INPUTS); with torch's fp32 GEMM in full precision it is
-    # not the same product, and the fused strategies stay
+def test_fp32_inputs_multiply_at_torchs_precision_through_cublas_and_ccl(monkeypatch):
+    # An op in fp32 multiplies as torch.matmul does at the call: tf32 while torch does, else full
+    # precision. With the same precision on both sides torch's GEMM + ccl is the strategy on the
+    # GPU (FP32_INPUTS: the fused GEMM core in tf32 is slower than cuBLAS's); a call that asks for
+    # the other precision keeps the fused strategies, the only ones that give it.
     tf32 = {"on": True}
     monkeypatch.setattr(_config, "torch_multiplies_fp32_as_tf32", lambda: tf32["on"])
 
-    def variant(op, backend="cuda", config=None, itemsize=4):
-        return _config.choose(op, 4096, 8192, 2048, 4, backend, config, itemsize=itemsize).variant
+    def chosen(op, backend="cuda", config=None, itemsize=4):
+        return _config.choose(op, 4096, 8192, 2048, 4, backend, config, itemsize=itemsize)
 
     for op in ops.VARIANTS:
-        assert variant(op) == "unfused", op
-        assert variant(op, itemsize=2) != "unfused" and variant(op, itemsize=8) != "unfused", op
-        assert variant(op, backend="cpu") != "unfused", op
-        assert variant(op, config=ops.Config(input_precision="ieee")) != "unfused", op
-        forced = ops.VARIANTS[op][0]
-        assert variant(op, config=ops.Config(variant=forced)) == forced, op
-        tf32["on"] = False  # read per call: the cached answer follows it
-        assert variant(op) != "unfused", op
-        tf32["on"] = True
+        for on in (True, False):
+            tf32["on"] = on  # read per call: the cached answer follows it
+            torchs, other = ("tf32", "ieee") if on else ("ieee", "tf32")
+            assert (chosen(op).variant, chosen(op).input_precision) == ("unfused", torchs), (op, on)
+            assert chosen(op, config=ops.Config(input_precision=torchs)).variant == "unfused", (op, on)
+            asked = chosen(op, config=ops.Config(input_precision=other))
+            assert asked.variant != "unfused" and asked.input_precision == other, (op, on, asked)
+            for itemsize in (2, 8):  # fp16/bf16 and fp64: no fp32 precision to follow
+                assert chosen(op, itemsize=itemsize).variant != "unfused", (op, on, itemsize)
+                assert chosen(op, itemsize=itemsize).input_precision == "tf32", (op, on, itemsize)
+            interpreted = chosen(op, backend="cpu")  # the interpreter runs the fused strategies
+            assert interpreted.variant != "unfused" and interpreted.input_precision == torchs, (op, on)
+            forced = ops.VARIANTS[op][0]
+            named = chosen(op, config=ops.Config(variant=forced))
+            assert (named.variant, named.input_precision) == (forced, torchs), (op, on, named)
 
 
 class _Flags:

@@ -124,21 +124,22 @@ def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, o
     return out
 
 
-def four_ops(ctx, d, N, K, seed, with_bias, m_all_reduce, m_local_gather):
-    """``(run, reference, name)`` of each op once, SMALL tiles, seeds ``seed`` to ``seed + 3``:
+def four_ops(ctx, d, N, K, seed, with_bias, m_all_reduce, m_local_gather, cfg=None):
+    """``(run, reference, name)`` of each op once, with ``cfg`` (default SMALL tiles), seeds ``seed`` to ``seed + 3``:
     matmul_all_reduce of ``m_all_reduce`` rows, the others of ``W * 16`` rows but all_gather_matmul
     (``W * m_local_gather``: a multiple of 16 per rank takes the descriptor path on a GPU)."""
     W, r = ctx.world_size, ctx.rank
-    return [(lambda: run_matmul_all_reduce(ctx, m_all_reduce, N, K, d, d, seed, with_bias, SMALL),
+    cfg = SMALL if cfg is None else cfg
+    return [(lambda: run_matmul_all_reduce(ctx, m_all_reduce, N, K, d, d, seed, with_bias, cfg),
              lambda: ref_matmul_all_reduce(W, m_all_reduce, N, K, d, d, seed, with_bias), "matmul_all_reduce"),
-            (lambda: run_matmul_reduce_scatter(ctx, W * 16, N, K, d, d, seed + 1, with_bias, SMALL),
+            (lambda: run_matmul_reduce_scatter(ctx, W * 16, N, K, d, d, seed + 1, with_bias, cfg),
              lambda: ref_matmul_reduce_scatter(W, r, W * 16, N, K, d, d, seed + 1, with_bias),
              "matmul_reduce_scatter"),
             (lambda: run_gather_op(ctx, ops.all_gather_matmul, W * m_local_gather, N, K, d, d, seed + 2, with_bias,
-                                   SMALL),
+                                   cfg),
              lambda: ref_all_gather_matmul(W, W * m_local_gather, N, K, d, d, seed + 2, with_bias),
              "all_gather_matmul"),
-            (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, N, K, d, d, seed + 3, with_bias, SMALL),
+            (lambda: run_gather_op(ctx, ops.matmul_all_gather, W * 16, N, K, d, d, seed + 3, with_bias, cfg),
              lambda: ref_all_gather_matmul(W, W * 16, N, K, d, d, seed + 3, with_bias), "matmul_all_gather")]
 
 
@@ -474,11 +475,12 @@ def scenario_workspace_cache(ctx):
     check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 710, False), "after clear_workspaces")
 
 
-def scenario_fp32_inputs_follow_torchs_tf32(ctx):
-    """fp32 inputs and no strategy named: while torch multiplies fp32 as tf32, the four ops run
-    cuBLAS and ccl on the GPU (``ops._config.TF32_INPUTS``; the interpreter keeps the fused
-    strategies); with torch's flag off, the fused ones. Exact either way (tf32 holds these small
-    integers, and every sum is exact in fp32)."""
+def scenario_fp32_inputs_follow_torchs_precision(ctx):
+    """fp32 inputs multiply at torch's fp32 matmul precision of the moment (tf32 or full), and with
+    no strategy named the four ops then run torch's GEMM and ccl on the GPU
+    (``ops._config.FP32_INPUTS``; the interpreter keeps the fused strategies); a config that asks
+    for the other precision runs the fused strategies, which give it. Exact every way (tf32 holds
+    these small integers, and every sum is exact in fp32)."""
     from iris.collectives import _workspace
 
     W, names = ctx.world_size, ("matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul",
@@ -488,14 +490,19 @@ def scenario_fp32_inputs_follow_torchs_tf32(ctx):
     try:
         for tf32 in (True, False):
             matmul.allow_tf32 = tf32
-            ctx.barrier()  # every rank is done with the buffers before any rank frees them
-            ops.clear_workspaces(ctx)
-            for run, reference, name in four_ops(ctx, torch.float32, 40, 24, 900 + 10 * tf32, True, W * 8, 16):
-                check(run(), reference(), f"{name} fp32, torch's tf32 {'on' if tf32 else 'off'}")
-            ran = {key[0]: key[7].variant for key in _workspace._CACHES[ctx] if key[0] in names}
-            assert sorted(ran) == sorted(names), ran
-            unfused = tf32 and ctx.device.type == "cuda"
-            assert all((variant == "unfused") == unfused for variant in ran.values()), (tf32, ran)
+            torchs, other = ("tf32", "ieee") if tf32 else ("ieee", "tf32")
+            for asked in (None, other):
+                ctx.barrier()  # every rank is done with the buffers before any rank frees them
+                ops.clear_workspaces(ctx)
+                cfg = dataclasses.replace(SMALL, input_precision=asked)
+                for run, reference, name in four_ops(ctx, torch.float32, 40, 24, 900 + 10 * tf32, True, W * 8, 16,
+                                                     cfg):
+                    check(run(), reference(), f"{name} fp32, torch's tf32 {'on' if tf32 else 'off'}, asked {asked}")
+                ran = {key[0]: key[7] for key in _workspace._CACHES[ctx] if key[0] in names}
+                assert sorted(ran) == sorted(names), ran
+                unfused = asked is None and ctx.device.type == "cuda"
+                assert all((c.variant == "unfused") == unfused for c in ran.values()), (tf32, asked, ran)
+                assert all(c.input_precision == (asked or torchs) for c in ran.values()), (tf32, asked, ran)
     finally:
         matmul.allow_tf32 = saved
         ctx.barrier()

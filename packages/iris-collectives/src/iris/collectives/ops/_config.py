@@ -3,8 +3,8 @@
 Choosing is data, not code: :data:`DEFAULTS` is a small table keyed by (backend, op, shape class,
 world size); :func:`choose` looks a call up in it and fills in what the caller left as ``None``.
 Two more tables of the same keys name the strategy where the inputs decide it:
-:data:`INPUT_PARTIALS` for ``partial_dtype="input"``, :data:`TF32_INPUTS` for fp32 inputs while
-torch multiplies fp32 as tf32.
+:data:`INPUT_PARTIALS` for ``partial_dtype="input"``, :data:`FP32_INPUTS` for fp32 inputs
+multiplied at torch's own fp32 matmul precision.
 The GPU rows are measured on an H200 for bf16 (tilings of the GEMM core against cuBLAS, and the
 fused ops at 2 ranks on one GPU for the strategies' tile; docs/performance.md); the two-GPU
 measurement of the fused ops (``benchmarks/fused_ops.py``) may refine them; the cpu rows use small
@@ -41,7 +41,10 @@ class Config:
     - ``grid``: programs per rank (a persistent grid); capped at what is resident on the GPU.
     - ``use_tma``: tensor descriptors (TMA) for the GEMM's loads on the GPU; ignored by the
       interpreter, which always takes the pointer path.
-    - ``input_precision``: ``tl.dot``'s for fp32 inputs, ``"tf32"`` (default) or ``"ieee"``.
+    - ``input_precision``: ``tl.dot``'s for fp32 inputs, ``"tf32"`` or ``"ieee"``. By default
+      torch's own at the call (:func:`torch_multiplies_fp32_as_tf32`): ``"tf32"`` after
+      ``torch.backends.cuda.matmul.allow_tf32 = True`` or ``set_float32_matmul_precision("high")``,
+      else ``"ieee"`` (torch's default), so that an op in fp32 multiplies as ``torch.matmul`` does.
     - ``flatten``: let the compiler flatten the persistent tile loop with the K loop, so that the
       next tile's first loads are in flight during this tile's epilogue (GEMM core only).
     - ``warp_specialize``: split the K loop into a TMA producer warpgroup and two MMA consumer
@@ -123,19 +126,22 @@ INPUT_PARTIALS: list[tuple[tuple[str, str, str, int], str]] = [
 ]
 
 
-#: The strategy of fp32 inputs, by the keys of :data:`DEFAULTS`, when the caller names none, keeps
-#: ``input_precision="tf32"`` and torch's own GEMM multiplies fp32 as tf32 too
-#: (:func:`torch_multiplies_fp32_as_tf32`): then "unfused" gives the same precision as the fused
-#: kernels. With torch's fp32 GEMM in full precision (torch's default) the fused strategies stay:
-#: cuBLAS's full-precision SGEMM is not what the fused ops' tf32 promises, and is slower.
-TF32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
+#: The strategy of fp32 inputs, by the keys of :data:`DEFAULTS`, when the caller names none and
+#: asks for the precision torch's own fp32 GEMM has now (the default; see ``Config.input_precision``):
+#: then "unfused" (torch's GEMM, then ``ccl``) multiplies exactly as the call asks. A call that asks
+#: for another precision than torch's (``input_precision="tf32"`` while torch multiplies fp32 in
+#: full precision) keeps the fused strategies, which are the only ones that give it.
+FP32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
     # "unfused" for every op. One H200, ranks under MPS, fp32 (tf32 in both), M = 4096,
     # N = K = 8192 (K split for the ops that reduce), 2026-12-04
     # (benchmarks/results/fused_ops_{2,4}ranks_1gpu_dtypes.md): cuBLAS + ccl took 0.47-0.92x the
     # fused op's time in all 8 cases (matmul_all_gather 1.548 against 2.459 ms at 2 ranks, 1.705
     # against 3.641 at 4; all_gather_matmul 2.884 against 3.904, 5.978 against 8.254). The GEMM
     # core is the cause: in tf32 it takes 1.15-2.9x cuBLAS's time ("our GEMM" against "GEMM alone"
-    # there), where in bf16 it is within 10 % of cuBLAS.
+    # there), where in bf16 it is within 10 % of cuBLAS. In full precision the fused kernels'
+    # tl.dot runs on the FMA units, as cuBLAS's SGEMM does, and the choice is for torch's numerics
+    # (an fp32 layer multiplies as torch.nn.Linear does) before speed: `benchmarks/fused_ops.py
+    # --dtype fp32 --fp32-matmul ieee --variants rotated` times the two side by side.
     (("cuda", "*", "*", 0), "unfused"),
 ]
 
@@ -171,9 +177,10 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     ``itemsize``: bytes per input element. On the GPU, 4- and 8-byte inputs take half the table's
     ``block_k`` (at most 32) unless the caller set it: the bf16 tiles' pipeline, in fp32, needs
     more shared memory than an H200 has (288 KiB for 128 x 256 x 64 in 3 stages, of 227 KiB).
-    fp32 inputs on the GPU take the strategy of :data:`TF32_INPUTS` while torch multiplies fp32
-    as tf32 (:func:`torch_multiplies_fp32_as_tf32`, read per call) and the caller names neither a
-    variant nor ``input_precision="ieee"``.
+    fp32 inputs (``itemsize`` 4) multiply at torch's fp32 matmul precision of the moment unless the
+    caller set ``input_precision`` (:func:`torch_multiplies_fp32_as_tf32`, read per call), and
+    take the strategy of :data:`FP32_INPUTS` when the caller names no variant and asks for no
+    other precision than torch's.
 
     Raises :class:`iris.runtime.IrisUsageError` naming ``op`` for an unknown variant or a bad tile.
     The answer depends on the shape only through :func:`shape_class`, so it is cached per (op,
@@ -185,15 +192,16 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     if config is not None and not isinstance(config, Config):
         raise IrisUsageError(f"iris.collectives.ops.{op}: config={config!r} must be an "
                              f"iris.collectives.ops.Config or None")
-    tf32 = backend == "cuda" and itemsize == 4 and torch_multiplies_fp32_as_tf32()
-    tables = (DEFAULTS, INPUT_PARTIALS, TF32_INPUTS)
+    fp32 = None if itemsize != 4 else "tf32" if torch_multiplies_fp32_as_tf32() else "ieee"
+    tables = (DEFAULTS, INPUT_PARTIALS, FP32_INPUTS)
     return _choose(op, shape_class(M, N, K), world_size, backend, config, tuple(map(id, tables)),
-                   tuple(map(len, tables)), itemsize, tf32)
+                   tuple(map(len, tables)), itemsize, fp32)
 
 
 @functools.lru_cache(maxsize=4096)
 def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: tuple,
-            table_rows: tuple, itemsize: int = 2, tf32: bool = False) -> Config:
+            table_rows: tuple, itemsize: int = 2, fp32: str | None = None) -> Config:
+    # fp32: torch's fp32 matmul precision ("tf32" or "ieee") for fp32 inputs, else None
     # table_id, table_rows (of the three tables): only in the cache key, so that a changed table is
     # looked up anew
     given = {k: v for k, v in dataclasses.asdict(config or Config()).items() if v is not None}
@@ -204,15 +212,15 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     if backend == "cuda" and itemsize >= 4 and "block_k" in fields:
         fields["block_k"] = min(fields["block_k"], 32)
     fields.setdefault("variant", VARIANTS[op][0])
-    fields.setdefault("input_precision", "tf32")
+    fields.setdefault("input_precision", fp32 or "tf32")
     fields.setdefault("flatten", False)
     fields.setdefault("warp_specialize", False)
     fields.setdefault("partial_dtype", "accumulator")
     if given.get("partial_dtype") == "input" and "variant" not in given and "rotated" in VARIANTS[op]:
         given["variant"] = next(variant for (b, o, s, w), variant in INPUT_PARTIALS if b in ("*", backend)
                                 and o in ("*", op) and s in ("*", shape) and w in (0, world_size))
-    elif tf32 and "variant" not in given and given.get("input_precision", "tf32") == "tf32":
-        picked = next((variant for (b, o, s, w), variant in TF32_INPUTS if b in ("*", backend) and o in ("*", op)
+    elif fp32 and "variant" not in given and given.get("input_precision", fp32) == fp32:
+        picked = next((variant for (b, o, s, w), variant in FP32_INPUTS if b in ("*", backend) and o in ("*", op)
                        and s in ("*", shape) and w in (0, world_size) and variant in VARIANTS[op]), None)
         if picked is not None:
             given["variant"] = picked

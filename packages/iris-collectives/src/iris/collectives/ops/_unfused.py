@@ -12,14 +12,16 @@ depends on the world size and the shape; ``benchmarks/fused_ops.py --variants un
 it. With fp32 partials (the default) the fused ``rotated`` stayed faster on one H200, so
 :data:`iris.collectives.ops.DEFAULTS` keeps it; with partials in the inputs' dtype this one was
 faster, and ``Config(partial_dtype="input")`` picks it on the GPU (``_config.INPUT_PARTIALS``).
-With fp32 inputs, where torch's GEMM runs in tf32 as the fused kernels do, this strategy was the
-faster for every op, as the GEMM core in tf32 is slower than cuBLAS's (``_config.TF32_INPUTS``).
+fp32 inputs take it for every op when the call asks for torch's own fp32 precision, the default
+(``_config.FP32_INPUTS``): it then multiplies exactly as asked, and in tf32 it was the faster for
+every op, as the GEMM core in tf32 is slower than cuBLAS's.
 
 The promises of the fused strategies hold: each rank's partial product is exact in fp32 (or, with
 ``partial_dtype="input"``, rounded once to the inputs' dtype, as strategy ``rotated`` does), rank
 0's partial holds the bias, ``ccl`` sums in rank order in fp32 and the result is rounded once, so
-every rank gets the same bits. fp32 inputs go through torch's matmul, whose TF32 use is torch's
-setting (``torch.backends.cuda.matmul``), not ``Config.input_precision``.
+every rank gets the same bits. fp32 inputs go through torch's matmul, whose tf32 use is torch's
+setting (``torch.backends.cuda.matmul``), not ``Config.input_precision``: a call that names this
+strategy and asks for another precision than torch's gets torch's.
 """
 
 from __future__ import annotations
