@@ -42,7 +42,8 @@ CASES = {
     # The MLP block checked against one device (48 tokens and 96 intermediate split over 1-4 ranks).
     "04_tp_mlp.py": (
         ["--m", "48", "--hidden", "32", "--intermediate", "96"],
-        [r"tensor-parallel MLP block: {n} ranks", r"(?m)^  iris fused ops +correct "],
+        [r"tensor-parallel MLP block: {n} ranks", r"(?m)^  iris fused ops +correct ",
+         r"(?m)^  iris, partials in \w+ +correct "],
     ),
     # One traced launch into the test's temporary folder: every rank's events merged, none dropped
     # (the picture needs matplotlib, which the GPU image lacks: not required here).
