@@ -138,10 +138,12 @@ FP32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
     # fused op's time in all 8 cases (matmul_all_gather 1.548 against 2.459 ms at 2 ranks, 1.705
     # against 3.641 at 4; all_gather_matmul 2.884 against 3.904, 5.978 against 8.254). The GEMM
     # core is the cause: in tf32 it takes 1.15-2.9x cuBLAS's time ("our GEMM" against "GEMM alone"
-    # there), where in bf16 it is within 10 % of cuBLAS. In full precision the fused kernels'
-    # tl.dot runs on the FMA units, as cuBLAS's SGEMM does, and the choice is for torch's numerics
-    # (an fp32 layer multiplies as torch.nn.Linear does) before speed: `benchmarks/fused_ops.py
-    # --dtype fp32 --fp32-matmul ieee --variants rotated` times the two side by side.
+    # there), where in bf16 it is within 10 % of cuBLAS. After the switch (2026-12-05,
+    # fused_ops_{2,4}ranks_1gpu_fp32.md) the default took 0.67-0.85x the fused strategies' time at
+    # 2 ranks and 0.50-0.88x at 4. In full precision the fused kernels' tl.dot runs on the FMA
+    # units, and cuBLAS's SGEMM is faster: at 2 ranks "unfused" took 10.83 ms against 26.32 for
+    # "rotated" (matmul_all_reduce) and 21.49 against 47.23 for "pull" (all_gather_matmul;
+    # fused_ops_2ranks_1gpu_fp32ieee.md).
     (("cuda", "*", "*", 0), "unfused"),
 ]
 
