@@ -200,6 +200,13 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
                    tuple(map(len, tables)), itemsize, fp32)
 
 
+def _strategy(table: list, op: str, shape: str, world_size: int, backend: str) -> str | None:
+    """The strategy of ``table``'s (:data:`INPUT_PARTIALS`, :data:`FP32_INPUTS`) first row that
+    matches the call and that ``op`` has, or None."""
+    return next((variant for (b, o, s, w), variant in table if b in ("*", backend) and o in ("*", op)
+                 and s in ("*", shape) and w in (0, world_size) and variant in VARIANTS[op]), None)
+
+
 @functools.lru_cache(maxsize=4096)
 def _choose(op: str, shape: str, world_size: int, backend: str, config: Config | None, table_id: tuple,
             table_rows: tuple, itemsize: int = 2, fp32: str | None = None) -> Config:
@@ -219,11 +226,9 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     fields.setdefault("warp_specialize", False)
     fields.setdefault("partial_dtype", "accumulator")
     if given.get("partial_dtype") == "input" and "variant" not in given and "rotated" in VARIANTS[op]:
-        given["variant"] = next(variant for (b, o, s, w), variant in INPUT_PARTIALS if b in ("*", backend)
-                                and o in ("*", op) and s in ("*", shape) and w in (0, world_size))
+        given["variant"] = _strategy(INPUT_PARTIALS, op, shape, world_size, backend)
     elif fp32 and "variant" not in given and given.get("input_precision", fp32) == fp32:
-        picked = next((variant for (b, o, s, w), variant in FP32_INPUTS if b in ("*", backend) and o in ("*", op)
-                       and s in ("*", shape) and w in (0, world_size) and variant in VARIANTS[op]), None)
+        picked = _strategy(FP32_INPUTS, op, shape, world_size, backend)
         if picked is not None:
             given["variant"] = picked
     fields.update(given)
