@@ -78,7 +78,8 @@ CANDIDATES = {
 
 #: What --write-table tries for all_reduce on heap tensors (``Config.heap_chunk``: rounds of a call
 #: read in place; None: one pass), with the size's fastest candidate on plain tensors, at and
-#: above FLOOR_FROM on the GPU (at every size on the cpu backend, where it only shows the path works).
+#: above FLOOR_FROM on the GPU (at every size on the cpu backend and with --quick, where it only shows
+#: the path works).
 HEAP_CHUNKS = {"cuda": (None, 1 << 21, 1 << 22, 1 << 23), "cpu": (None, 1024)}
 
 
@@ -451,7 +452,8 @@ def run(args, on_size=None) -> dict:
                     on_heap = Case(ctx, name, size, dtype, heap=True)
                     point["correct"]["heap"] = on_heap.check()
                     time_calls(timer, args, point, "heap", on_heap.call())
-                    if args.write_table and name == "all_reduce" and (backend != "cuda" or case.nbytes >= FLOOR_FROM):
+                    if args.write_table and name == "all_reduce" and (backend != "cuda" or args.quick
+                                                                       or case.nbytes >= FLOOR_FROM):
                         time_heap_rounds(ctx, timer, args, point, on_heap, backend)
                     ctx.barrier()
                     on_heap.free()

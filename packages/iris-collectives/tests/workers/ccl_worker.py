@@ -14,6 +14,7 @@ has two cores.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -226,6 +227,10 @@ def scenario_buffered_one_shot(ctx):
     # sizes of one size class (the same workspace: the grid is fixed per workspace), with one
     # rank made late so that the others run ahead into the next call; rounds through staging.
     W, r = ctx.world_size, ctx.rank
+    # lock records of this scenario's calls alone: on the GPU the table picks one_shot_buffered for
+    # small messages, so the earlier scenarios' calls would share these workspaces
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
     buffered = ccl.Config(variant="one_shot_buffered", block=64, width=16)
     for i, (dtype, op) in enumerate(((torch.float32, "sum"), (torch.bfloat16, "avg"), (torch.float16, "max"),
                                      (torch.int32, "min"), (torch.int64, "prod"))):
@@ -266,6 +271,8 @@ def scenario_buffered_pull(ctx):
     # collective, heap and not; back to back in one mixed sequence (a different root each time,
     # one rank made late); in rounds; then the lock records: "ready" counted, no "done"
     W, r = ctx.world_size, ctx.rank
+    ctx.barrier()  # lock records of this scenario's calls alone (see buffered_one_shot)
+    ccl.clear_workspaces(ctx)
     pull = ccl.Config(variant="pull_buffered", block=64, width=16)
     run_reduce_scatter(ctx, 37, torch.float32, "sum", 9700, config=pull)
     run_reduce_scatter(ctx, 70, torch.bfloat16, "max", 9701, heap_in=True, config=pull)
@@ -306,6 +313,9 @@ def moves_read_in_place(ctx, inp, big, n: int, m: int, config, seed: int, what: 
     # right, and no workspace of a ccl call but the in-place one-shot all-reduce's stages (the
     # peers read the tensors where they are)
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    # the variant that reads in place: the buffered ones always stage (a call ends before its peers
+    # have read its input), and the GPU's table picks them for messages this small
+    config = dataclasses.replace(config, variant="pull")
     big.copy_(data(W * m, torch.bfloat16, seed + r))
     part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
     ccl.reduce_scatter(ctx, part, big, config=config)
@@ -359,7 +369,9 @@ def scenario_registered_tensors(ctx):
     n, m = 150, 37
     inp, out, big = tensor(n, torch.float32), tensor(n, torch.float32), tensor(W * m, torch.bfloat16)
     registrations = [ctx.register(t) for t in (inp, out, big)]
-    configs = (SMALL, TWO_SHOT, ccl.Config(variant="two_shot", block=64, width=16, chunk=64))
+    # the variants that read in place (the GPU's table picks one_shot_buffered, which always stages)
+    configs = (ccl.Config(variant="one_shot", block=64, width=16), TWO_SHOT,
+               ccl.Config(variant="two_shot", block=64, width=16, chunk=64))
     for i, config in enumerate(configs):
         for in_place in (False, True):
             inp.copy_(data(n, torch.float32, 9900 + 10 * i + r))
@@ -402,7 +414,7 @@ def scenario_agreed_reach(ctx):
     ctx.barrier()
     ccl.clear_workspaces(ctx)
     cache, slabs = ctx._reach, []
-    reg = ccl.Config(block=64, width=16, register=True)
+    reg = ccl.Config(variant="one_shot", block=64, width=16, register=True)  # read in place (not buffered)
     reg_two_shot = ccl.Config(variant="two_shot", block=64, width=16, register=True)
 
     def tensor(n, dtype, shift=r):

@@ -463,11 +463,14 @@ def scenario_workspace_cache(ctx):
     ops.clear_workspaces(ctx)
     run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 700, False, cfg)
     free = ctx.heap_free_bytes
+    # the op's own workspace, and on the GPU (strategy unfused for fp32: FP32_INPUTS) ccl's too
+    keys = list(_workspace._CACHES[ctx])
     for i in range(3):
         out = run_matmul_all_reduce(ctx, M, N, K, torch.float32, torch.float32, 701 + i, False, cfg)
         check(out, ref_matmul_all_reduce(W, M, N, K, torch.float32, torch.float32, 701 + i, False), f"cached call {i}")
     assert ctx.heap_free_bytes == free, "a later call with the same key allocated on the heap"
-    assert len(_workspace._CACHES[ctx]) == 1, list(_workspace._CACHES[ctx])
+    assert list(_workspace._CACHES[ctx]) == keys, (keys, list(_workspace._CACHES[ctx]))
+    assert [key[0] for key in keys].count("matmul_all_reduce") == 1, keys
     ctx.barrier()  # every rank is done with the buffers before any rank frees them
     ops.clear_workspaces(ctx)
     assert ctx.heap_free_bytes > free
