@@ -13,6 +13,9 @@
 # 545 s deadline): IRIS_TEST_SHARD=1/4 .. 4/4 run it in quarters (tools/pytest_shard.py; a test
 # function's world sizes stay together; shards 1/4 and 3/4 together are 1/2). Pass -v to see which
 # test runs; a job that the deadline interrupts prints the end of its output (iris.runtime.testing).
+# Run one such command at a time on a GPU: the grid rule (iris.runtime._residency) counts the ranks
+# of one job, so the waiting kernels of several jobs at once need not all fit. With four at once on
+# one H100 (2026-12-05), test_torch_ops_scenarios[4] had not ended after 450 s; alone it took 50 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
