@@ -1,5 +1,6 @@
 """tools/pytest_shard.py: the shards of one n partition the suite, keep a test function's
-parametrisations together, and a malformed IRIS_TEST_SHARD is refused with the fix."""
+parametrisations together, and a malformed IRIS_TEST_SHARD is refused with the fix;
+IRIS_TEST_RESUME_AT resumes a shard at a test, and names the fix when no test matches."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ def test_e(): pass
 '''
 
 
-def collected(tmp_path, shard: str | None) -> subprocess.CompletedProcess:
+def collected(tmp_path, shard: str | None, resume_at: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("IRIS_TEST_SHARD", None)
-    if shard is not None:
-        env["IRIS_TEST_SHARD"] = shard
+    for name, value in (("IRIS_TEST_SHARD", shard), ("IRIS_TEST_RESUME_AT", resume_at)):
+        env.pop(name, None)
+        if value is not None:
+            env[name] = value
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_shard", "--collect-only", "-q",
                            "-p", "no:cacheprovider", "test_suite.py"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -55,3 +57,12 @@ def test_a_malformed_shard_is_refused(tmp_path):
     for bad in ("3/2", "0/2", "half", "1-2"):
         proc = collected(tmp_path, bad)
         assert proc.returncode != 0 and "expected i/n with 1 <= i <= n" in proc.stdout + proc.stderr, (bad, proc)
+
+
+def test_resume_at_keeps_the_shards_tests_from_the_first_match(tmp_path):
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    assert ids(collected(tmp_path, None, "test_c[4]")) == ["test_c[4]", "test_d", "test_e"]
+    assert ids(collected(tmp_path, "1/2", "test_c")) == ["test_c[2]", "test_c[4]", "test_e"]
+    assert ids(collected(tmp_path, "2/2", "test_b")) == ["test_b", "test_d"]
+    proc = collected(tmp_path, "2/2", "test_e")  # test_e is in the other shard
+    assert proc.returncode != 0 and "IRIS_TEST_RESUME_AT='test_e'" in proc.stdout + proc.stderr, proc

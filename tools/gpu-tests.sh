@@ -8,11 +8,12 @@
 # not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
 # For the same reason send the output to a file, not into a pipe (`| tail`): a job that outlives
 # pytest (its SIGKILL, 30 s after the deadline) would hold the pipe, and what was printed with it.
-# The whole suite at 2 and 4 ranks takes well over 17 minutes on one H200 (2026-12-05: the first
-# half 531 s, shard 2/4 289 s; shard 4/4 ran 20 tests, then one test ran on from about 210 s to the
-# 545 s deadline): IRIS_TEST_SHARD=1/4 .. 4/4 run it in quarters (tools/pytest_shard.py; a test
-# function's world sizes stay together; shards 1/4 and 3/4 together are 1/2). Pass -v to see which
-# test runs; a job that the deadline interrupts prints the end of its output (iris.runtime.testing).
+# The whole suite at 2 and 4 ranks takes about 25 minutes on one H100 or H200 (2026-12-05):
+# IRIS_TEST_SHARD=1/4 .. 4/4 run it in quarters of 4 to 9 minutes (tools/pytest_shard.py; a test
+# function's world sizes stay together; shards 1/4 and 3/4 together are 1/2), and
+# IRIS_TEST_RESUME_AT=<part of a node id> goes on with a shard from the test where a deadline
+# stopped it. Pass -v to see which test runs; a job that the deadline interrupts prints the end of
+# its output (iris.runtime.testing).
 # Run one such command at a time on a GPU: the grid rule (iris.runtime._residency) counts the ranks
 # of one job, so the waiting kernels of several jobs at once need not all fit. With four at once on
 # one H100 (2026-12-05), test_torch_ops_scenarios[4] had not ended after 450 s; alone it took 50 s.

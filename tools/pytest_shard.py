@@ -3,7 +3,10 @@ runs as a few shorter runs. ``IRIS_TEST_SHARD=i/n`` (1 <= i <= n) keeps the test
 test function, counting from the i-th, in collection order; the parametrisations of one function
 (its world sizes) stay in one shard, since they take about as long as each other and a shard
 holding all the largest ones would be the slowest. The shards of one n partition the suite.
-Loaded by ``tools/gpu-tests.sh`` (``-p pytest_shard``); without the variable it does nothing."""
+``IRIS_TEST_RESUME_AT=text`` then drops the tests before the first one whose node id contains
+``text`` (e.g. ``test_torch_ops_scenarios[4]``): a run that a deadline stopped goes on where it was,
+with the same shard. Loaded by ``tools/gpu-tests.sh`` (``-p pytest_shard``); without the variables
+it does nothing."""
 
 from __future__ import annotations
 
@@ -24,7 +27,25 @@ def shard_of(value: str) -> tuple[int, int]:
 
 
 def pytest_collection_modifyitems(config, items):
-    value = os.environ.get("IRIS_TEST_SHARD", "")
+    _keep_shard(config, items, os.environ.get("IRIS_TEST_SHARD", ""))
+    _resume_at(config, items, os.environ.get("IRIS_TEST_RESUME_AT", ""))
+
+
+def _resume_at(config, items, text: str) -> None:
+    # the tests from the first whose node id contains text; raises naming the variable if none does
+    if not text:
+        return
+    first = next((k for k, item in enumerate(items) if text in item.nodeid), None)
+    if first is None:
+        raise pytest.UsageError(f"IRIS_TEST_RESUME_AT={text!r}: no collected test's node id contains it (with "
+                                f"IRIS_TEST_SHARD={os.environ.get('IRIS_TEST_SHARD', '')!r}); pass part of a node "
+                                f"id that pytest --collect-only -q prints")
+    if first:
+        config.hook.pytest_deselected(items=items[:first])
+        items[:] = items[first:]
+
+
+def _keep_shard(config, items, value: str) -> None:
     if not value:
         return
     i, n = shard_of(value)
