@@ -7,7 +7,8 @@
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --host [--calls 20000]   # microseconds of Python per call
 
 For each dtype (``--dtypes``), size (``--sizes``: the larger buffer per rank, as in nccl-tests) and
-collective, in microseconds per call of the slowest rank (every rank calls back to back): ``ccl`` on
+collective, in microseconds per call of the slowest rank (every rank calls back to back; the median
+of three timed loops): ``ccl`` on
 plain tensors (staged inside the kernel) and on heap tensors, eager and in a CUDA graph of
 ``--graph`` calls, and on plain tensors registered with ``ctx.register`` (read in place, over CUDA
 IPC; on the cpu backend, registered heap tensors; eager in the table); the peer (NCCL one rank per
@@ -218,8 +219,13 @@ class Case:
         return self.ctx.comm.allreduce(int(not ok)) == 0
 
 
+#: Timed loops per measurement; their median counts.
+REPEATS = 3
+
+
 class Timer:
-    """Seconds per call, the slowest rank's, every rank calling back to back."""
+    """Seconds per call, the slowest rank's, every rank calling back to back (the median of
+    ``REPEATS`` loops)."""
 
     def __init__(self, ctx, args):
         self.ctx, self.args = ctx, args
@@ -252,9 +258,11 @@ class Timer:
         if self.args.quick:
             return self._once(fn, 1) / per_call
         once = self._once(fn, 2)
-        iters = int(min(max(self.args.time_per_point / max(once, 1e-7), 5), 500))
+        iters = int(min(max(self.args.time_per_point / REPEATS / max(once, 1e-7), 5), 500))
         iters = self.ctx.comm.allreduce(iters, op=MPI.MAX)
-        return self._once(fn, iters) / per_call
+        # the median of a few loops: one stall of the GPU's time slicing (several ranks under MPS)
+        # inside a single loop once made an eager 16 MiB call read 10x its graph time
+        return statistics.median(self._once(fn, iters) for _ in range(REPEATS)) / per_call
 
     def graphed(self, fn, per_call: int) -> float | None:
         """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
@@ -681,17 +689,30 @@ def with_earlier_points(result: dict, path: str) -> dict:
     if any(earlier.get(k) != result[k] for k in key):
         return result
     measured = {(p["collective"], p["dtype"], p["bytes"]) for p in result["points"]}
-    kept = [dict(p, date=p.get("date", earlier.get("date"))) for p in earlier.get("points", [])
-            if (p["collective"], p["dtype"], p["bytes"]) not in measured]
+    kept = [dict(p, date=p.get("date", earlier.get("date")), device=p.get("device", earlier.get("device")))
+            for p in earlier.get("points", []) if (p["collective"], p["dtype"], p["bytes"]) not in measured]
     if not kept:
         return result
     order = {name: i for i, name in enumerate(COLLECTIVES)}
     points = sorted(result["points"] + kept, key=lambda p: (order.get(p["collective"], 99), p["bytes"]))
     dtypes = list(dict.fromkeys([*result["dtypes"], *earlier.get("dtypes", [])]))
-    sizes = sorted({p["bytes"] for p in kept})
-    note = (f"points of {', '.join(sorted({p['collective'] for p in kept}))} at {', '.join(human(b) for b in sizes)} "
-            f"from the run of {earlier.get('date')}")
-    return dict(result, points=points, dtypes=dtypes, notes=[*result["notes"], note])
+    return dict(result, points=points, dtypes=dtypes, notes=[*result["notes"], earlier_points_note(kept)])
+
+
+def earlier_points_note(kept: list[dict]) -> str:
+    """Which points came from which earlier run (date and device): one results file may hold
+    points of several runs, and this run's device need not be theirs."""
+    runs: dict = {}
+    for p in kept:
+        what = f"{p['collective']} {p['dtype']}"
+        sizes = runs.setdefault((p.get("date"), p.get("device")), {}).setdefault(what, set())
+        sizes.add(p["bytes"])
+    parts = []
+    for (date, device), collectives in runs.items():
+        what = ", ".join(f"{name} {human(min(b))}" + (f"-{human(max(b))}" if len(b) > 1 else "")
+                         for name, b in collectives.items())
+        parts.append(f"{what} from the run of {date}{' on ' + device if device else ''}")
+    return "points of earlier runs: " + "; ".join(parts)
 
 
 # --- --host: the host's time per call ------------------------------------------------------------
