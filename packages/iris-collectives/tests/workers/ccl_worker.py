@@ -403,6 +403,31 @@ def scenario_registered_tensors(ctx):
         ctx.free(slab)
 
 
+def scenario_all_gather_registers_by_its_message(ctx):
+    # The default rule registers plain tensors on the fly from ccl.REGISTER_FROM message bytes, on
+    # the GPU. all_gather's message is its output, W times the input that the peers read: a 16 MiB
+    # all_gather registers its 16/W MiB input instead of staging it (an extra pass that cost
+    # 1.5x the call at 2 ranks). A small one registers nothing; off the GPU, nothing does.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
+    cache = ctx._reach
+    big = dev.type == "cuda"
+    for size in ((ccl.REGISTER_FROM, 1 << 20) if big else (4096,)):
+        per_rank = -(-size // 4 // W)  # fp32 elements: W * per_rank * 4 >= size
+        inp = data(per_rank, torch.float32, 9000 + r).to(dev)
+        out = poison(torch.empty(W * per_rank, dtype=torch.float32, device=dev))
+        before = len(cache)
+        ccl.all_gather(ctx, out, inp)
+        check(out, torch.cat([data(per_rank, torch.float32, 9000 + q) for q in range(W)]),
+              f"all_gather of {W * per_rank * 4} bytes, plain tensors")
+        registers = big and W > 1 and size >= ccl.REGISTER_FROM
+        assert len(cache) == before + registers, (
+            f"all_gather of a {W * per_rank * 4}-byte message ({per_rank * 4} bytes of input): "
+            f"{len(cache) - before} registrations, expected {int(registers)}")
+    ctx.barrier()
+
+
 def scenario_agreed_reach(ctx):
     # Config(register=True) (and, on the GPU, any call from REGISTER_FROM bytes): the ranks agree
     # on how each tensor is reached and register plain tensors on the fly, cached. On the cpu

@@ -32,12 +32,14 @@ _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LAST: list = [None, None]
 
 
-def agreed_reach(ctx, config, *tensors):
+def agreed_reach(ctx, config, *tensors, message=None):
     """How the peers reach ``tensors`` (a call's tensors the peers read or write), agreed with them
     (``ctx.reach``: collective, one allgather; plain tensors registered on the fly), when the call
-    asks for it: ``config.register`` True, or None on the ``cuda`` backend for a first tensor of
-    at least :data:`REGISTER_FROM` bytes, when the host's allgather is quick (MPI; under torchrun
-    gloo's takes milliseconds: only ``register=True`` agrees there). Else None (each rank decides alone: the heap's
+    asks for it: ``config.register`` True, or None on the ``cuda`` backend for a message of at
+    least :data:`REGISTER_FROM` bytes (``message``, the call's larger buffer, when it is not the
+    first tensor: all_gather's peers read ``inp``, a ``W``-th of its message ``out``), when the
+    host's allgather is quick (MPI; under torchrun gloo's takes milliseconds: only
+    ``register=True`` agrees there). Else None (each rank decides alone: the heap's
     translation for heap tensors, ``ctx.register``'s registrations, staging for the rest). What
     decides is the same on every rank (the config, the backend, the message size), so every rank
     takes part in the allgather or none does."""
@@ -46,8 +48,8 @@ def agreed_reach(ctx, config, *tensors):
         if register is False or ctx.world_size == 1:
             return None
         if register is None:
-            first = tensors[0]
-            if ctx.device.type != "cuda" or first.numel() * first.element_size() < REGISTER_FROM:
+            sized = tensors[0] if message is None else message
+            if ctx.device.type != "cuda" or sized.numel() * sized.element_size() < REGISTER_FROM:
                 return None
             if not ctx.quick_allgather:  # gloo (torchrun): the agreement would cost milliseconds
                 return None

@@ -83,7 +83,8 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
         return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config, reach)
 
-    reach = _launch.agreed_reach(ctx, config, inp)  # peers read inp; out is this rank's alone
+    # peers read inp; out is this rank's alone, but its size is the message's (W times inp's)
+    reach = _launch.agreed_reach(ctx, config, inp, message=out)
     key = _launch.call_key("all_gather", config, out, inp, reach)
     _launch.call(ctx, key, make, out, inp, 0)
     return out
