@@ -228,6 +228,11 @@ MUTATIONS = [
               (f"{COLL}/ops/_unfused.py", "torch.addmm(bias, a, b, out=into)", "torch.addmm(bias.to(a.dtype), a, b, out=into)",
                1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="with an fp32 bias on bf16 inputs"),
+    Mutation("all-gather-registers-by-input", "all_gather registers plain tensors on the fly by its message (the output)",
+             [(f"{COLL}/ccl/_move.py", "_launch.agreed_reach(ctx, config, inp, message=out)",
+               "_launch.agreed_reach(ctx, config, inp)", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_ccl_host.py::"
+               "test_registration_on_the_fly_is_decided_by_the_message_all_gathers_being_its_output")]),
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
@@ -242,7 +247,7 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "rotated-partials-truncate", "rotated-partials-fp32", "buffered-one-half", "buffered-waits-done",
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
          "unfused-bias-early", "fp32-inputs-stay-fused", "fp32-precision-always-tf32",
-         "unfused-gather-no-copy-out",
+         "unfused-gather-no-copy-out", "all-gather-registers-by-input",
          "unfused-bias-rounded-first"]
 
 

@@ -183,3 +183,33 @@ def test_a_plan_gives_way_to_its_fast_launch_and_clearing_workspaces_drops_both(
     _launch.forget(other)
 
 
+
+
+def test_registration_on_the_fly_is_decided_by_the_message_all_gathers_being_its_output(monkeypatch):
+    # The default rule (Config.register None) agrees on how tensors are reached, registering plain
+    # ones, from ccl.REGISTER_FROM message bytes on the cuda backend. all_gather's peers read its
+    # input, a W-th of its message: the size that decides is the output's.
+    import torch
+
+    asked = []
+    ctx = types.SimpleNamespace(world_size=4, device=types.SimpleNamespace(type="cuda"), quick_allgather=True,
+                                reach=lambda tensors: asked.append(len(tensors)) or ["reached"] * len(tensors))
+    small, big = torch.empty(ccl.REGISTER_FROM // 4 // 4, dtype=torch.float32), torch.empty(ccl.REGISTER_FROM // 4)
+    assert _launch.agreed_reach(ctx, None, small) is None
+    assert _launch.agreed_reach(ctx, None, big) == ("reached",)
+    assert _launch.agreed_reach(ctx, None, small, message=big) == ("reached",)
+    assert _launch.agreed_reach(ctx, None, big, message=small) is None
+    assert _launch.agreed_reach(ctx, ccl.Config(register=False), big) is None
+    assert asked == [1, 1]
+
+    seen = {}
+
+    def agreed_reach(ctx, config, *tensors, message=None):
+        seen.update(tensors=tensors, message=message)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(_launch, "agreed_reach", agreed_reach)
+    with pytest.raises(RuntimeError, match="stop here"):
+        ccl.all_gather(ctx, big, small)
+    assert len(seen["tensors"]) == 1 and seen["tensors"][0] is small, "the peers read the input"
+    assert seen["message"] is big, "the output's size is the message's"
