@@ -260,8 +260,8 @@ class Timer:
         once = self._once(fn, 2)
         iters = int(min(max(self.args.time_per_point / REPEATS / max(once, 1e-7), 5), 500))
         iters = self.ctx.comm.allreduce(iters, op=MPI.MAX)
-        # the median of a few loops: one stall of the GPU's time slicing (several ranks under MPS)
-        # inside a single loop once made an eager 16 MiB call read 10x its graph time
+        # the median of a few loops: one slow stretch inside a single loop (several ranks under MPS;
+        # its cause is not known, docs/ccl.md) once made an eager 16 MiB call read 10x its graph time
         return statistics.median(self._once(fn, iters) for _ in range(REPEATS)) / per_call
 
     def graphed(self, fn, per_call: int) -> float | None:

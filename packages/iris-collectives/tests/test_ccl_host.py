@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 
 import pytest
+import torch
 
 from iris.collectives import ccl
 from iris.collectives.ccl import _launch, _table
@@ -125,8 +126,6 @@ def test_the_fast_launch_calls_the_c_entry_only_where_its_layout_is_known(monkey
 def test_the_call_key_is_what_the_caller_passed():
     # Everything a plan derives (on the heap or not, aliasing, 16-byte alignment) is a function of
     # the addresses, sizes, dtypes and devices, so those alone make the key.
-    import torch
-
     buf = torch.zeros(64)
     a, b = buf[:32], buf[32:]
     key = _launch.call_key("all_reduce", None, a, b)
@@ -183,14 +182,10 @@ def test_a_plan_gives_way_to_its_fast_launch_and_clearing_workspaces_drops_both(
     _launch.forget(other)
 
 
-
-
 def test_registration_on_the_fly_is_decided_by_the_message_all_gathers_being_its_output(monkeypatch):
     # The default rule (Config.register None) agrees on how tensors are reached, registering plain
     # ones, from ccl.REGISTER_FROM message bytes on the cuda backend. all_gather's peers read its
     # input, a W-th of its message: the size that decides is the output's.
-    import torch
-
     asked = []
     ctx = types.SimpleNamespace(world_size=4, device=types.SimpleNamespace(type="cuda"), quick_allgather=True,
                                 reach=lambda tensors: asked.append(len(tensors)) or ["reached"] * len(tensors))
