@@ -37,4 +37,4 @@ deadline=()
 [ -n "${GPU_TESTS_DEADLINE_S:-}" ] && deadline=(timeout -s INT -k 30 "$GPU_TESTS_DEADLINE_S")
 # --durations=25: the summary lists the 25 slowest tests (the whole suite at 2 and 4 ranks runs
 # for over 10 minutes on one H200).
-PYTHONPATH="$PWD/tools:$PYTHONPATH" "${deadline[@]}" python3 -m pytest -p pytest_shard --durations=25 "${skip_compile[@]}" "$@"
+PYTHONPATH="$PWD/tools:$PYTHONPATH" "${deadline[@]}" python3 -m pytest -p pytest_shard -p pytest_suite_summary --durations=25 "${skip_compile[@]}" "$@"

@@ -17,13 +17,17 @@ Worker side::
 a failing rank's exit makes torchrun end the others.
 
 Environment: ``IRIS_MPIEXEC`` overrides the launcher (e.g. ``"mpirun --oversubscribe"``);
-``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`.
+``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`; ``IRIS_TEST_TIMINGS=<folder>``
+records where a suite's time goes (:func:`record_timing`): every job's command and seconds, and for
+each :func:`run_scenarios` worker its start-up, each scenario's seconds and the Triton compilation
+inside them, and its close.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import shlex
 import shutil
@@ -156,6 +160,8 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
         raise
     proc = subprocess.CompletedProcess(cmd, job.returncode, out, err)
     elapsed = time.monotonic() - start
+    record_timing("jobs", {"cmd": " ".join(cmd[cmd.index("-n"):] if "-n" in cmd else cmd[-3:]),
+                           "seconds": round(elapsed, 2), "rc": job.returncode})
     if proc.returncode != 0:
         remove_dead_mpich_segments(shm_before)
     failed = proc.returncode != 0
@@ -165,6 +171,60 @@ def run_command(cmd: list[str], timeout: float = 600, env: dict | None = None,
             f"{' (expected a failure)' if expect_failure else ''}"
             f"\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
+
+
+TIMINGS_ENV = "IRIS_TEST_TIMINGS"
+
+
+def record_timing(kind: str, row: dict) -> None:
+    """Append ``row`` as one JSON line to ``<IRIS_TEST_TIMINGS>/<kind>.jsonl`` (nothing when the
+    variable is unset). ``tools/suite_timings.py`` sums the files into a breakdown of the suite."""
+    folder = os.environ.get(TIMINGS_ENV)
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{kind}.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux ``/proc``; 0.0 where it is not readable): what a
+    worker spent before its first scenario (interpreter, imports, MPI, the context)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class CompileClock:
+    """Counts Triton's compilations in this process (misses of its cache, their seconds, and hits)
+    through ``triton.knobs.compilation.listener``, where this Triton has it (``available``)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.compiled, self.hits = 0.0, 0, 0
+        self.available = False
+        try:
+            from triton import knobs
+        except ImportError:
+            return
+        compilation = getattr(knobs, "compilation", None)
+        if compilation is not None and hasattr(compilation, "listener") and compilation.listener is None:
+            compilation.listener = self
+            self.available = True
+
+    def __call__(self, *, times, cache_hit, **_) -> None:
+        if cache_hit:
+            self.hits += 1
+        else:
+            self.compiled += 1
+            self.seconds += times.total / 1e6
+
+    def reading(self) -> tuple[float, int, int]:
+        return self.seconds, self.compiled, self.hits
 
 
 SHM_DIR = "/dev/shm"
@@ -235,15 +295,29 @@ def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options
     if unknown:
         raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
     iris_options.setdefault("heap_size", 1 << 26)
+    timed = bool(os.environ.get(TIMINGS_ENV))
+    clock = CompileClock() if timed else None
     ctx = iris.runtime.iris(**iris_options)
+    row = {"worker": os.path.basename(sys.argv[0]), "ranks": ctx.world_size, "startup_s": round(process_age_s(), 2),
+           "scenarios": []}
     for name in names:
         start = time.monotonic()
+        before = clock.reading() if clock else (0.0, 0, 0)
         try:
             scenarios[name](ctx)
         except BaseException as exc:
             raise RuntimeError(f"scenario {name!r} failed on rank {ctx.rank}/{ctx.world_size}: {exc}") from exc
         ctx.barrier()
+        seconds = time.monotonic() - start
         if ctx.rank == 0:
-            print(f"PASS {name} ({time.monotonic() - start:.2f} s, {ctx.world_size} ranks, {ctx.backend})",
-                  flush=True)
+            print(f"PASS {name} ({seconds:.2f} s, {ctx.world_size} ranks, {ctx.backend})", flush=True)
+            if clock:
+                after = clock.reading()
+                row["scenarios"].append([name, round(seconds, 2), round(after[0] - before[0], 2),
+                                         after[1] - before[1], after[2] - before[2]])
+    start = time.monotonic()
     ctx.close()
+    if timed and ctx.rank == 0:
+        row["close_s"] = round(time.monotonic() - start, 2)
+        row["compile_clock"] = clock.available
+        record_timing("workers", row)
