@@ -160,7 +160,9 @@ def scenario_resident_grid(ctx):
         props = torch.cuda.get_device_properties(ctx.device)
         sms = props.multi_processor_count
         # one rank per GPU: every SM full; ranks sharing a GPU: one waiting program per SM in all
-        fits = programs_per_sm(compiled, ctx.device) * sms if ctx.ranks_on_device == 1 else sms // ctx.ranks_on_device
+        # (IRIS_GPU_RANKS: the ranks of every job that share it, when jobs run side by side)
+        sharers = max(ctx.ranks_on_device, int(os.environ.get("IRIS_GPU_RANKS") or 0))
+        fits = programs_per_sm(compiled, ctx.device) * sms if sharers == 1 else sms // sharers
         grid = ctx.resident_grid(10**6, compiled)
         assert grid == fits, (grid, fits, ctx.ranks_on_device)
         assert ctx.comm.allgather(grid) == [grid] * ctx.world_size, "ranks got different grids"

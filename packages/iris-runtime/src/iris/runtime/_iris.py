@@ -23,7 +23,7 @@ from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._logging import configure_logging, logger
 from ._reach import Reach, RegistrationCache
 from ._registration import Registration, close_cuda, peer_addresses
-from ._residency import resident_grid
+from ._residency import gpu_sharers, resident_grid
 from ._spans import address, lies_within
 from ._tracing import Tracing
 from ._watchdog import Watchdog, write_watchdog_info
@@ -183,7 +183,7 @@ class Iris(TensorFactories):
         if isinstance(num_work, bool) or not isinstance(num_work, int) or num_work < 1:
             raise IrisUsageError(f"resident_grid(num_work={num_work!r}): pass a positive int, e.g. the tile count")
         mine = num_work if self.device.type != "cuda" else resident_grid(
-            compiled, num_work, self.device, self.ranks_on_device)
+            compiled, num_work, self.device, max(self.ranks_on_device, gpu_sharers()))
         return self._boot.allreduce(mine, "min")
 
     # --- heap and context ------------------------------------------------------------------------
