@@ -325,3 +325,18 @@ def test_an_interrupted_job_says_how_far_it_got(monkeypatch):
         timer.cancel()
     text = shown.getvalue()
     assert "interrupted after" in text and "PASS first_scenario" in text and "still working" in text, text
+
+
+def test_gpu_ranks_override_of_the_residency_rule(monkeypatch):
+    from iris.runtime._residency import gpu_sharers, waiting_programs_limit
+
+    monkeypatch.delenv("IRIS_GPU_RANKS", raising=False)
+    assert gpu_sharers() == 0
+    monkeypatch.setenv("IRIS_GPU_RANKS", "16")
+    assert gpu_sharers() == 16
+    # 132 SMs shared by the 16 ranks of every job: 8 waiting programs per rank, 128 in all
+    assert waiting_programs_limit(4, 132, max(4, gpu_sharers())) == 8
+    for bad in ("-2", "four", "1.5"):
+        monkeypatch.setenv("IRIS_GPU_RANKS", bad)
+        with pytest.raises(IrisUsageError, match=r"IRIS_GPU_RANKS='.*': set the number of ranks"):
+            gpu_sharers()
