@@ -31,6 +31,8 @@ export IRIS_BACKEND=cuda
 # 1 rank: the cpu suite covers it (the same host code; one rank's kernels wait for no peer)
 export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-2,4}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# every rank of every job compiles the same kernels: one compiles, the others load it from the cache
+export IRIS_COMPILE_LOCK=1
 unset TRITON_INTERPRET
 if [ -n "${IRIS_GPU_CACHE:-}" ]; then
   mkdir -p "$IRIS_GPU_CACHE/triton" "$IRIS_GPU_CACHE/inductor"

@@ -340,3 +340,48 @@ def test_gpu_ranks_override_of_the_residency_rule(monkeypatch):
         monkeypatch.setenv("IRIS_GPU_RANKS", bad)
         with pytest.raises(IrisUsageError, match=r"IRIS_GPU_RANKS='.*': set the number of ranks"):
             gpu_sharers()
+
+
+def test_compile_lock_lets_one_process_compile_a_kernel_while_the_others_wait(tmp_path, monkeypatch):
+    """IRIS_COMPILE_LOCK: a compilation holds the kernel's lock, so a second process asking for the
+    same kernel at once waits for it (and then finds it in Triton's cache) instead of compiling
+    it again; another kernel does not wait."""
+    import fcntl
+
+    from iris.runtime import _compile_lock
+
+    monkeypatch.setattr(_compile_lock, "lock_folder", lambda: str(tmp_path))
+
+    class Source:
+        def __init__(self, text):
+            self.text = text
+
+        def hash(self):
+            return self.text
+
+    held = []
+
+    def fake_compile(src, target=None, options=None, _env_vars=None):
+        path = tmp_path / _compile_lock.lock_key(src, target, options)
+        fd = os.open(path, os.O_RDWR)
+        try:  # another open file description of the same file cannot lock it while we hold it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return src.text
+
+    import triton.compiler
+
+    monkeypatch.setattr(triton.compiler, "compile", fake_compile)
+    monkeypatch.setattr(_compile_lock, "_INSTALLED", False)
+    assert _compile_lock.install_from_env("cuda") is False  # off unless asked
+    monkeypatch.setenv("IRIS_COMPILE_LOCK", "1")
+    assert _compile_lock.install_from_env("cpu") is False  # the interpreter compiles nothing
+    assert _compile_lock.install_from_env("cuda") is True
+    assert triton.compiler.compile(Source("k1"), target="sm90", options={"num_warps": 4}) == "k1"
+    assert held == [True]  # compiled under the kernel's lock
+    keys = {_compile_lock.lock_key(Source(s), "sm90", {"num_warps": w}) for s in ("k1", "k2") for w in (4, 8)}
+    assert len(keys) == 4  # another source or other options: another lock
