@@ -24,8 +24,20 @@
 # (tools/suite_timings.py prints it at the end). IRIS_GPU_CACHE=<folder> keeps Triton's and
 # inductor's compiled kernels there (carry it to the next run for a warm start); unset, a fresh
 # machine compiles everything (cold caches).
+# `bash tools/gpu-tests.sh --eight [pytest args]`: the 8-rank scenarios of the collectives (every
+# test function of the collectives, the ops, their torch operators and the device primitives that
+# takes its world sizes from IRIS_TEST_WORLD_SIZES), 2 processes side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+eight=""
+if [ "${1:-}" = "--eight" ]; then
+  shift
+  export IRIS_TEST_WORLD_SIZES=8 IRIS_GPU_PARALLEL=${IRIS_GPU_PARALLEL:-2}
+  eight="test_ccl_scenarios or test_ccl_cuda_graph_replays or test_collectives_scenarios or test_range_scenarios"
+  eight+=" or test_ops_scenarios or test_ops_cuda_graph_replays or test_promises or test_torch_ops_scenarios"
+  eight+=" or test_every_primitive_every_peer"
+  default_paths=(packages/iris-collectives/tests packages/iris-device/tests/test_device_multirank.py)
+fi
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
 export IRIS_BACKEND=cuda
 # 1 rank: the cpu suite covers it (the same host code; one rank's kernels wait for no peer)
@@ -44,11 +56,14 @@ source tools/mps.sh
 [ -z "${IRIS_NO_MPS:-}" ] && start_mps
 
 # The sm_90 compile/PTX checks run without a GPU and already run in CI: skip them here unless asked.
-skip_compile=(--ignore-glob='*test_*compile*.py' -k 'not sm90')
-[ -n "${IRIS_GPU_COMPILE_CHECKS:-}" ] && skip_compile=()
-# the heaviest folders first: processes that share tests out as they go end together when the
-# long tests are not left for last
-if [ $# -eq 0 ]; then set -- packages/iris-collectives/tests tests packages/iris-device/tests packages/iris-runtime/tests; fi
+skip_compile=(--ignore-glob='*test_*compile*.py' -k "not sm90${eight:+ and ($eight)}")
+[ -n "${IRIS_GPU_COMPILE_CHECKS:-}" ] && skip_compile=(${eight:+-k "$eight"})
+# Without a test path among the arguments: every package's tests, the heaviest folders first
+# (processes that share tests out as they go end together when the long tests are not left for last).
+[ -z "$eight" ] && default_paths=(packages/iris-collectives/tests tests packages/iris-device/tests packages/iris-runtime/tests)
+has_path=0
+for arg in "$@"; do [ -e "${arg%%::*}" ] && has_path=1; done
+[ "$has_path" = 0 ] && set -- "$@" "${default_paths[@]}"
 deadline=()
 [ -n "${GPU_TESTS_DEADLINE_S:-}" ] && deadline=(timeout -s INT -k 30 "$GPU_TESTS_DEADLINE_S")
 export PYTHONPATH="$PWD/tools:$PYTHONPATH"
