@@ -58,6 +58,12 @@ MUTATIONS = [
                "            f\"pass e.g. sem='release' on the writer and sem='acquire' on the reader\"\n"
                "        )\n    return {None: 'relaxed', 'acquire': 'release', 'release': 'acquire'}.get(sem, sem)\n", 1)],
              [("pytest", "packages/iris-device/tests/test_device_gpu_compile.py")]),
+    Mutation("get-from-rank-only",
+             "iris.device.get reads from whichever of its two ranks is not the calling rank (AMD Iris's order too)",
+             [(f"{DEVICE}/_memory.py", "    source = tl.where(from_rank == cur_rank, to_rank, from_rank)\n",
+               "    source = from_rank\n", 1)],
+             [("pytest", "packages/iris-device/tests/test_device_multirank.py::test_every_primitive_every_peer")],
+             env={"IRIS_TEST_WORLD_SIZES": "2"}, expect="get2 from"),
     Mutation("no-barrier-in-signal", "signal: a CTA barrier before the release",
              [(f"{COLL}/_sync.py", "    \"\"\"\n    tl.debug_barrier()\n    if DEBUG and CHECKED:", "    \"\"\"\n    if DEBUG and CHECKED:", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_compile.py")]),

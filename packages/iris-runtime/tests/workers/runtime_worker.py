@@ -24,6 +24,10 @@ import triton.language as tl
 
 import iris.runtime  # first: picks the backend and switches Triton's interpreter on for cpu
 import iris.runtime.testing
+
+# isort: split
+import amd_iris_style
+
 from iris.device import DeviceContext, load, put, store
 from iris.device import _layout as layout
 from iris.runtime import (
@@ -359,6 +363,13 @@ def scenario_factories(ctx):
         ctx.free(t)
     assert ctx.heap_free_bytes > before
     assert ctx.comm.allgather(ctx.heap_free_bytes) == [ctx.heap_free_bytes] * ctx.world_size
+
+
+def scenario_amd_iris_style(ctx):
+    """Kernels and host code written as AMD Iris's tests and docs write them (amd_iris_style.py):
+    every RMA call and atomic, free and bound, the free get in both rank orders, through
+    ``import iris.runtime.amd_iris as iris``; values checked on every rank."""
+    amd_iris_style.run()
 
 
 def scenario_free_reuse(ctx):

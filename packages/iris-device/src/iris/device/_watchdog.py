@@ -39,7 +39,7 @@ import triton.language as tl
 
 from . import _layout
 from ._interpreter import INTERPRETER
-from ._layout import HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_C
+from ._layout import CUR_RANK_AT_C, HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_C
 from ._tracing import device_clock_ns
 from ._vote import cta_any
 
@@ -94,7 +94,6 @@ _WAITED: tl.constexpr = tl.constexpr(8)
 _CALLS: tl.constexpr = tl.constexpr(9)
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
-_CUR_RANK_AT: tl.constexpr = tl.constexpr(_layout.CUR_RANK - _layout.HEAP_BASES)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
 
 #: Byte offset in the signal pad of the drain word (int32; raised once, never lowered; by the host)
@@ -238,7 +237,7 @@ def watchdog_thread_check(heap_bases, start):
     after). Memory semantics: one relaxed system-scope load of the drain word. Scope: the waits of
     one job.
     """
-    me = tl.load(heap_bases + _CUR_RANK_AT)
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     limit = tl.load(trailer + WATCHDOG_NS_C)
     now = _now()
@@ -266,7 +265,7 @@ def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen,
     Granularity: per thread, no CTA barrier (see :func:`watchdog_thread_check`). Memory semantics:
     the report's words are fenced at system scope before its state word. Scope: this process.
     """
-    me = tl.load(heap_bases + _CUR_RANK_AT)
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     drain = _drain_word(heap_bases, me, trailer)
     reason = _peek(drain)

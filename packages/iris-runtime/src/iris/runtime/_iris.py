@@ -147,6 +147,19 @@ class Iris(TensorFactories):
         """Number of ranks in the job."""
         return self.world_size
 
+    def get_device(self) -> torch.device:
+        """The device this rank's heap lives on (``self.device``; AMD Iris's name)."""
+        return self.device
+
+    def get_cu_count(self) -> int:
+        """Multiprocessors of this rank's GPU (AMD Iris's name: a compute unit there, an SM here),
+        e.g. for a persistent grid; on the cpu backend the CPU count (``os.cpu_count()``). With
+        several ranks per GPU every rank gets the whole GPU's count: for kernels whose programs
+        wait for other ranks' programs size the grid with :meth:`resident_grid` instead."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_properties(self.device).multi_processor_count
+        return os.cpu_count() or 1
+
     def check_rank(self, rank, call: str) -> int:
         """``rank`` if it is an int in ``[0, world_size)``, else :class:`RankError` naming ``call``."""
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
@@ -237,9 +250,22 @@ class Iris(TensorFactories):
     def free(self, tensor: torch.Tensor) -> None:
         """Give ``tensor``'s space back to the heap. Call it in the same order on every rank, and
         only when no kernel (here or on a peer) still uses the tensor."""
-        self.require_symmetric(tensor, "free()")
+        self._release(tensor, "free")
+
+    def _release(self, tensor: torch.Tensor, name: str) -> None:
+        self.require_symmetric(tensor, f"{name}()")
         offset = self.offset_of(tensor)
-        self._allocator.release(offset, f"free(tensor at heap offset {offset})")
+        self._allocator.release(offset, f"{name}(tensor at heap offset {offset})")
+
+    def allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
+        """AMD Iris's name for ``empty(num_elements, dtype=dtype)``: a 1-D uninitialised heap tensor."""
+        return self.empty(num_elements, dtype=dtype)
+
+    def deallocate(self, tensor: torch.Tensor) -> None:
+        """AMD Iris's name, here :meth:`free`: the space goes back to the heap (AMD Iris's
+        ``deallocate`` keeps it), so the same rules hold: the same order on every rank, and only
+        once no kernel uses the tensor."""
+        self._release(tensor, "deallocate")
 
     # --- registered tensors ------------------------------------------------------------------------
     def register(self, tensor: torch.Tensor) -> Registration:
