@@ -77,7 +77,7 @@ def test_the_scan_finds_names_however_they_are_read(tmp_path):
     (tmp_path / "tools" / "notes.md").write_text("IRIS_" + "IN_PROSE_ONLY\n")
     found = variables_in_code(str(tmp_path))
     assert sorted(found) == names, found
-    assert found[names[3]] == ["tools/b.sh:1"], found
+    assert found[names[3]] == [os.path.join("tools", "b.sh") + ":1"], found
 
 
 def test_every_variable_the_code_reads_is_in_the_reference():
