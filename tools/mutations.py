@@ -236,6 +236,27 @@ MUTATIONS = [
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
+    # --- issue #54: checks that a wrong call fails loudly (an IrisError, not a wrong answer or a crash) ---
+    Mutation("broadcast-negative-src", "ccl.broadcast refuses src=-1 (a negative rank), naming it",
+             [(f"{COLL}/ccl/_move.py", "if src.__class__ is not int or not 0 <= src < ctx.world_size:",
+               "if src.__class__ is not int or not src < ctx.world_size:", 1)],
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="rank -1 is outside"),
+    Mutation("all-to-all-short-out", "ccl.all_to_all refuses an out of another shape than inp (a short one would be "
+             "written past its end)",
+             [(f"{COLL}/ccl/_move.py", "        if out.shape != inp.shape:\n            raise IrisUsageError(f\"{call}: "
+               "out has shape", "        if False:\n            raise IrisUsageError(f\"{call}: out has shape", 1)],
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="an out of inp's shape"),
+    Mutation("gather-rows-unchecked", "ccl.all_gather (and reduce_scatter) refuse the right number of elements in "
+             "the wrong rows along dim 0",
+             [(f"{COLL}/ccl/_checks.py", "rows_ok = big.dim() == 0 or small.dim() == 0 or big.shape[0] == W * "
+               "small.shape[0]", "rows_ok = True", 1)],
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="x its rows along dim 0"),
+    Mutation("call-key-ignores-inp-strides", "a cached plan is never run for a non-contiguous input of the same "
+             "address and shape",
+             [(f"{COLL}/ccl/_launch.py", "inp.dtype, inp.is_contiguous(), out.data_ptr()", "inp.dtype, out.data_ptr()",
+               1)],
+             [("pytest", "packages/iris-collectives/tests/test_ccl_host.py::test_the_call_key_is_what_the_caller_passed"),
+              ("worker", "2", "ccl_worker.py", "argument_errors")], expect="not contiguous"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
