@@ -44,7 +44,7 @@ class Mutation:
     promise: str
     edits: list[tuple[str, str, str, int]]  # (file under packages/, old, new, occurrences)
     # ("pytest", node...) or ("worker", nranks, [worker file under iris-collectives' tests/workers, default
-    # collectives_worker.py], scenario..., [ENV=VALUE...])
+    # collectives_worker.py, or a path under packages/ for another package's worker], scenario..., [ENV=VALUE...])
     checks: list[tuple[str, ...]]
     env: dict[str, str] = field(default_factory=dict)
     expect: str = ""  # a text every failing check's output must hold for a catch
@@ -257,6 +257,12 @@ MUTATIONS = [
                1)],
              [("pytest", "packages/iris-collectives/tests/test_ccl_host.py::test_the_call_key_is_what_the_caller_passed"),
               ("worker", "2", "ccl_worker.py", "argument_errors")], expect="not contiguous"),
+    Mutation("reach-ignores-offsets", "ctx.reach stages views of one registered tensor at different offsets (or "
+             "of different sizes) on different ranks",
+             [(f"{RUNTIME}/_reach.py", "same = all(s[:4] == statuses[0][:4] for s in statuses)",
+               "same = all(s[:2] == statuses[0][:2] for s in statuses)", 1)],
+             [("worker", "2", "iris-runtime/tests/workers/runtime_worker.py", "registered_tensors")],
+             expect="must be staged"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -324,7 +330,8 @@ def run_check(check: tuple[str, ...], root: str, env: dict[str, str]) -> tuple[b
         # Triton's mode in this process)
         code = "import shlex; from iris.runtime.testing import launcher; print(shlex.join(launcher()))"
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=True)
-        worker = os.path.join(pkgs, "iris-collectives", "tests", "workers", script)
+        worker = os.path.join(pkgs, *(script.split("/") if "/" in script else
+                                      ("iris-collectives", "tests", "workers", script)))
         cmd = shlex.split(found.stdout.strip().splitlines()[-1]) + ["-n", nranks, sys.executable, "-m", "mpi4py",
                                                                     worker, *scenarios]
     start = time.monotonic()
