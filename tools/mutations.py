@@ -263,6 +263,9 @@ MUTATIONS = [
                "same = all(s[:2] == statuses[0][:2] for s in statuses)", 1)],
              [("worker", "2", "iris-runtime/tests/workers/runtime_worker.py", "registered_tensors")],
              expect="must be staged"),
+    Mutation("strided-bias-read-flat", "the fused ops refuse a strided bias (their kernels read it as contiguous)",
+             [(f"{COLL}/ops/_checks.py", "        if bias.stride(0) != 1:\n", "        if False:\n", 1)],
+             [("worker", "2", "ops_worker.py", "argument_errors")], expect="bias must be contiguous"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
