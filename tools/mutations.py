@@ -266,6 +266,11 @@ MUTATIONS = [
     Mutation("strided-bias-read-flat", "the fused ops refuse a strided bias (their kernels read it as contiguous)",
              [(f"{COLL}/ops/_checks.py", "        if bias.stride(0) != 1:\n", "        if False:\n", 1)],
              [("worker", "2", "ops_worker.py", "argument_errors")], expect="bias must be contiguous"),
+    Mutation("reduce-scatter-avg-grad-not-divided", "the gradient of reduce_scatter(op='avg') is the gathered "
+             "gradient divided by the world size",
+             [(f"{COLL}/functional/_collective_ops.py", "        grad = grad / _world(ctx.handle, \"reduce_scatter\")\n",
+               "        grad = grad\n", 1)],
+             [("worker", "2", "torch_ops_worker.py", "gradcheck_collectives")], expect="Jacobian mismatch"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
