@@ -271,6 +271,12 @@ MUTATIONS = [
              [(f"{COLL}/functional/_collective_ops.py", "        grad = grad / _world(ctx.handle, \"reduce_scatter\")\n",
                "        grad = grad\n", 1)],
              [("worker", "2", "torch_ops_worker.py", "gradcheck_collectives")], expect="Jacobian mismatch"),
+    Mutation("watchdog-names-another-rank", "the watchdog's report names the rank that waited",
+             [(f"{RUNTIME}/_watchdog.py", "                        rank=self.rank)\n",
+               "                        rank=(self.rank + 1) % self.world_size)\n", 1)],
+             [("pytest", "packages/iris-runtime/tests/test_runtime_local.py::"
+               "test_watchdog_report_names_rank_call_flag_tile_values_and_peer"),
+              ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

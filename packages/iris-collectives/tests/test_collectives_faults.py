@@ -54,7 +54,8 @@ def expected(case: str, nranks: int) -> list[str]:
     last = nranks - 1
     aborted = re.escape(f"iris: rank {last} failed; aborting all {nranks} ranks")
     return {
-        "skip": [rf"iris watchdog: rank \d waited {TIMEOUT_S}\.",
+        # the waiting ranks are every rank but the last, which skipped the call
+        "skip": [rf"iris watchdog: rank ({'|'.join(map(str, range(last)))}) waited {TIMEOUT_S}\.",
                  re.escape("in iris.collectives.all_reduce_one_shot on flag"),
                  re.escape(f"still missing: rank(s) {last}, which had not made this call on the tile"),
                  "IRIS_TIMEOUT_S"],
@@ -143,6 +144,9 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
     assert f"CHECK timeout {MISMATCH_TIMEOUT_S if mismatch else TIMEOUT_S}" in proc.stdout, out
     for pattern in expected(case, nranks):
         assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
+    if case == "skip":  # no report names the rank that skipped the call as one that waited
+        waiting = {int(r) for r in re.findall(r"iris watchdog: rank (\d+) (?:waited|stopped waiting)", out)}
+        assert waiting and waiting <= set(range(nranks - 1)), (waiting, out)
     if mismatch:
         reports = "\n".join(line for line in out.splitlines() if "calls differ" in line or "different calls" in line)
         if CUDA:
