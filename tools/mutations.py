@@ -243,7 +243,7 @@ MUTATIONS = [
     Mutation("broadcast-negative-src", "ccl.broadcast refuses src=-1 (a negative rank), naming it",
              [(f"{COLL}/ccl/_move.py", "if src.__class__ is not int or not 0 <= src < ctx.world_size:",
                "if src.__class__ is not int or not src < ctx.world_size:", 1)],
-             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="rank -1 is outside"),
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="outside [0, 2)"),
     Mutation("all-to-all-short-out", "ccl.all_to_all refuses an out of another shape than inp (a short one would be "
              "written past its end)",
              [(f"{COLL}/ccl/_move.py", "        if out.shape != inp.shape:\n            raise IrisUsageError(f\"{call}: "
@@ -280,6 +280,17 @@ MUTATIONS = [
              [("pytest", "packages/iris-runtime/tests/test_runtime_local.py::"
                "test_watchdog_report_names_rank_call_flag_tile_values_and_peer"),
               ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
+    Mutation("no-heap-check", "under the interpreter a remote access through a pointer off the heap (or a rank out "
+             "of range) raises by default, naming the call, the rank, the tensor and ctx.zeros()",
+             [(f"{DEVICE}/_translate.py", "    elif INTERPRETER:\n        _check_reach(", "    elif False:\n        _check_reach(",
+               1)],
+             [("pytest", "packages/iris-device/tests/test_device_errors.py", "-k", "default or plain_tensor or past_the_heap"),
+              ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "bad_pointer and 2")]),
+    Mutation("kernel-errors-wrapped", "an IrisError raised in an interpreted kernel reaches the caller as itself, in "
+             "one line",
+             [(f"{DEVICE}/__init__.py", "    surface_iris_errors()  #", "    pass  #", 1)],
+             [("pytest", "packages/iris-device/tests/test_device_errors.py", "-k", "plain_tensor"),
+              ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "bad_pointer and 2")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
