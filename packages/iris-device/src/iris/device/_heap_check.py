@@ -8,7 +8,7 @@ and the store there kills the process (SIGSEGV) or, worse, lands in memory that 
 mapped and corrupts it silently. Under Triton's interpreter (the cpu backend) every kernel
 operation already runs on the host, so a range check costs host time only and little of it: one
 call per translated block, a few numpy comparisons over the block's addresses, no per-element
-Python (measured in docs/debugging.md, "Pointers outside the heap"). It raises:
+Python (measured in docs/concepts.md, "Pointers off the heap"). It raises:
 
 - :class:`IrisUsageError` for a rank outside ``[0, num_ranks)`` (the table would be read out of
   bounds);
