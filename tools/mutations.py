@@ -294,8 +294,9 @@ MUTATIONS = [
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
-#: ``Config(partial_dtype="input")``, seconds to a minute each on the cpu backend. Every mutation's
-#: text is checked first in any case.
+#: ``Config(partial_dtype="input")``, and the checks of issue #54 that take one short launch (a few
+#: seconds each; not those that also run the fault test's jobs), seconds to a minute each on the
+#: cpu backend. Every mutation's text is checked first in any case.
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
@@ -303,7 +304,9 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
          "unfused-bias-early", "fp32-inputs-stay-fused", "fp32-precision-always-tf32",
          "unfused-gather-no-copy-out", "all-gather-registers-by-input",
-         "unfused-bias-rounded-first"]
+         "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
+         "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
+         "reduce-scatter-avg-grad-not-divided"]
 
 
 def copy_packages(root: str) -> None:
