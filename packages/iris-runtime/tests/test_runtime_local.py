@@ -281,6 +281,12 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
                                                             r"iris.collectives.reduce_scatter on flag 'done'"):
         dog.check("barrier()")
     dog.close()
+    # the waiting rank is the watchdog's own, whatever rank word the kernel wrote (read from the
+    # table it was passed), and the peer of two follows it
+    dog = Watchdog(rank=1, world_size=2, device=torch.device("cpu"), timeout_s=0)
+    dog.record.copy_(torch.tensor(words(1, "iris.collectives.device_barrier", "arrivals", 0, -1, 0, 1, 2, 10**9)))
+    assert dog.report().startswith("iris watchdog: rank 1 waited 1.0 s") and "still missing: peer 0" in dog.report()
+    dog.close()
 
 
 @pytest.mark.skipif(not os.path.isdir(testing.SHM_DIR), reason="no /dev/shm here: MPICH keeps no segments there")

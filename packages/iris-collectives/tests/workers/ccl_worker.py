@@ -588,6 +588,15 @@ def scenario_argument_errors(ctx):
                  "must be an iris.collectives.ccl.Config")
     meta = torch.zeros(8, dtype=torch.float32, device="meta")
     expect_error(lambda: ccl.all_reduce(ctx, meta, meta), IrisUsageError, ar, "inp is on meta", f"runs on {dev}")
+    # a cached plan is never run for a non-contiguous view of the same memory and shape: the key
+    # holds each tensor's contiguity, so the view misses and its checks refuse it
+    square, result = torch.zeros(4, 4, **f32), torch.zeros(4, 4, **f32)
+    ccl.all_reduce(ctx, result, square)
+    expect_error(lambda: ccl.all_reduce(ctx, result, square.t()), IrisUsageError, ar, "inp (shape (4, 4), "
+                 "strides (1, 4)) is not contiguous")
+    ccl.all_reduce(ctx, result, square)
+    expect_error(lambda: ccl.all_reduce(ctx, result.t(), square), IrisUsageError, ar, "out (shape (4, 4), "
+                 "strides (1, 4)) is not contiguous")
     ag = "iris.collectives.ccl.all_gather"
     expect_error(lambda: ccl.all_gather(ctx, torch.zeros(8 * W + 1, **f32), x), IrisUsageError, ag,
                  f"out has shape ({8 * W + 1},)", f"({8 * W},)")
@@ -595,11 +604,22 @@ def scenario_argument_errors(ctx):
     expect_error(lambda: ccl.reduce_scatter(ctx, torch.zeros(3, **f32), torch.zeros(3 * W + 1, **f32)),
                  IrisUsageError, rs, "inp has shape", f"{W} x out's elements")
     if W > 1:
+        # the right number of elements in the wrong rows: filled in flat order it would hold the
+        # ranks' rows side by side, not one under the other
+        rows = torch.zeros(4, 2, **f32)
+        expect_error(lambda: ccl.all_gather(ctx, torch.zeros(4, 2 * W, **f32), rows), IrisUsageError, ag,
+                     f"out has shape (4, {2 * W})", f"{W} x its rows along dim 0", f"({4 * W}, 2)")
+        expect_error(lambda: ccl.reduce_scatter(ctx, torch.zeros(4, 2, **f32), torch.zeros(4, 2 * W, **f32)),
+                     IrisUsageError, rs, f"inp has shape (4, {2 * W})", f"({4 * W}, 2)")
         a2a = "iris.collectives.ccl.all_to_all"
         odd = torch.zeros(W + 1, **f32)
         expect_error(lambda: ccl.all_to_all(ctx, odd.clone(), odd), IrisUsageError, a2a, f"({W + 1},)",
                      f"multiple of {W}")
+        # an out shorter than inp would be written past its end
+        expect_error(lambda: ccl.all_to_all(ctx, torch.zeros(W, **f32), torch.zeros(2 * W, **f32)), IrisUsageError,
+                     a2a, f"out has shape ({W},) but inp ({2 * W},)", "an out of inp's shape")
     expect_error(lambda: ccl.broadcast(ctx, x, W), RankError, "broadcast", f"rank {W} is outside")
+    expect_error(lambda: ccl.broadcast(ctx, x, -1), RankError, "broadcast", f"rank -1 is outside [0, {W})")
 
 
 def scenario_workspace_cache(ctx):

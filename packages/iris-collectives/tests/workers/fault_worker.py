@@ -157,7 +157,8 @@ def remote_store_kernel(context, target, peer, rank: tl.constexpr, world_size: t
 
 
 def scenario_bad_pointer(ctx):
-    """IRIS_DEBUG=1: a remote store through a pointer that is not on the heap."""
+    """A remote store through a pointer that is not on the heap (a plain torch tensor): refused by
+    default on the cpu backend; on the GPU with IRIS_DEBUG=1 (a device assert)."""
     def act():
         off_heap = torch.zeros(16, dtype=torch.float32, device=ctx.device)
         remote_store_kernel[(1,)](ctx.get_device_context(), off_heap, 0, ctx.rank, ctx.world_size)

@@ -532,6 +532,13 @@ def scenario_argument_errors(ctx):
                  "shape (4,)")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, torch.zeros(5, **f32)), IrisUsageError, ar,
                  "bias must be a 1-D tensor of N=6 values", "(5,)")
+    # a strided bias (6 values, every other of 12): the kernels read the bias as contiguous
+    strided = torch.arange(12, **f32)[::2]
+    for op, call, op_out, op_a in ((ops.matmul_all_reduce, ar, out, a),
+                                  (ops.matmul_reduce_scatter, "iris.collectives.ops.matmul_reduce_scatter",
+                                   torch.zeros(4, 6, **f32), torch.zeros(W * 4, 4, **f32))):
+        expect_error(lambda op=op, op_out=op_out, op_a=op_a: op(ctx, op_out, op_a, b, strided), IrisUsageError, call,
+                     "bias must be contiguous (stride 1), got stride 2", "bias.contiguous()")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(variant="ring")), IrisUsageError,
                  ar, "config.variant='ring'", "one_shot", "two_shot")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(block_m=24)), IrisUsageError,

@@ -185,6 +185,8 @@ def scenario_gradcheck_collectives(ctx):
     global_gradcheck(ctx, "all_reduce", lambda x: F.all_reduce(ctx, x), [("own", own)], "same")
     global_gradcheck(ctx, "all_reduce avg", lambda x: F.all_reduce(ctx, x, "avg"), [("own", own)], "same")
     global_gradcheck(ctx, "reduce_scatter", lambda x: F.reduce_scatter(ctx, x), [("own", own)], "own")
+    # the mean's gradient is the gathered gradient divided by the world size (W times too large without it)
+    global_gradcheck(ctx, "reduce_scatter avg", lambda x: F.reduce_scatter(ctx, x, "avg"), [("own", own)], "own")
     global_gradcheck(ctx, "all_gather", lambda x: F.all_gather(ctx, x), [("own", own)], "own")
     global_gradcheck(ctx, "all_to_all", lambda x: F.all_to_all(ctx, x), [("own", own)], "own")
     global_gradcheck(ctx, "broadcast", lambda x: F.broadcast(ctx, x, W - 1), [("own", own)], "own")

@@ -515,6 +515,13 @@ def scenario_registered_tensors(ctx):
         assert [r.ident for r in reached] == [("registered", (registration.serial, 0)),
                                               ("registered", (registration.serial, 32))], reached
         assert all(r.in_place and r.bases.data_ptr() == registration.bases.data_ptr() for r in reached)
+        if W > 1:
+            # views of it at another place, or of another size, on each rank: no table reaches them
+            # (the registration's would give each peer this rank's offset: the wrong elements), so
+            # every rank stages them
+            moved, sized = mine[8 * rank:8 * rank + 8], mine[:8 * (rank + 1)]
+            assert [r.ident for r in ctx.reach([moved, sized])] == [("staged",), ("staged",)], (
+                "views at different offsets or of different sizes on different ranks must be staged")
         words = registration.table.cpu().tolist()
         assert words[layout.CUR_RANK] == rank and words[layout.NUM_RANKS] == W
         assert words[layout.HEAP_BASES:layout.HEAP_BASES + W] == registration.addresses

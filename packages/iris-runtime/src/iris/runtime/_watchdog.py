@@ -54,10 +54,14 @@ DRAIN_S = 0.3
 _FIELDS = device_watchdog.RECORD_FIELDS
 
 
-def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 0) -> str:
+def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 0, rank: int | None = None) -> str:
     """The report of a stopped wait (``words``: the record's int64 words) as one message; ``behind``
-    has bit r set when rank r had made fewer calls on the tile than the reporting rank."""
+    has bit r set when rank r had made fewer calls on the tile than the reporting rank. ``rank``:
+    the rank whose process holds the record, i.e. the one that waited (the watchdog passes its
+    own); None takes the record's word, which is what the kernel read from the table it was given."""
     r = dict(zip(_FIELDS, words))
+    if rank is not None:
+        r["rank"] = rank
     call = device_watchdog.WAIT_CALLS[r["call"]] if 0 <= r["call"] < len(device_watchdog.WAIT_CALLS) else "an iris wait"
     flag = device_watchdog.WAIT_FLAGS[r["flag"]] if 0 <= r["flag"] < len(device_watchdog.WAIT_FLAGS) else "flag"
     missing = [rank for rank in range(world_size) if behind >> rank & 1]
@@ -166,7 +170,10 @@ class Watchdog:
         if int(self._words[0]) == 0:
             return None
         words = [int(w) for w in self._words]
-        return describe(words, self.world_size, self.timeout_s, self.ranks_behind(words[_FIELDS.index("calls")]))
+        # the waiting rank is this process's, whose kernels alone write this record: named from the
+        # host, not from the word a kernel read out of whatever table it was passed
+        return describe(words, self.world_size, self.timeout_s, self.ranks_behind(words[_FIELDS.index("calls")]),
+                        rank=self.rank)
 
     def ranks_behind(self, calls: int) -> int:
         """Bit r set when rank r's call counter at ``calls`` (an address of this rank's heap; every
