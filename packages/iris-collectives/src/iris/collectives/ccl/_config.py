@@ -17,6 +17,9 @@ VARIANTS = {
     "all_gather": ("pull", "pull_buffered"),
     "all_to_all": ("pull", "pull_buffered"),
     "broadcast": ("pull", "pull_buffered"),
+    "reduce": ("one_shot",),
+    "gather": ("pull",),
+    "scatter": ("pull",),
 }
 
 
