@@ -3,6 +3,8 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
 
 - ``skip``: the last rank skips an all-reduce. The others' waits run out (``IRIS_TIMEOUT_S=3``)
   and the watchdog names the waiting rank, the collective, the flag, the tile and the missing peer.
+- ``recv_without_send``: rank 0 receives from the last rank, which never sends: the watchdog
+  names the recv, the rank, the peer and the tag (2 ranks: one launch).
 - ``kill``: the last rank is SIGKILLed while the others wait in the kernel: the launcher ends
   the job.
 - ``raise``: the last rank raises between two launches while the others wait in the kernel.
@@ -62,6 +64,10 @@ def expected(case: str, nranks: int) -> list[str]:
         # process gone first; MPICH's launcher (CPU CI) ends the job faster and names only the pid.
         "kill": ([rf"process rank {last} with PID \d+ on node \S+ exited on signal 9|iris watchdog: rank {last} "
                   rf"\(pid \d+\) ended without closing"] if CUDA else ["Killed \\(signal 9\\)|signal 9"]),
+        "recv_without_send": [rf"iris watchdog: rank 0 waited {TIMEOUT_S}\.",
+                              re.escape("in iris.collectives.ccl.recv on flag 'ready' of tag 1: it holds 0, "
+                                        f"expected >= 1, still missing: peer {last}"),
+                              re.escape(f"Rank {last} did not make the matching send to rank 0 with tag 1")],
         "raise": [re.escape(f"rank {last} fails on purpose between two launches"), aborted],
         "exhaust": ["CHECK raised HeapExhaustedError", aborted],
         "double_free": ["CHECK raised IrisUsageError", "freed twice", aborted],
@@ -118,7 +124,8 @@ def device_report_ranks(out: str) -> tuple[set[int], set[int]]:
     return named
 
 
-CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer", *MISMATCHES]
+CASES = ["skip", "recv_without_send", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer",
+         *MISMATCHES]
 
 
 @pytest.mark.multirank

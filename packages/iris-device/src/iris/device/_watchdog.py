@@ -133,6 +133,7 @@ def message_header(numel: int, dtype: str) -> int:
     return numel << MESSAGE_DTYPE_BITS | MESSAGE_DTYPES.index(dtype)
 
 
+@triton.constexpr_function  # a constexpr function: kernels reach it through mismatch_text (Triton refuses plain ones)
 def describe_header(header: int) -> str:
     """``"12 x float32"``: what a :func:`message_header` says."""
     code = header & ((1 << MESSAGE_DTYPE_BITS) - 1)
@@ -140,6 +141,7 @@ def describe_header(header: int) -> str:
     return f"{header >> MESSAGE_DTYPE_BITS} x {dtype}"
 
 
+@triton.constexpr_function  # raised from a kernel under the interpreter, printed by the runtime on the GPU
 def mismatch_text(call: str, rank: int, peer: int, tag: int, sent: int, expected: int) -> str:
     """The message of a point-to-point size mismatch (``sent`` and ``expected``: the two headers),
     the same on every backend."""
@@ -393,3 +395,14 @@ def watchdog_report_mismatch(heap_bases, call: tl.constexpr, what: tl.constexpr,
     args = watchdog_arguments(call, what, peer, index, seen, target, None)
     _report(trailer, _drain_word(heap_bases, me, trailer), _MISMATCH, args[0], args[1], me, args[2], args[3],
             args[4], args[5], 0, args[6])
+
+
+@triton.jit
+def watchdog_reported(heap_bases):
+    """1 when a wait of this process has already stopped and written its report (the claim word
+    beside the drain word is taken), else 0: the job is ending, and what a kernel finds after a
+    wait that gave up (a flag short of its target, stale data) must not be reported as another
+    fault. Granularity: per thread. Memory semantics: one relaxed system-scope load."""
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    return _peek(_drain_word(heap_bases, me, trailer) + 1)

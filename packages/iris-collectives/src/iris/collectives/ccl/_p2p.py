@@ -26,6 +26,7 @@ import weakref
 
 import torch
 
+from iris.device import IrisError
 from iris.device._watchdog import MESSAGE_DTYPES, message_header
 from iris.runtime import IrisUsageError
 
@@ -223,11 +224,25 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
         fast = run.fast
         if fast is not None and first == 0 and stop == chunks:
             fast(t, t)  # the whole message: every argument fixed by the key
-        else:
+            return
+        try:
             run(*args(t, first, stop))
+        except Exception as exc:
+            _raise_iris_error_within(exc)
+            raise
 
     plan.chunks, plan.slots = chunks, s.slots
     return plan
+
+
+def _raise_iris_error_within(exc: BaseException) -> None:
+    # Triton's interpreter wraps what a kernel raises (a size mismatch) in its own errors: raise
+    # the library's error itself, which callers can catch by its class.
+    cause = exc
+    while cause is not None and not isinstance(cause, IrisError):
+        cause = cause.__cause__
+    if cause is not None and cause is not exc:
+        raise cause.with_traceback(None) from None
 
 
 def _planned(ctx, direction: str, tensor, peer, tag):
