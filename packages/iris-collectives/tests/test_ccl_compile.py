@@ -1,8 +1,9 @@
 """GPU-path checks of iris.collectives.ccl that need no GPU: every kernel (every variant,
-staged or not, every op, fp32/fp16/bf16/int32/int64; reduce-scatter; the pull kernel's all-gather,
-all-to-all, broadcast, gather and scatter; reduce; the point-to-point send and recv; the barrier) compiled for an H200 (sm_90) in a child process with Triton's
-interpreter off. They catch what the interpreter never sees: compile errors of the GPU paths, flags
-that are not acquired and released at system scope, data paths without vector loads."""
+staged or not, every op, fp32/fp16/bf16/int32/int64; reduce-scatter; the pull kernel's
+all-gather, all-to-all, broadcast, gather and scatter; reduce; the point-to-point send and recv;
+the barrier) compiled for an H200 (sm_90) in a child process with Triton's interpreter off. They
+catch what the interpreter never sees: compile errors of the GPU paths, flags that are not
+acquired and released at system scope, data paths without vector loads."""
 
 from __future__ import annotations
 

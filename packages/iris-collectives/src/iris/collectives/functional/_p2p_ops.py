@@ -1,5 +1,5 @@
-"""Point to point as torch operators: ``iris::send`` (returns nothing, kept by the compiler as a
-side effect) and ``iris::recv`` (a new tensor of the shape and dtype asked for), so that
+"""Point to point as torch operators: ``iris::send`` (returns nothing) and ``iris::recv`` (a new
+tensor of the shape and dtype asked for), both kept by the compiler as side effects, so that
 ``ccl.send`` / ``ccl.recv`` and :func:`iris.collectives.functional.send` / ``recv`` are one node
 each inside ``torch.compile`` instead of a graph break. No gradients: a pipeline's backward sends
 and receives its gradients itself (examples/06_pipeline.py)."""
@@ -39,6 +39,9 @@ def _(ctx, shape, dtype, src, tag=0):
     return torch.empty(shape, dtype=dtype, device=context_of(ctx, "iris::recv").device)
 
 
-# It returns nothing and writes no argument: without this the compiler would drop it as dead code.
+# Both are side effects: a send returns nothing, and a recv whose result goes unused must still
+# take its message, or the next recv of the channel would get it. Without this the compiler would
+# drop them as dead code.
 if hasattr(torch.fx.node, "has_side_effect"):
     torch.fx.node.has_side_effect(torch.ops.iris.send.default)
+    torch.fx.node.has_side_effect(torch.ops.iris.recv.default)
