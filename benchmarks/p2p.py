@@ -184,6 +184,8 @@ class Pair:
 
         self.pingpong = {"ccl": ccl_pingpong if active else nothing, "bcast": bcast_pingpong}
         self.stream = {"ccl": ccl_stream if active else nothing, "bcast": lambda: ccl.broadcast(ctx, self.b, 0)}
+        if peer.kind == "torch symm_mem":
+            self.symm = peer.symmetric(self)  # collective: every rank of the group takes part
         if peer.kind is not None and active:
             self.pingpong.update(peer.pingpong(self, other))
             self.stream.update(peer.stream(self, other))
@@ -228,9 +230,10 @@ class Peer:
         else:
             (self.symm_mem, self.group), self.kind = symm_mem_group(), "torch symm_mem"
 
-    def _symm(self, pair):
-        # A symmetric buffer of the message's size: the peer's as a tensor to copy into, this
-        # rank's to copy out of, and the handle's signals (channel 0: data, channel 1: answer).
+    def symmetric(self, pair):
+        """A symmetric buffer of the message's size and its handle (collective over the group):
+        the peer's buffer to copy into (``get_buffer``), this rank's to copy out of, and the
+        handle's signals (channel 0: a message is there, channel 1: the receiver's answer)."""
         buf = self.symm_mem.empty(pair.x.numel(), dtype=torch.float32, device=pair.x.device)
         handle = self.symm_mem.rendezvous(buf, self.group)
         return buf, handle
@@ -248,7 +251,7 @@ class Peer:
                     d.recv(y, 0)
                     d.send(x, 0)
             return {"nccl": nccl_pingpong}
-        buf, handle = pair.symm = self._symm(pair)
+        buf, handle = pair.symm
         theirs = handle.get_buffer(other, (x.numel(),), torch.float32)
 
         def put(dst):
@@ -273,7 +276,7 @@ class Peer:
         if self.kind == "nccl":
             d = self.dist
             return {"nccl": (lambda: d.send(x, 1)) if r == 0 else (lambda: d.recv(y, 0))}
-        buf, handle = getattr(pair, "symm", None) or self._symm(pair)
+        buf, handle = pair.symm
         theirs = handle.get_buffer(other, (x.numel(),), torch.float32)
         state = {"first": True}
 

@@ -682,6 +682,18 @@ def scenario_p2p_order_and_tags(ctx):
             work = ccl.irecv(ctx, out, 0, tag=tag)
             assert work.wait() and (ctx.device.type == "cuda" or work.is_completed())
             check(out, message(30 + tag, torch.bfloat16, 70 + tag), f"tag {tag}, received last-first")
+    if ctx.device.type == "cuda":  # the send on a stream of the user's, its recv on the current stream
+        stream = torch.cuda.Stream(ctx.device)
+        out = poison(torch.empty(500, device=ctx.device))
+        x = message(500, torch.float32, 60).to(ctx.device)
+        if r == 0:
+            iris.runtime.testing.busy_stream(ctx, 0.1)  # the current stream busy: the side stream is not
+            with torch.cuda.stream(stream):
+                ccl.send(ctx, x, 1, tag=3)
+        else:
+            ccl.recv(ctx, out, 0, tag=3)
+            check(out, message(500, torch.float32, 60), "a send on another stream")
+        torch.cuda.synchronize(ctx.device)
     n = 1300  # 5 chunks of fp32 each way: the exchange needs both directions to progress together
     mine = message(n, torch.float32, 80 + r).to(ctx.device)
     theirs = poison(torch.empty(n, device=ctx.device))
@@ -840,6 +852,9 @@ def scenario_cuda_graph(ctx):
     z = torch.empty(n, device=dev)
     h = torch.empty(W * n, device=dev)
     u = torch.empty(n, device=dev)  # plain tensors registered on the fly in the warm-up
+    p, q = torch.empty(n, device=dev), torch.empty(n, device=dev)  # received point to point
+    ccl.init_p2p(ctx, tags=2)
+    nxt, prev = (r + 1) % W, (r - 1) % W
     stream = torch.cuda.Stream(dev)
 
     def sequence():
@@ -852,6 +867,15 @@ def scenario_cuda_graph(ctx):
         ccl.all_reduce(ctx, z, z, config=ccl.Config(variant="one_shot_buffered"))
         ccl.all_gather(ctx, h, x, config=ccl.Config(variant="pull_buffered"))
         ccl.all_reduce(ctx, u, x, config=ccl.Config(variant="two_shot", register=True))
+        if W > 1:  # a ring on the stream, then one through the side streams, joined back with wait()
+            if r % 2 == 0:
+                ccl.send(ctx, x, nxt)
+                ccl.recv(ctx, p, prev)
+            else:
+                ccl.recv(ctx, p, prev)
+                ccl.send(ctx, x, nxt)
+            for work in (ccl.isend(ctx, x, nxt, tag=1), ccl.irecv(ctx, q, prev, tag=1)):
+                work.wait()
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
@@ -878,6 +902,10 @@ def scenario_cuda_graph(ctx):
         check(h, torch.cat([torch.arange(n, dtype=torch.float32) + k + q for q in range(W)]),
               f"graph replay {k}: pull_buffered all_gather")
         check(u, expected, f"graph replay {k}: all_reduce of tensors registered on the fly")
+        if W > 1:
+            sent = torch.arange(n, dtype=torch.float32) + k + prev
+            check(p, sent, f"graph replay {k}: recv")
+            check(q, sent, f"graph replay {k}: irecv")
 
 
 if __name__ == "__main__":

@@ -126,12 +126,12 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     grid = _positive(call, "grid", _default_grid(ctx) if grid is None else grid)
     num_warps = _positive(call, "num_warps", num_warps, power_of_two=True)
     mine = P2PSettings(tags, slots, chunk_bytes, block_bytes, grid, num_warps)
-    everyone = ctx.comm.allgather(dataclasses.astuple(mine))
-    for rank, theirs in enumerate(everyone):
-        if theirs[:3] + theirs[3:4] + theirs[5:] != everyone[0][:4] + everyone[0][5:]:
+    everyone = [P2PSettings(*values) for values in ctx.comm.allgather(dataclasses.astuple(mine))]
+    for rank, theirs in enumerate(everyone):  # the grid may differ (each rank's default): the smallest counts
+        if dataclasses.replace(theirs, grid=0) != dataclasses.replace(everyone[0], grid=0):
             raise IrisUsageError(f"{call}: rank 0 passed {_describe(everyone[0])} but rank {rank} "
                                  f"{_describe(theirs)}; pass the same settings on every rank")
-    settings = dataclasses.replace(mine, grid=min(t[4] for t in everyone))  # every rank launches the same grid
+    settings = dataclasses.replace(mine, grid=min(t.grid for t in everyone))  # both ends launch the same grid
     if _workspace.lookup(ctx, MAILBOXES) is not None:
         ctx.barrier()  # no rank's message is still moving through the old mailboxes
         _workspace.drop(ctx, MAILBOXES)
@@ -148,8 +148,9 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     return settings
 
 
-def _describe(values) -> str:
-    return ", ".join(f"{f.name}={v}" for f, v in zip(dataclasses.fields(P2PSettings), values))
+def _describe(settings: P2PSettings) -> str:
+    return ", ".join(f"{f.name}={getattr(settings, f.name)}" for f in dataclasses.fields(P2PSettings)
+                     if f.name != "grid")
 
 
 def _mailboxes(ctx, call: str):
