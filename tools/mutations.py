@@ -188,6 +188,18 @@ MUTATIONS = [
                "            self._by_key[key] = registration.serial\n        self.generation += 1\n"
                "        ctx.registrations_generation += 1\n", 1)],
              [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="dropped the plans"),
+    Mutation("p2p-no-credit", "ccl.send waits for the receiver's credit before it reuses an inbox slot",
+             [(f"{COLL}/ccl/_p2p_kernels.py", "        if c >= slots:  # the slot's previous chunk must have been taken out\n",
+               "        if c < 0:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "p2p_order_and_tags")], expect="with tag 2 of 1500 x float32"),
+    Mutation("p2p-size-unchecked", "ccl.recv compares the message's size and dtype with its own",
+             [(f"{COLL}/ccl/_p2p_kernels.py", "        if sent == header:\n", "        if True:\n", 1),
+              (f"{COLL}/ccl/_p2p_kernels.py", "        if sent != header:\n", "        if False:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "p2p_errors")], expect="IrisMessageSizeError"),
+    Mutation("p2p-recv-dead-code", "inside torch.compile an unused recv still takes its message",
+             [(f"{COLL}/functional/_p2p_ops.py", "    torch.fx.node.has_side_effect(torch.ops.iris.recv.default)\n",
+               "    pass\n", 1)],
+             [("worker", "2", "torch_ops_worker.py", "p2p_compiles_fullgraph")], expect="received a message"),
     Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
              [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
                "bias if ctx.rank == 0 else None", 1),
@@ -312,7 +324,7 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "unfused-gather-no-copy-out", "all-gather-registers-by-input",
          "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
          "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
-         "reduce-scatter-avg-grad-not-divided"]
+         "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code"]
 
 
 def copy_packages(root: str) -> None:

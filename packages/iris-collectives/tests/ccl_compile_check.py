@@ -21,6 +21,7 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 import triton  # noqa: E402
 
 from iris.collectives.ccl import _kernels as K  # noqa: E402
+from iris.collectives.ccl import _p2p_kernels as P  # noqa: E402
 from iris.device.testing import compile_ptx  # noqa: E402
 
 PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32", "int64": "*i64"}
@@ -60,6 +61,26 @@ def cases():
                        sig("inp src out locks src_bases", dt, "m src_stride chunk half root"),
                        dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
                        ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
+            for mode, name in ((3, "gather"), (4, "scatter")):
+                if variant == "pull":
+                    yield (f"{name}/{variant}/{dt}", K.pull_kernel,
+                           sig("inp src out locks src_bases", dt, "m src_stride chunk half root"),
+                           dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=False, **TILE),
+                           ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
+    for dt, op in (("fp32", "sum"), ("bf16", "avg"), ("int64", "prod")):
+        for stage in (False, True):
+            yield (f"reduce/one_shot/{dt}/{op}/stage{int(stage)}", K.reduce_kernel,
+                   sig("inp src out locks src_bases", dt, "n chunk root"),
+                   dict(rank=0, world_size=4, OP=OPS[op], STAGE_IN=stage, **TILE),
+                   ("inp", "src", "out", "src_bases", "n", "chunk"))
+    for dt in ("fp32", "bf16", "int64"):
+        for name, kernel, data, counted in (("send", P.send_kernel, "inp", "sent"),
+                                            ("recv", P.recv_kernel, "out", "received")):
+            signature = {"context": "*i64", data: PTR[dt], "inbox": PTR[dt], "headers": "*i64", "ready": "*i32",
+                         "credit": "*i32", counted: "*i32", "n": "i32", "header": "i64"}
+            signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop", "peer", "tag")})
+            yield (f"{name}/{dt}", kernel, signature, dict(rank=1, BLOCK=4096 if dt == "bf16" else 2048),
+                   (data, "inbox", "n", "chunk"))
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", ""), dict(rank=0, world_size=2), ())
 
 
@@ -68,6 +89,7 @@ def counts(ptx: str) -> dict:
         "acquire_sys_loads": len(re.findall(r"ld\.acquire\.sys", ptx)),
         "release_sys": len(re.findall(r"\.release\.sys|fence\.acq_rel\.sys", ptx)),
         "vector_loads": len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
+        "bar_sync": len(re.findall(r"bar\.sync|barrier\.sync", ptx)),
     }
 
 

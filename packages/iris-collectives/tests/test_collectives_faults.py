@@ -3,6 +3,10 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
 
 - ``skip``: the last rank skips an all-reduce. The others' waits run out (``IRIS_TIMEOUT_S=3``)
   and the watchdog names the waiting rank, the collective, the flag, the tile and the missing peer.
+- ``recv_without_send``: rank 0 receives from the last rank, which never sends: the watchdog
+  names the recv, the rank, the peer and the tag (2 ranks: one launch).
+- ``message_size`` (GPU only; the cpu backend's error is a ccl_worker.py scenario): the last rank
+  receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job.
 - ``kill``: the last rank is SIGKILLed while the others wait in the kernel: the launcher ends
   the job.
 - ``raise``: the last rank raises between two launches while the others wait in the kernel.
@@ -65,6 +69,12 @@ def expected(case: str, nranks: int) -> list[str]:
         # process gone first; MPICH's launcher (CPU CI) ends the job faster and names only the pid.
         "kill": ([rf"process rank {last} with PID \d+ on node \S+ exited on signal 9|iris watchdog: rank {last} "
                   rf"\(pid \d+\) ended without closing"] if CUDA else ["Killed \\(signal 9\\)|signal 9"]),
+        "recv_without_send": [rf"iris watchdog: rank 0 waited {TIMEOUT_S}\.",
+                              re.escape("in iris.collectives.ccl.recv on flag 'ready' of tag 1: it holds 0, "
+                                        f"expected >= 1, still missing: peer {last}"),
+                              re.escape(f"Rank {last} did not make the matching send to rank 0 with tag 1")],
+        "message_size": [re.escape(f"iris watchdog: iris.collectives.ccl.recv: rank {last} received a message from "
+                                   f"rank 0 with tag 0 of 10 x float32, but this call expects 12 x float32")],
         "raise": [re.escape(f"rank {last} fails on purpose between two launches"), aborted],
         "exhaust": ["CHECK raised HeapExhaustedError", aborted],
         "double_free": ["CHECK raised IrisUsageError", "freed twice", aborted],
@@ -125,7 +135,8 @@ def device_report_ranks(out: str) -> tuple[set[int], set[int]]:
     return named
 
 
-CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer", *MISMATCHES]
+CASES = ["skip", "recv_without_send", *(["message_size"] if CUDA else []), "kill", "raise", "exhaust", "double_free",
+         "foreign", "bad_pointer", *MISMATCHES]
 
 
 @pytest.mark.multirank

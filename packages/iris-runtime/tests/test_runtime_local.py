@@ -289,6 +289,30 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
     dog.close()
 
 
+def test_watchdog_report_names_the_tag_of_a_message_and_a_size_mismatch():
+    from iris.device import _watchdog as device_watchdog
+    from iris.runtime._watchdog import describe
+
+    def words(state, call, flag, rank, peer, index, seen, target):
+        return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
+                index, seen, target, 3 * 10**9, 0]
+
+    recv = describe(words(1, "iris.collectives.ccl.recv", "ready", 2, 1, 5, 0, 1), world_size=4, timeout_s=3)
+    for text in ("rank 2 waited 3.0 s in iris.collectives.ccl.recv on flag 'ready' of tag 5", "still missing: peer 1",
+                 "Rank 1 did not make the matching send to rank 2 with tag 5", "IRIS_TIMEOUT_S"):
+        assert text in recv, (text, recv)
+    send = describe(words(1, "iris.collectives.ccl.send", "credit", 0, 3, 0, 2, 3), world_size=4, timeout_s=3)
+    assert "Rank 3 did not make the matching recv from rank 0 with tag 0" in send, send
+    sent = device_watchdog.message_header(10, "bfloat16")
+    expected = device_watchdog.message_header(12, "float32")
+    mismatch = describe(words(device_watchdog.STATE_MISMATCH, "iris.collectives.ccl.recv", "message size", 1, 0, 3,
+                              sent, expected), world_size=2, timeout_s=3)
+    for text in ("iris watchdog: iris.collectives.ccl.recv: rank 1 received a message from rank 0 with tag 3 of "
+                 "10 x bfloat16, but this call expects 12 x float32", "same number of elements and dtype",
+                 "Ending the job"):
+        assert text in mismatch, (text, mismatch)
+
+
 @pytest.mark.skipif(not os.path.isdir(testing.SHM_DIR), reason="no /dev/shm here: MPICH keeps no segments there")
 def test_dead_mpich_segments_are_removed_and_live_ones_kept(monkeypatch):
     monkeypatch.setattr(testing, "_YOUNG_S", 0.3)  # keeps the test short; the rule is the same

@@ -282,3 +282,22 @@ def barrier_exchange_kernel(context, buf, flags, out, value, epoch, rank: tl.con
     width = tl.num_programs(0) * BLOCK
     for q in tl.static_range(world_size):
         tl.store(out + q * width + offs, load(buf + offs, rank, q, ctx.heap_bases))
+
+
+@triton.jit
+def message_ring_kernel(context, x, inbox, flags, out, n, rounds, before, rank: tl.constexpr,
+                        world_size: tl.constexpr, BLOCK: tl.constexpr):
+    """``rounds`` messages of ``n`` elements to the next rank with ``put_with_signal`` (message k
+    from ``x + k * BLOCK`` into the next rank's ``inbox + k * BLOCK``, one counter for all), then
+    ``wait_signal`` for each from the rank before (the counter's ``before + k + 1``-th signal) and
+    a copy of it into ``out``. One program."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    nxt = (rank + 1) % world_size
+    for k in range(rounds):
+        ic.put_with_signal(x + k * BLOCK + offs, inbox + k * BLOCK + offs, flags, rank, nxt, ctx.heap_bases,
+                           mask=mask)
+    for k in range(rounds):
+        ic.wait_signal(flags, before + k + 1, ctx.heap_bases, peer=(rank + world_size - 1) % world_size, index=0)
+        tl.store(out + k * BLOCK + offs, tl.load(inbox + k * BLOCK + offs, mask=mask), mask=mask)

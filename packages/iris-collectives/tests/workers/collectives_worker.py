@@ -590,6 +590,29 @@ def scenario_device_barrier_waits_for_late_ranks(ctx):
     assert arrivals == [launches * ctx.world_size] * BARRIER_PROGRAMS, arrivals
 
 
+def scenario_put_with_signal_ring(ctx):
+    """Messages between kernels: every rank puts 3 blocks into the next rank's inbox with
+    put_with_signal (one counter), the next waits for each with wait_signal and reads it; twice,
+    back to back, the counter never reset."""
+    W, r, n, block, rounds = ctx.world_size, ctx.rank, 100, 128, 3
+    inbox = ctx.zeros(rounds * block, dtype=torch.float32)
+    flags = ctx.zeros(1, dtype=torch.int32)
+    out = torch.zeros(rounds * block, device=ctx.device)
+    ctx.barrier()
+    prev = (r - 1) % W
+    for launch in range(2):
+        x = (torch.arange(rounds * block, dtype=torch.float32) + 1000 * r + 100 * launch).to(ctx.device)
+        K.message_ring_kernel[(1,)](ctx.get_device_context(), x, inbox, flags, out, n, rounds, launch * rounds, r, W,
+                                    block)
+        ctx.barrier()  # the next launch overwrites the inboxes
+        expected = torch.arange(rounds * block, dtype=torch.float32) + 1000 * prev + 100 * launch
+        got = out.cpu().view(rounds, block)[:, :n]
+        assert torch.equal(got, expected.view(rounds, block)[:, :n]), (launch, got[:, :4])
+    assert int(flags.item()) == 2 * rounds
+    for t in (inbox, flags):
+        ctx.free(t)
+
+
 # --- tracing -------------------------------------------------------------------------------------
 
 COLLECTIVE_EVENT, BARRIER_EVENT = EVENT_IDS["collective"], EVENT_IDS["barrier"]

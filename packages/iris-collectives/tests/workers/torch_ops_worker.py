@@ -179,6 +179,49 @@ def scenario_front_doors_compile_fullgraph(ctx):
     assert len(codes) == 1 and f"({F.handle_of(ctx)}, " in codes[0], codes
 
 
+def scenario_p2p_compiles_fullgraph(ctx):
+    # ccl.send / ccl.recv and functional.send / recv inside torch.compile(fullgraph=True): one
+    # iris:: node each, kept in the order traced, the messages right; a recv whose result goes
+    # unused still takes its message (a side effect), or the next call would get it
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    ccl.init_p2p(ctx, tags=2)
+    if W == 1:
+        return
+    nxt, prev = (r + 1) % W, (r - 1) % W
+
+    def exchange(send, recv):  # even ranks send first: no cycle of senders
+        if r % 2 == 0:
+            send()
+            return recv()
+        out = recv()
+        send()
+        return out
+
+    def model(x):
+        y = torch.empty_like(x)
+        exchange(lambda: ccl.send(ctx, x * 2, nxt), lambda: ccl.recv(ctx, y, prev))
+        z = exchange(lambda: F.send(ctx, y + 1, nxt, tag=1), lambda: F.recv(ctx, x.shape, x.dtype, prev, tag=1))
+        exchange(lambda: F.send(ctx, x[0, :2] + 0, nxt), lambda: F.recv(ctx, (2,), x.dtype, prev))  # unused
+        return y, z
+
+    def x_of(rank):
+        return ints((3, 4), 300 + rank, dev)
+
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    for fn in (model, torch.compile(model, backend="aot_eager", fullgraph=True),
+               torch.compile(model, backend=capture, fullgraph=True)):
+        y, z = fn(x_of(r))
+        same(2 * x_of(prev), y, "ccl.recv in a compiled model")
+        same(2 * x_of((prev - 1) % W) + 1, z, "functional.recv in a compiled model")
+    assert codes[0].count("iris.send") == 3 and codes[0].count("iris.recv") == 3, codes[0]
+
+
 def scenario_gradcheck_collectives(ctx):
     W = ctx.world_size
     own = rand((W, 2 * W, 3), 100)

@@ -15,8 +15,12 @@ Host-callable fused GEMM + communication built on them live in :mod:`iris.collec
 per call on torch's current stream.
 
 Host-callable collectives on whole tensors live in :mod:`iris.collectives.ccl` (``all_reduce``,
-``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``barrier``;
+``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``reduce``, ``gather``, ``scatter``,
+``barrier``, and point to point ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``;
 ``from iris.collectives import ccl``), built on the same tile collectives and flags.
+
+Point-to-point messages inside a kernel: :func:`put_with_signal` on the sender, :func:`wait_signal`
+on the receiver.
 
 Example::
 
@@ -43,11 +47,12 @@ import iris.runtime  # noqa: F401
 from . import functional  # noqa: F401
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
 from ._context import CollectiveMethods, DeviceContext
-from ._errors import IrisCallMismatchError, IrisWaitTimeoutError
+from ._errors import IrisCallMismatchError, IrisMessageSizeError, IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
 from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
 from ._ring import RING_MAX_TILES, all_reduce_ring
+from ._signals import put_with_signal, wait_signal
 from ._sync import BARRIER_WORDS, LOCK_WORDS, device_barrier, signal, wait_at_least
 from ._version import __version__
 from ._views import TensorView, Tile, TileRange, TileView, cdiv, tile_coords, tile_id_of
@@ -59,6 +64,7 @@ __all__ = [
     "CollectiveMethods",
     "DeviceContext",
     "IrisCallMismatchError",
+    "IrisMessageSizeError",
     "IrisWaitTimeoutError",
     "TensorView",
     "Tile",
@@ -78,6 +84,7 @@ __all__ = [
     "gather",
     "lock_words",
     "num_tiles",
+    "put_with_signal",
     "reduce_scatter",
     "reduce_scatter_owner",
     "reduce_scatter_tiles",
@@ -86,4 +93,5 @@ __all__ = [
     "tile_id_of",
     "two_shot_rows",
     "wait_at_least",
+    "wait_signal",
 ]

@@ -64,6 +64,10 @@ def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 
         r["rank"] = rank
     call = device_watchdog.WAIT_CALLS[r["call"]] if 0 <= r["call"] < len(device_watchdog.WAIT_CALLS) else "an iris wait"
     flag = device_watchdog.WAIT_FLAGS[r["flag"]] if 0 <= r["flag"] < len(device_watchdog.WAIT_FLAGS) else "flag"
+    if r["state"] == device_watchdog.STATE_MISMATCH:
+        text = device_watchdog.mismatch_text(call, r["rank"], r["peer"], r["index"], r["seen"], r["target"])
+        return f"iris watchdog: {text}. Ending the job."
+    tagged = call in device_watchdog.TAGGED_CALLS  # point to point: the index is the message's tag
     missing = [rank for rank in range(world_size) if behind >> rank & 1]
     if missing:
         peers = f"rank(s) {', '.join(map(str, missing))}, which had not made this call on the tile"
@@ -73,14 +77,19 @@ def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 
         peers = f"peer {1 - r['rank']}"
     else:
         peers = f"{r['target'] - r['seen']} arrival(s) from the other {world_size - 1} ranks"
-    where = (f"in {call} on flag '{flag}' of tile/slot {r['index']}: it holds {r['seen']}, expected >= {r['target']}, "
-             f"still missing: {peers}")
+    where = (f"in {call} on flag '{flag}' of {'tag' if tagged else 'tile/slot'} {r['index']}: it holds {r['seen']}, "
+             f"expected >= {r['target']}, still missing: {peers}")
     if r["state"] == device_watchdog.STATE_TIMED_OUT:
-        return (f"iris watchdog: rank {r['rank']} waited {r['waited_ns'] / 1e9:.1f} s {where}. A rank did not make the "
-                f"matching call (every rank must call each collective for the same tiles, in the same order, with "
-                f"the same grid), died, or is slower than the timeout ({timeout_s:g} s) allows: raise it with "
-                f"IRIS_TIMEOUT_S or iris.runtime.iris(timeout_s=...), or set 0 to switch the watchdog off. "
-                f"Ending the job.")
+        if tagged:
+            matching = f"recv from rank {r['rank']}" if call.endswith(".send") else f"send to rank {r['rank']}"
+            cause = (f"Rank {r['peer']} did not make the matching {matching} with tag {r['index']} (the calls of a "
+                     f"peer and tag pair up in the order they are made)")
+        else:
+            cause = ("A rank did not make the matching call (every rank must call each collective for the same tiles, "
+                     "in the same order, with the same grid)")
+        return (f"iris watchdog: rank {r['rank']} waited {r['waited_ns'] / 1e9:.1f} s {where}. {cause}, died, or is "
+                f"slower than the timeout ({timeout_s:g} s) allows: raise it with IRIS_TIMEOUT_S or "
+                f"iris.runtime.iris(timeout_s=...), or set 0 to switch the watchdog off. Ending the job.")
     cause = ("a wait timed out on some rank (its report says which)"
              if r["state"] == device_watchdog.STATE_DRAINED else "a rank failed (see its message)")
     waited = r["waited_ns"] / 1e9
@@ -241,15 +250,16 @@ class Watchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
-            if int(self._words[0]) == device_watchdog.STATE_TIMED_OUT:
-                # A wait of this rank ran out of time: every rank's waits stop and report theirs.
+            # A wait of this rank ran out of time, or a message of this rank's had the wrong size:
+            # every rank's waits stop and report theirs.
+            first = int(self._words[0]) in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_MISMATCH)
+            if first:
                 self.drain_all(device_watchdog.DRAIN_TIMED_OUT)
             message = self.report()
             if message is not None:
                 # The rank that timed out ends the job after a grace period, so that the others'
                 # reports get out; the ranks it drained only if it could not.
-                timed_out = int(self._words[0]) == device_watchdog.STATE_TIMED_OUT
-                self._abort(message, GRACE_S if timed_out else 10 * GRACE_S)
+                self._abort(message, GRACE_S if first else 10 * GRACE_S)
                 return
             dead = self._dead_peer()
             if dead is not None:

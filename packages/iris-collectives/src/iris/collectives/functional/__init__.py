@@ -10,6 +10,8 @@ directly otherwise (the operator's dispatch costs more host time than their whol
 
 - :func:`all_reduce`, :func:`reduce_scatter`, :func:`all_gather`, :func:`all_to_all`,
   :func:`broadcast`: as in :mod:`iris.collectives.ccl`, ``x`` in, the result out;
+- :func:`send` and :func:`recv` (point to point, no gradient): ``recv(ctx, shape, dtype, src)``
+  returns a new tensor;
 - :func:`matmul_all_reduce`, :func:`matmul_reduce_scatter`, :func:`all_gather_matmul`,
   :func:`matmul_all_gather`: as in :mod:`iris.collectives.ops`, ``(ctx, a, b, bias=None,
   config=None, out_dtype=None)``, the result in ``out_dtype`` (default ``a``'s).
@@ -41,7 +43,7 @@ from ..ccl._config import Config as _CclConfig
 from ..ops._config import Config as _OpsConfig
 
 # registers the operators, and the front doors' compiled form (_front)
-from . import _collective_ops, _front, _fused_ops  # noqa: F401
+from . import _collective_ops, _front, _fused_ops, _p2p_ops  # noqa: F401
 from ._collective_ops import DIFFERENTIABLE_OPS
 from ._handles import context_of, encode_config, handle_of
 from ._sum_gradients import sum_gradients
@@ -83,6 +85,18 @@ def broadcast(ctx, x: torch.Tensor, src: int, config=None) -> torch.Tensor:
     """Rank ``src``'s ``x`` on every rank, as a new tensor. Gradient: every rank's, summed, on rank
     ``src``; zero elsewhere."""
     return torch.ops.iris.broadcast(handle_of(ctx), x, src, _ccl_config(config, "broadcast"))
+
+
+def send(ctx, x: torch.Tensor, dst: int, tag: int = 0) -> None:
+    """``x`` to rank ``dst`` (see :func:`iris.collectives.ccl.send`), as the operator ``iris::send``:
+    one node inside ``torch.compile``, kept as a side effect. No gradient."""
+    torch.ops.iris.send(handle_of(ctx), x, dst, tag)
+
+
+def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0) -> torch.Tensor:
+    """A new tensor of ``shape`` and ``dtype`` on the context's device holding what rank ``src``
+    sends with ``tag`` (see :func:`iris.collectives.ccl.recv`), as the operator ``iris::recv``."""
+    return torch.ops.iris.recv(handle_of(ctx), list(shape), dtype, src, tag)
 
 
 def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
@@ -131,6 +145,8 @@ __all__ = [
     "matmul_all_gather",
     "matmul_all_reduce",
     "matmul_reduce_scatter",
+    "recv",
     "reduce_scatter",
+    "send",
     "sum_gradients",
 ]

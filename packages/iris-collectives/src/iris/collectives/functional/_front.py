@@ -16,7 +16,7 @@ from iris.runtime import IrisUsageError
 from .._compiling import use_front
 from ..ccl._config import Config as CclConfig
 from ..ops._config import Config as OpsConfig
-from . import _collective_ops, _fused_ops  # noqa: F401  (registers the operators)
+from . import _collective_ops, _fused_ops, _p2p_ops  # noqa: F401  (registers the operators)
 from ._handles import encode_config, handle_of
 
 
@@ -42,6 +42,15 @@ def broadcast(ctx, tensor, src, config=None):
 
 def barrier(ctx) -> None:
     torch.ops.iris.barrier(handle_of(ctx))
+
+
+def send(ctx, tensor, dst, tag=0) -> None:
+    torch.ops.iris.send(handle_of(ctx), tensor, dst, tag)
+
+
+def recv(ctx, tensor, src, tag=0):
+    """``tensor`` = what rank ``src`` sends, through ``iris::recv``."""
+    return tensor.copy_(torch.ops.iris.recv(handle_of(ctx), list(tensor.shape), tensor.dtype, src, tag))
 
 
 def fused(name: str, ctx, out, a, b, bias=None, config=None):
