@@ -108,7 +108,8 @@ WAIT_CALLS = ("an iris wait", "iris.collectives.wait_at_least", "iris.collective
               "iris.collectives.device_barrier", "iris.collectives.all_gather", "iris.collectives.gather",
               "iris.collectives.all_to_all", "iris.collectives.all_reduce_atomic",
               "iris.collectives.ops.matmul_reduce_scatter", "iris.collectives.ops.all_gather_matmul",
-              "iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast")
+              "iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast",
+              "iris.collectives.all_reduce_rmsnorm")
 WAIT_FLAGS = ("flag", "arrivals", "ready", "done", "entered", "mutex", "credit", "partial", "result",
               "done reading")
 
