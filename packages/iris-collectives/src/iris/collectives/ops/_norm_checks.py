@@ -23,21 +23,14 @@ FP8 = torch.float8_e4m3fn
 MAX_HIDDEN = 65536
 
 
-def _float(call: str, name: str, t, kinds=FLOATS) -> None:
-    if isinstance(t, torch.Tensor) and t.dtype not in kinds:
-        raise UnsupportedDtypeError(f"{call}: {name} has dtype {t.dtype}; pass one of "
-                                    f"{', '.join(str(d) for d in kinds)} (convert with .to(...))")
-
-
-def _like(call: str, ctx, name: str, t, partial: torch.Tensor, dtype_too: bool = True) -> None:
-    """``t`` is a contiguous tensor on the context's device with ``partial``'s shape (and dtype)."""
-    if dtype_too:
-        _float(call, name, t)
-    check_tensor(call, ctx, name, t)
+def _like(call: str, ctx, name: str, t, partial: torch.Tensor, dtypes=None) -> None:
+    """``t`` is a contiguous tensor on the context's device with ``partial``'s shape, and its dtype
+    (or, with ``dtypes``, one of those)."""
+    check_tensor(call, ctx, name, t, dtypes or FLOATS)
     if t.shape != partial.shape:
         raise IrisUsageError(f"{call}: {name} has shape {tuple(t.shape)} but partial {tuple(partial.shape)}; pass "
                              f"a {name} of partial's shape")
-    if dtype_too and t.dtype != partial.dtype:
+    if dtypes is None and t.dtype != partial.dtype:
         raise UnsupportedDtypeError(f"{call}: {name} is {t.dtype} but partial is {partial.dtype}; pass both in one "
                                     f"dtype")
 
@@ -59,8 +52,7 @@ def _disjoint(call: str, tensors: dict, allowed=()) -> None:
 def check_call(call: str, ctx, out, residual_out, partial, residual, weight, eps, scale) -> int:
     """Every check of a call; returns its quantisation (``_all_reduce_norm.NO_SCALE``,
     ``ROW_SCALES`` or ``TENSOR_SCALE``)."""
-    _float(call, "partial", partial)
-    check_tensor(call, ctx, "partial", partial)
+    check_tensor(call, ctx, "partial", partial, FLOATS)
     if partial.dim() == 0:
         raise IrisUsageError(f"{call}: partial is a scalar; pass rows of activations, shape [..., hidden]")
     hidden = partial.shape[-1]
@@ -72,13 +64,11 @@ def check_call(call: str, ctx, out, residual_out, partial, residual, weight, eps
         _like(call, ctx, "residual", residual, partial)
     if residual_out is not None:
         _like(call, ctx, "residual_out", residual_out, partial)
-    _float(call, "weight", weight)
-    check_tensor(call, ctx, "weight", weight)
+    check_tensor(call, ctx, "weight", weight, FLOATS)
     if tuple(weight.shape) != (hidden,):
         raise IrisUsageError(f"{call}: weight has shape {tuple(weight.shape)}; pass one weight per column of the "
                              f"rows, shape ({hidden},)")
-    _float(call, "out", out, (*FLOATS, FP8))
-    _like(call, ctx, "out", out, partial, dtype_too=False)
+    _like(call, ctx, "out", out, partial, (*FLOATS, FP8))
     if out.dtype not in (partial.dtype, FP8):
         raise UnsupportedDtypeError(f"{call}: out is {out.dtype} but partial is {partial.dtype}; pass an out of "
                                     f"partial's dtype, or torch.float8_e4m3fn (with scale=) for fp8")
@@ -105,8 +95,7 @@ def _check_scale(call: str, ctx, out, partial, scale) -> int:
         raise IrisUsageError(f"{call}: an fp8 out needs scale=: a float32 tensor of shape () or (1,) holding the "
                              f"per-tensor scale the call divides by, or of shape "
                              f"{tuple(partial.shape[:-1]) + (1,)} where it writes each row's scale")
-    _float(call, "scale", scale, (torch.float32,))
-    check_tensor(call, ctx, "scale", scale)
+    check_tensor(call, ctx, "scale", scale, (torch.float32,))
     if tuple(scale.shape) in ((), (1,)):
         return TENSOR_SCALE.value
     if partial.dim() >= 2 and scale.shape == partial.shape[:-1] + (1,):
