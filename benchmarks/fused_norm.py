@@ -68,6 +68,9 @@ def parse_args(argv=None):
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--graph", type=int, default=20, metavar="CALLS", help="calls per CUDA graph (0: no graphs)")
     p.add_argument("--no-peer", action="store_true", help="skip torch's symmetric-memory all-reduces")
+    p.add_argument("--torch-two-shot-max-ranks", type=int, default=4, metavar="W",
+                   help="with more ranks sharing a GPU, torch's two-shot all-reduce is not timed: it stalled with 8 "
+                        "ranks on one H200 (docs/performance.md)")
     p.add_argument("--no-compile", action="store_true", help="skip the compiled norms")
     p.add_argument("--quick", action="store_true", help="tiny shapes, one timed call (runs on the cpu backend)")
     p.add_argument("--out", default=None, help="folder for the JSON, Markdown and PNG (default: results/ on a GPU)")
@@ -141,8 +144,14 @@ def add_norm(s, residual, weight):
 class Peers:
     """torch's symmetric-memory all-reduces over the same ranks, or why not."""
 
-    def __init__(self, ctx, enabled: bool):
+    def __init__(self, ctx, enabled: bool, two_shot_max_ranks: int = 4):
         self.reason = None
+        #: why torch's two-shot is not timed, or None
+        self.two_shot_reason = None
+        if ctx.ranks_on_device > two_shot_max_ranks:
+            self.two_shot_reason = (f"torch's two_shot_all_reduce_ not timed with {ctx.ranks_on_device} ranks "
+                                    f"sharing a GPU (it stalled there; --torch-two-shot-max-ranks "
+                                    f"{two_shot_max_ranks})")
         if not enabled:
             self.reason = "disabled with --no-peer"
         elif ctx.device.type != "cuda":
@@ -176,7 +185,10 @@ class Peers:
             symm.two_shot_all_reduce_(buf, "sum", self.group)
             return buf
 
-        return {"torch1": (one_shot, lambda: buf.copy_(partial)), "torch2": (two_shot, lambda: buf.copy_(partial))}
+        calls = {"torch1": (one_shot, lambda: buf.copy_(partial)), "torch2": (two_shot, lambda: buf.copy_(partial))}
+        if self.two_shot_reason:
+            del calls["torch2"]
+        return calls
 
 
 def measure(ctx, timer, peers, compiled_norm, M: int, H: int, args) -> dict:
@@ -340,12 +352,14 @@ def run(args) -> dict:
     shapes = [(M, H) for H in args.hidden for M in args.tokens] + [(M, max(args.hidden)) for M in args.prefill]
     biggest = max(M * H for M, H in shapes) * dtype.itemsize
     ctx = iris.runtime.iris(heap_size=6 * biggest + (256 << 20))
-    timer, peers = Timer(ctx, args), Peers(ctx, not args.no_peer)
+    timer, peers = Timer(ctx, args), Peers(ctx, not args.no_peer, args.torch_two_shot_max_ranks)
     compiled_norm, notes = None, []
     if not args.no_compile:
         compiled_norm = torch.compile(add_norm, backend="inductor" if ctx.device.type == "cuda" else "aot_eager")
     if peers.reason:
         notes.append(f"torch columns: {peers.reason}")
+    elif peers.two_shot_reason:
+        notes.append(peers.two_shot_reason)
     if ctx.device.type != "cuda":
         notes.append("cpu backend (Triton's interpreter): times show that the code paths run, not performance")
     result = {"world_size": ctx.world_size, "ranks_per_gpu": ctx.ranks_on_device, "backend": ctx.device.type,
