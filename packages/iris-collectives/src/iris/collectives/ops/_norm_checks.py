@@ -89,8 +89,9 @@ def _check_scale(call: str, ctx, out, partial, scale) -> int:
     if interpreter_enabled():
         raise UnsupportedDtypeError(
             f"{call}: an fp8 out (torch.float8_e4m3fn) runs on the GPU only: Triton's interpreter, which runs the "
-            f"kernels of the cpu backend, converts fp32 to e4m3 wrongly (subnormals flushed to zero, values past "
-            f"448 not saturated); pass an out of partial's dtype ({partial.dtype}) there, and quantise with torch")
+            f"kernels of the cpu backend, converts fp32 to e4m3 wrongly (subnormals flushed to zero, values that "
+            f"round up to a power of two halved); pass an out of partial's dtype ({partial.dtype}) there, and "
+            f"quantise with torch")
     if scale is None:
         raise IrisUsageError(f"{call}: an fp8 out needs scale=: a float32 tensor of shape () or (1,) holding the "
                              f"per-tensor scale the call divides by, or of shape "
