@@ -242,6 +242,15 @@ MUTATIONS = [
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
+    Mutation("rmsnorm-of-rounded-residual", "all_reduce_residual_rmsnorm normalises the fp32 sum (rounded once)",
+             [(f"{COLL}/_all_reduce_norm.py", "    y = rms_norm_rows(acc, weight, cols, N, eps)\n",
+               "    y = rms_norm_rows(round_to(acc, out_ty).to(tl.float32), weight, cols, N, eps)\n", 1)],
+             [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm")], expect="not of the rounded residual"),
+    Mutation("rmsnorm-two-shot-stores-locally", "all_reduce_rmsnorm's two-shot writes every rank's share everywhere",
+             [(f"{COLL}/_all_reduce_norm.py", "        if target == ctx.rank and local_ptrs is not None:\n",
+               "        if target != ctx.rank:\n            pass\n        elif local_ptrs is not None:\n", 1)],
+             [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm"),
+              ("worker", "3", "collectives_worker.py", "all_reduce_rmsnorm")], expect="elements differ"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -254,7 +263,7 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
          "unfused-bias-early", "fp32-inputs-stay-fused", "fp32-precision-always-tf32",
          "unfused-gather-no-copy-out", "all-gather-registers-by-input",
-         "unfused-bias-rounded-first"]
+         "unfused-bias-rounded-first", "rmsnorm-of-rounded-residual"]
 
 
 def copy_packages(root: str) -> None:
