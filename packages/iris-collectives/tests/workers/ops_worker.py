@@ -596,11 +596,11 @@ def scenario_all_reduce_residual_rmsnorm(ctx):
 
 
 def scenario_rmsnorm_back_to_back(ctx):
-    """A residual stream through ``repeats`` layers per strategy: each call's residual_out is the
-    residual, in place, the next call's partial new, the rows changing between calls (the calls
-    share one workspace: one_shot_buffered's grid is fixed per workspace), no barrier in between;
-    every output checked against the chained reference."""
-    W, dev = ctx.world_size, ctx.device
+    """A residual stream through ``IRIS_TEST_REPEATS / 2`` layers (at least 3) per strategy: each
+    call's residual_out is the residual, in place, the next call's partial new, the rows changing
+    between calls (the calls share one workspace: one_shot_buffered's grid is fixed per workspace),
+    no barrier in between; every output checked against the chained reference."""
+    W, dev, calls = ctx.world_size, ctx.device, max(3, repeats(ctx) // 2)
     H = 40
     weight = torch.randn(H, generator=torch.Generator().manual_seed(5100)).to(dev)
     for v, variant in enumerate(("one_shot", "one_shot_buffered", "two_shot")):
@@ -608,7 +608,7 @@ def scenario_rmsnorm_back_to_back(ctx):
         stream = ints((W + 5, H), torch.bfloat16, 5000 + v)  # the longest rows; each call takes a prefix
         residual = stream.clone().to(dev)  # (a copy on the cpu backend too)
         outs = []
-        for k in range(repeats(ctx)):
+        for k in range(calls):
             M = (W + 5, W + 2, 3)[k % 3]
             partial = ints((M, H), torch.bfloat16, 5200 + 100 * v + 10 * k + ctx.rank).to(dev)
             out = poisoned((M, H), torch.bfloat16, dev)
@@ -621,7 +621,7 @@ def scenario_rmsnorm_back_to_back(ctx):
             check(got, torch.nn.functional.rms_norm(h, (H,), weight.cpu(), 1e-6).to(torch.bfloat16),
                   f"{variant} call {k}: out")
             stream[:M] = h.to(torch.bfloat16)
-        check(residual, stream, f"{variant}: the residual after {repeats(ctx)} calls")
+        check(residual, stream, f"{variant}: the residual after {calls} calls")
 
 
 def scenario_rmsnorm_heap_tensors(ctx):
