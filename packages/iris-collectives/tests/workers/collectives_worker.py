@@ -257,9 +257,10 @@ def run_all_reduce_rmsnorm(ctx, M, N, BM, dtype, seed, *, two_shot, range_form, 
         inputs = [small_ints((M, N), dtype, seed + 10 * k + r) for r in range(W)]
         src.copy_(inputs[ctx.rank].to(dev))  # no peer reads the last call's any more
         dst.fill_(float("nan"))  # peers write their shares into it only once this rank is in the call
-        K.all_reduce_rmsnorm_kernel[(grid,)](ctx.get_device_context(), src, residual, weight, dst, residual, locks, M,
-                                             N, eps, rank=ctx.rank, world_size=W, TWO_SHOT=two_shot,
-                                             RANGE=range_form, BOUND=bound, BLOCK_M=BM, BLOCK_N=BN)
+        K.all_reduce_rmsnorm_kernel[(grid,)](ctx.get_device_context(), src, residual, weight, dst, residual, weight,
+                                             locks, M, N, eps, rank=ctx.rank, world_size=W, TWO_SHOT=two_shot,
+                                             RANGE=range_form, BOUND=bound, ROW_SCALES=False, BLOCK_M=BM,
+                                             BLOCK_N=BN)
         h = sum(x.float() for x in inputs) + stream.float()
         check(dst, torch.nn.functional.rms_norm(h, (N,), weight.cpu(), eps).to(dtype), f"{what} call {k}: out")
         stream = h.to(dtype)
