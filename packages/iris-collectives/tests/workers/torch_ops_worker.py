@@ -190,7 +190,8 @@ def scenario_front_doors_compile_fullgraph(ctx):
 
 def scenario_rmsnorm_operator(ctx):
     # iris::all_reduce_residual_rmsnorm: the functional form against the front door and torch (exact),
-    # the fake implementation's fp8 shapes (compiled: scenario_front_doors_compile_fullgraph)
+    # on the GPU under inductor and CUDA graphs, the fake implementation's fp8 shapes (compiled with
+    # aot_eager: scenario_front_doors_compile_fullgraph)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
@@ -204,6 +205,25 @@ def scenario_rmsnorm_operator(ctx):
     h = sum(ints((3, 8), 300 + p) for p in range(W)) + ints((3, 8), 310)
     same(torch.nn.functional.rms_norm(h, (8,), weight.cpu(), 1e-6), out, "all_reduce_residual_rmsnorm")
 
+    if ctx.device.type == "cuda":
+        # GPU only: inductor, plain and with CUDA graphs (mode="reduce-overhead"), against eager
+        from torch._dynamo.utils import counters
+
+        def block(x, residual, weight):
+            y, stream = F.all_reduce_residual_rmsnorm(ctx, x, residual, weight)
+            return F.all_reduce_residual_rmsnorm(ctx, y * 0.5, stream, weight)
+
+        expected = block(partial, residual, weight)
+        for mode in (None, "reduce-overhead"):
+            torch._dynamo.reset()
+            counters.clear()
+            step = torch.compile(block, fullgraph=True, mode=mode)
+            for _ in range(3):  # warm-up, recording, replay
+                got = [t.clone() for t in step(partial, residual, weight)]
+                torch.compiler.cudagraph_mark_step_begin()
+            for g, e in zip(got, expected):
+                same(e, g, f"all_reduce_residual_rmsnorm under inductor, mode={mode}")
+            assert not counters["graph_break"], dict(counters["graph_break"])
     with FakeTensorMode():
         fake = torch.empty(5, 16)
         y, stream, scales = torch.ops.iris.all_reduce_residual_rmsnorm(F.handle_of(ctx), fake, None, torch.empty(16),
