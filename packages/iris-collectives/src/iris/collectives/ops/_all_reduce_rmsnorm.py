@@ -188,6 +188,8 @@ def _agreed_reach(ctx, config, out, residual_out, partial, scale):
     names = [n for n, t in (("partial", partial), ("out", out), ("residual_out", residual_out), ("scale", scale))
              if t is not None]
     tensors = [t for t in (partial, out, residual_out, scale) if t is not None]
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None  # the checks of the plan say what is wrong
     reach = _launch.agreed_reach(ctx, config, *tensors)
     return None if reach is None else dict(zip(names, reach))
 
