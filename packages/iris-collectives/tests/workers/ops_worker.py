@@ -570,16 +570,18 @@ def scenario_all_reduce_residual_rmsnorm(ctx):
                 if t is not None:
                     bits = t.cpu().view(torch.int16 if t.element_size() == 2 else torch.int32)
                     assert all(torch.equal(x, bits) for x in ctx.comm.allgather(bits)), f"{what}: {name} differs"
-    # quarters: sums that bf16 cannot hold (rounding the new residual before the norm would change the
-    # output; the data must show it, or the check proves nothing), sums of squares still exact in fp32
-    shape, dev = (W + 2, 24), ctx.device
-    quarters = [torch.randint(-100, 101, shape, generator=torch.Generator().manual_seed(4800 + p)) / 4
-                for p in range(W + 1)]  # every rank's partial, then the residual
+    # sums that bf16 cannot hold (a residual of even integers up to 254 plus partials in quarters: ten
+    # significant bits), so that rounding the new residual before the norm would change the output
+    # (the data must show it, or the check proves nothing); twelve columns: their sums of squares
+    # stay exact in fp32
+    shape, dev = (8, 12), ctx.device
+    quarters = [torch.randint(-5, 6, shape, generator=torch.Generator().manual_seed(4800 + p)) / 4 for p in range(W)]
+    quarters.append(torch.randint(-127, 128, shape, generator=torch.Generator().manual_seed(4890)) * 2.0)
     h = sum(q.float() for q in quarters)
     weight = torch.randn(shape[1], generator=torch.Generator().manual_seed(4899))
     once = torch.nn.functional.rms_norm(h, shape[1:], weight, 1e-6).to(torch.bfloat16)
     twice = torch.nn.functional.rms_norm(h.to(torch.bfloat16).float(), shape[1:], weight, 1e-6).to(torch.bfloat16)
-    assert W == 1 or bool((once != twice).any()), "these quarters round the same once or twice"
+    assert bool((once != twice).any()), "these sums round the same once or twice"
     for variant in (one, two):
         out = poisoned(shape, torch.bfloat16, dev)
         ops.all_reduce_residual_rmsnorm(ctx, out, None, quarters[ctx.rank].to(torch.bfloat16).to(dev),
