@@ -309,6 +309,15 @@ MUTATIONS = [
              [(f"{DEVICE}/__init__.py", "    surface_iris_errors()  #", "    pass  #", 1)],
              [("pytest", "packages/iris-device/tests/test_device_errors.py", "-k", "plain_tensor"),
               ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "bad_pointer and 2")]),
+    Mutation("rmsnorm-of-rounded-residual", "all_reduce_residual_rmsnorm normalises the fp32 sum (rounded once)",
+             [(f"{COLL}/_all_reduce_norm.py", "    y = rms_norm_rows(acc, weight, cols, N, eps)\n",
+               "    y = rms_norm_rows(round_to(acc, out_ty).to(tl.float32), weight, cols, N, eps)\n", 1)],
+             [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm")], expect="not of the rounded residual"),
+    Mutation("rmsnorm-two-shot-stores-locally", "all_reduce_rmsnorm's two-shot writes every rank's share everywhere",
+             [(f"{COLL}/_all_reduce_norm.py", "        if target == ctx.rank and local_ptrs is not None:\n",
+               "        if target != ctx.rank:\n            pass\n        elif local_ptrs is not None:\n", 1)],
+             [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm"),
+              ("worker", "3", "collectives_worker.py", "all_reduce_rmsnorm")], expect="elements differ"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -324,7 +333,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "unfused-gather-no-copy-out", "all-gather-registers-by-input",
          "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
          "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
-         "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code"]
+         "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code",
+         "rmsnorm-of-rounded-residual"]
 
 
 def copy_packages(root: str) -> None:

@@ -1,9 +1,11 @@
 """GPU-path checks of iris.collectives.ccl that need no GPU: every kernel (every variant,
 staged or not, every op, fp32/fp16/bf16/int32/int64; reduce-scatter; the pull kernel's
 all-gather, all-to-all, broadcast, gather and scatter; reduce; the point-to-point send and recv;
-the barrier) compiled for an H200 (sm_90) in a child process with Triton's interpreter off. They
-catch what the interpreter never sees: compile errors of the GPU paths, flags that are not
-acquired and released at system scope, data paths without vector loads."""
+the barrier; and ops.all_reduce_residual_rmsnorm's kernel, which takes the same host path) compiled
+for an H200 (sm_90) in a child process with Triton's interpreter off. They catch what the
+interpreter never sees: compile errors of the GPU paths, flags that are not acquired and released
+at system scope, data paths without vector loads, fp8 outputs without the hardware's rounding
+conversion."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def test_every_ccl_kernel_compiles_for_sm90(compiled):
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
     assert {k.split("/")[0] for k in compiled} == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                                                    "broadcast", "reduce", "gather", "scatter", "send", "recv",
-                                                   "barrier"}
+                                                   "barrier", "all_reduce_rmsnorm"}
 
 
 def test_flags_are_acquired_and_released_at_system_scope(compiled):
@@ -52,3 +54,12 @@ def test_data_moves_in_vectors(compiled):
     for key, r in compiled.items():
         if key != "barrier":
             assert r["vector_loads"] > 0, (key, r)
+
+
+def test_fp8_outputs_round_to_nearest_even_and_saturate_in_hardware(compiled):
+    # the rounding the host references use (torch's e4m3 conversion: to nearest even), on values the
+    # kernel clamped to +-448: cvt.rn.satfinite, and no other conversion path
+    norm = {k: r for k, r in compiled.items() if k.startswith("all_reduce_rmsnorm/")}
+    assert norm, compiled.keys()
+    for key, r in norm.items():
+        assert (r["fp8_conversions"] > 0) == ("/fp8/" in key), (key, r)

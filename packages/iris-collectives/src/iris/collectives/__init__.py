@@ -10,7 +10,8 @@ around it. Two forms of each:
   ``ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)``.
 
 Host-callable fused GEMM + communication built on them live in :mod:`iris.collectives.ops`
-(``matmul_all_reduce``, ``matmul_reduce_scatter``, ``all_gather_matmul``, ``matmul_all_gather``;
+(``matmul_all_reduce``, ``matmul_reduce_scatter``, ``all_gather_matmul``, ``matmul_all_gather``,
+and ``all_reduce_residual_rmsnorm``, built on :func:`all_reduce_rmsnorm`;
 ``from iris.collectives import ops``): host context first, output second, one persistent kernel
 per call on torch's current stream.
 
@@ -46,6 +47,7 @@ import iris.runtime  # noqa: F401
 # through _compiling, so they need not import functional themselves (no import circle).
 from . import functional  # noqa: F401
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
+from ._all_reduce_norm import all_reduce_rmsnorm, rms_norm_rows
 from ._context import CollectiveMethods, DeviceContext
 from ._errors import IrisCallMismatchError, IrisMessageSizeError, IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
@@ -74,6 +76,7 @@ __all__ = [
     "all_gather",
     "all_reduce_atomic",
     "all_reduce_one_shot",
+    "all_reduce_rmsnorm",
     "all_reduce_ring",
     "all_reduce_spinlock",
     "all_reduce_two_shot",
@@ -88,6 +91,7 @@ __all__ = [
     "reduce_scatter",
     "reduce_scatter_owner",
     "reduce_scatter_tiles",
+    "rms_norm_rows",
     "signal",
     "tile_coords",
     "tile_id_of",

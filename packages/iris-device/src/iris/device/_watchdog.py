@@ -115,7 +115,8 @@ WAIT_CALLS = ("an iris wait", "iris.collectives.wait_at_least", "iris.collective
               "iris.collectives.ops.matmul_reduce_scatter", "iris.collectives.ops.all_gather_matmul",
               "iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast",
               "iris.collectives.ccl.send", "iris.collectives.ccl.recv", "iris.collectives.ccl.reduce",
-              "iris.collectives.ccl.gather", "iris.collectives.ccl.scatter", "iris.collectives.wait_signal")
+              "iris.collectives.ccl.gather", "iris.collectives.ccl.scatter", "iris.collectives.wait_signal",
+              "iris.collectives.all_reduce_rmsnorm")
 WAIT_FLAGS = ("flag", "arrivals", "ready", "done", "entered", "mutex", "credit", "partial", "result",
               "done reading", "signal", "message size")
 #: Calls whose report's ``index`` is a message tag (point to point), not a tile or slot.
