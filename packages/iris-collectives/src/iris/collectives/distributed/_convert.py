@@ -16,14 +16,15 @@ from iris.runtime import IrisUnsupportedError, UnsupportedDtypeError
 
 from ..ccl._checks import DTYPES
 
-_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min",
+#: ccl's name of each of torch's reductions that it has.
+OP_NAMES = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min",
         dist.ReduceOp.PRODUCT: "prod"}
 
 
 def op_name(call: str, reduce_op) -> str:
     """ccl's name of ``reduce_op`` (a ``ReduceOp`` of the options torch passes, or its type)."""
     kind = getattr(reduce_op, "op", reduce_op)
-    name = _OPS.get(kind)
+    name = OP_NAMES.get(kind)
     if name is None:
         raise IrisUnsupportedError(
             f"{call}: op={kind} is not one of the reductions of the iris backend (SUM, AVG, MAX, MIN, PRODUCT); "

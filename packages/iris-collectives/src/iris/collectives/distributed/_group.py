@@ -20,11 +20,14 @@ from iris.runtime import IrisUnsupportedError, IrisUsageError
 
 from .. import ccl
 from . import _context
-from ._convert import check_reducible, flat, op_name, padded, unpad, words
-from ._work import IrisWork, completed
+from ._convert import OP_NAMES, check_reducible, flat, op_name, padded, unpad, words
+from ._work import IrisWork, completed, stream_key
 
 #: The name the backend is registered under.
 BACKEND = "iris"
+_ALL_REDUCE = "torch.distributed.all_reduce(backend='iris')"
+#: ccl's name of each reduction, by the value of torch's ``ReduceOp.RedOpType``.
+_OP_NAMES = {int(op.value): name for op, name in OP_NAMES.items()}
 #: The gloo backend's method for each of this class's methods that may hand CPU tensors to it.
 _GLOO_NAMES = {"all_gather_single": "_allgather_base", "reduce_scatter_single": "_reduce_scatter_base",
                "all_to_all_single": "alltoall_base"}
@@ -43,6 +46,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._gloo = None  # gloo for CPU tensors (cpu:gloo, context on the GPU)
         # where each kind of tensor goes, decided on the first call: True for iris
         self._cuda_to_iris = self._cpu_to_iris = False
+        self._stream_of = None  # the current stream's key (on the GPU), for works
+        self._fast = None
 
     # --- names ---------------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -76,7 +81,11 @@ class IrisProcessGroup(dist.ProcessGroup):
             self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("iris-cpu/", self._store), self.rank(),
                                                self.size(), self._timeout)
         self._cuda_to_iris, self._cpu_to_iris = on_gpu, not on_gpu and not cpu_gloo
+        index = ctx.device.index or 0
+        self._stream_of = (lambda: stream_key(index)) if on_gpu else None
         self._ctx, self._owns_ctx = ctx, made
+        # what all_reduce's common case reads, in one attribute of this (pybind) object
+        self._fast = (ctx, self._cuda_to_iris, self._cpu_to_iris, self._stream_of)
 
     def _ctx_for(self, t: torch.Tensor, call: str):
         """The Iris context when ``t`` goes to iris, None when it goes to gloo; else raises."""
@@ -100,8 +109,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         return completed(list(outputs))
 
     def _work(self, ctx, tensors: list, blocking: bool = False) -> IrisWork:
-        stream = torch.cuda.current_stream(ctx.device) if ctx.device.type == "cuda" else None
-        return IrisWork(tensors, stream, blocking)
+        stream_of = self._stream_of
+        return IrisWork(tensors, stream_of and stream_of(), blocking)
 
     @staticmethod
     def _one(tensors, call: str) -> torch.Tensor:
@@ -112,17 +121,31 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     # --- all_reduce ------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts):
-        """``dist.all_reduce``: ``ccl.all_reduce`` in place."""
-        call = "torch.distributed.all_reduce(backend='iris')"
-        t = self._one(tensors, call)
-        ctx = self._ctx_for(t, call)
+        """``dist.all_reduce``: ``ccl.all_reduce`` in place. The path of every DDP bucket and most
+        calls, so its common case (one tensor that goes to iris, a known op) reads the group's
+        state in one attribute and as few of torch's properties as it can (``opts.reduceOp``
+        alone costs about a microsecond)."""
+        fast = self._fast
+        if fast is None or len(tensors) != 1:
+            return self._allreduce_elsewhere(tensors, opts)
+        ctx, cuda_to_iris, cpu_to_iris, stream_of = fast
+        t = tensors[0]
+        if not (cuda_to_iris if t.is_cuda else cpu_to_iris):
+            return self._allreduce_elsewhere(tensors, opts)
+        op = _OP_NAMES.get(opts.reduceOp.op.value)
+        if op is None:
+            op_name(_ALL_REDUCE, opts.reduceOp)  # raises, naming the op
+        if t.numel():
+            ccl.all_reduce(ctx, t, t, op)
+        return IrisWork(tensors, stream_of and stream_of())
+
+    def _allreduce_elsewhere(self, tensors, opts):
+        # the first call (the context is made now), a CPU tensor for gloo, or an error
+        t = self._one(tensors, _ALL_REDUCE)
+        ctx = self._ctx_for(t, _ALL_REDUCE)
         if ctx is None:
             return self._to_gloo("allreduce", tensors, opts)
-        op = op_name(call, opts.reduceOp)
-        if t.numel():
-            check_reducible(call, t)
-            ccl.all_reduce(ctx, t, t, op=op)
-        return self._work(ctx, tensors)
+        return self.allreduce(tensors, opts)
 
     def allreduce_coalesced(self, tensors, opts):
         """``dist.all_reduce_coalesced``: one ``ccl.all_reduce`` per tensor."""
@@ -409,7 +432,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         """At ``dist.destroy_process_group()``: the context the backend made for this group is
         closed (collective: every rank destroys its groups together), and a later group makes a
         new one; a context the program passed stays open."""
-        ctx, self._ctx = self._ctx, None
+        ctx, self._ctx, self._fast = self._ctx, None, None
         if ctx is not None and self._owns_ctx:
             _context.forget(ctx)
             ctx.close()
