@@ -242,6 +242,16 @@ MUTATIONS = [
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
+    Mutation("backend-max-is-min", "the torch.distributed backend reduces with the ReduceOp the caller names",
+             [(f"{COLL}/distributed/_convert.py", 'dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"',
+               'dist.ReduceOp.MAX: "min", dist.ReduceOp.MIN: "max"', 1)],
+             [("worker", "2", "torch_backend_worker.py", "iris", "all_reduce_ops")], expect="all_reduce RedOpType.M"),
+    Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal raises when another "
+             "rank's are uneven (no wait for a rank that raised)",
+             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.comm.allgather(uneven) if u is not None]",
+               "            others = []", 1)],
+             [("worker", "2", "torch_backend_worker.py", "iris", "all_to_all", "IRIS_TIMEOUT_S=20")],
+             expect="all_to_all"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

@@ -239,6 +239,17 @@ def scenario_all_to_all(ctx):
                      "all_to_all_v", "equal splits")
     expect_error(lambda: dist.all_to_all_single(torch.empty(2 * W + 1, device=dev), torch.empty(2 * W + 1, device=dev)),
                  IrisUnsupportedError, "equal splits")
+    if W > 1:
+        # only the last rank sends (and keeps) 5 rows to itself: the other ranks' own splits look equal,
+        # and they must raise too, not wait in the kernel for the last rank
+        splits = [2] * W if r < W - 1 else [2] * (W - 1) + [5]
+        inp = torch.zeros(sum(splits), device=dev)
+        expect_error(lambda: dist.all_to_all_single(torch.empty_like(inp), inp, splits, splits), IrisUnsupportedError,
+                     "all_to_all_v", "another rank's" if r < W - 1 else "input_split_sizes")
+        sizes = [3] * W if r < W - 1 else [3] * (W - 1) + [4]
+        expect_error(lambda: dist.all_to_all([torch.empty(n, device=dev) for n in sizes],
+                                             [torch.empty(n, device=dev) for n in sizes]), IrisUnsupportedError,
+                     "all_to_all_v")
 
 
 # --- barrier and works ----------------------------------------------------------------------------------
@@ -369,8 +380,8 @@ def scenario_cpu_gloo(ctx):
         t = torch.full((3,), float(r), device=dev)
         dist.all_reduce(t, group=group)
         same(t, torch.full((3,), float(W * (W - 1) // 2)), "cuda tensor through iris")
-        # a CPU tensor on a group without cpu:gloo: the error says how to configure one
-        expect_error(lambda: dist.all_reduce(torch.ones(3)), IrisUsageError, "cuda:iris,cpu:gloo")
+        plain = dist.new_group(backend="iris")  # no cpu:gloo: a CPU tensor raises, saying how to configure one
+        expect_error(lambda: dist.all_reduce(torch.ones(3), group=plain), IrisUsageError, "cuda:iris,cpu:gloo")
 
 
 def scenario_unsupported(ctx):

@@ -303,14 +303,21 @@ class IrisProcessGroup(dist.ProcessGroup):
             return self._to_gloo("all_to_all_single", output, input, output_split_sizes, input_split_sizes, opts)
         W = self.size()
         rows = input.shape[0] if input.dim() else 0
+        uneven = None
         for name, splits, t in (("input", input_split_sizes, input), ("output", output_split_sizes, output)):
             equal = t.dim() and t.shape[0] % W == 0 and all(s == t.shape[0] // W for s in splits)
-            if not equal:
-                raise IrisUnsupportedError(
-                    f"{call}: {name}_split_sizes={list(splits)} for a tensor of {t.shape[0] if t.dim() else 0} rows "
-                    f"are not {W} equal splits, which needs an all-to-all of variable sizes (all_to_all_v), which "
-                    f"iris.collectives.ccl does not have yet; pass equal splits (rows a multiple of {W}), or run this "
-                    f"call on a gloo or nccl group")
+            if not equal and uneven is None:
+                uneven = f"{name}_split_sizes={list(splits)} for a tensor of {t.shape[0] if t.dim() else 0} rows"
+        if input_split_sizes or output_split_sizes:
+            # Split sizes differ between ranks when they are uneven, and a rank whose own look equal
+            # would wait in the kernel for one that raised: every rank learns whether any is uneven.
+            others = [u for u in ctx.comm.allgather(uneven) if u is not None]
+            uneven = uneven or (f"another rank's {others[0]}" if others else None)
+        if uneven is not None:
+            raise IrisUnsupportedError(
+                f"{call}: {uneven} are not {W} equal splits, which needs an all-to-all of variable sizes "
+                f"(all_to_all_v), which iris.collectives.ccl does not have yet; pass equal splits (rows a multiple "
+                f"of {W}), or run this call on a gloo or nccl group")
         if output.shape != input.shape or output.dtype != input.dtype:
             raise IrisUsageError(f"{call}: output is {tuple(output.shape)} {output.dtype} but input "
                                  f"{tuple(input.shape)} {input.dtype}; with equal splits pass an output of the "
@@ -341,7 +348,9 @@ class IrisProcessGroup(dist.ProcessGroup):
         W = self.size()
         n = input_tensors[0].numel()
         sizes = [t.numel() for t in (*input_tensors, *output_tensors)]
-        if len(input_tensors) != W or len(output_tensors) != W or any(s != n for s in sizes):
+        mine = len(input_tensors) != W or len(output_tensors) != W or any(s != n for s in sizes)
+        # sizes of a list all-to-all may differ between ranks: every rank learns whether any is uneven
+        if any(ctx.comm.allgather(mine)):
             raise IrisUnsupportedError(
                 f"{call}: tensors of {sizes[:len(input_tensors)]} elements in and {sizes[len(input_tensors):]} out; "
                 f"the iris backend exchanges {W} tensors of one size each way (variable sizes need all_to_all_v, "
@@ -349,7 +358,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         if n:
             whole = torch.stack([i.contiguous().view(-1) for i in input_tensors])
             received = torch.empty_like(whole)
-            self.all_to_all_single(received, whole, [], [], opts)
+            self.all_to_all_single(received.view(-1), whole.view(-1), [], [], opts)
             for out, part in zip(output_tensors, received):
                 out.copy_(part.view(out.shape))
         return self._work(ctx, list(output_tensors))
