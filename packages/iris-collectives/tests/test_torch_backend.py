@@ -38,7 +38,7 @@ def check_run(proc, nranks: int, bootstrap: str) -> None:
     assert f", {nranks} ranks, " in proc.stdout and f", {bootstrap})" in proc.stdout, out
     assert f"CHECK heap-size {64 << 20} bootstrap {bootstrap}" in proc.stdout, out  # IRIS_DIST_HEAP_SIZE
     assert "CHECK ddp bit-identical to gloo" in proc.stdout or nranks & (nranks - 1), out
-    assert "CHECK context-closed True" in proc.stdout and "CHECK reinit ok" in proc.stdout, out
+    assert "CHECK context-closed True" in proc.stdout, out
 
 
 @pytest.mark.multirank
