@@ -256,3 +256,24 @@ def test_ccl_host_times_the_python_of_a_call(tmp_path):
     stem = results_file(tmp_path, "ccl_host_2ranks*.json").with_suffix("")
     assert json.loads(stem.with_suffix(".json").read_text()), proc.stdout
     assert stem.with_suffix(".md").read_text().strip(), proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.once  # the backend's adapter does not depend on Triton; ccl's kernels are tested on every line
+def test_torch_backend_quick(tmp_path):
+    # dist.all_reduce through backend="iris" next to ccl and gloo (torch's symmetric memory needs a GPU),
+    # a DDP step over iris and over gloo, and the host's microseconds per call of each layer
+    proc = run_ranks(2, os.path.join(BENCH, "torch_backend.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    stem = results_file(tmp_path, "torch_backend_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert {p["dtype"] for p in result["points"]} == {"bf16", "fp32"}, result
+    for point in result["points"]:
+        assert {"iris", "ccl", "gloo"} <= set(point["us"]) and all(point["correct"].values()), point
+    assert set(result["ddp"]["step_us"]) == {"iris", "gloo", "no ddp"}, result["ddp"]
+    assert set(result["host"]["rows"]) == {"ccl", "backend", "dist"} and result["bootstrap"] == "mpi", result
+    assert all(row["dispatch_us"] > 0 for row in result["host"]["rows"].values()), result["host"]
+    text = stem.with_suffix(".md").read_text()
+    assert "iris/ccl" in text and "DDP training step" in text and "backend overhead over ccl" in text, text
+    assert "iris/ccl" in proc.stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -318,6 +318,16 @@ MUTATIONS = [
                "        if target != ctx.rank:\n            pass\n        elif local_ptrs is not None:\n", 1)],
              [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm"),
               ("worker", "3", "collectives_worker.py", "all_reduce_rmsnorm")], expect="elements differ"),
+    Mutation("backend-max-is-min", "the torch.distributed backend reduces with the ReduceOp the caller names",
+             [(f"{COLL}/distributed/_convert.py", 'dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"',
+               'dist.ReduceOp.MAX: "min", dist.ReduceOp.MIN: "max"', 1)],
+             [("worker", "2", "torch_backend_worker.py", "iris", "all_reduce_ops")], expect="all_reduce RedOpType.M"),
+    Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal raises when another "
+             "rank's are uneven (no wait for a rank that raised)",
+             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.comm.allgather(uneven) if u is not None]",
+               "            others = []", 1)],
+             [("worker", "2", "torch_backend_worker.py", "iris", "all_to_all", "IRIS_TIMEOUT_S=20")],
+             expect="all_to_all"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
