@@ -49,7 +49,7 @@ from . import functional  # noqa: F401
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
 from ._all_reduce_norm import all_reduce_rmsnorm, rms_norm_rows
 from ._context import CollectiveMethods, DeviceContext
-from ._errors import IrisCallMismatchError, IrisMessageSizeError, IrisWaitTimeoutError
+from ._errors import IrisCallMismatchError, IrisCapacityError, IrisMessageSizeError, IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
 from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
@@ -66,6 +66,7 @@ __all__ = [
     "CollectiveMethods",
     "DeviceContext",
     "IrisCallMismatchError",
+    "IrisCapacityError",
     "IrisMessageSizeError",
     "IrisWaitTimeoutError",
     "TensorView",

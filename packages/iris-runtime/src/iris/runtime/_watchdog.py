@@ -67,6 +67,9 @@ def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 
     if r["state"] == device_watchdog.STATE_MISMATCH:
         text = device_watchdog.mismatch_text(call, r["rank"], r["peer"], r["index"], r["seen"], r["target"])
         return f"iris watchdog: {text}. Ending the job."
+    if r["state"] == device_watchdog.STATE_CAPACITY:
+        text = device_watchdog.capacity_text(call, r["rank"], flag, r["index"], r["seen"], r["target"])
+        return f"iris watchdog: {text}. Ending the job."
     tagged = call in device_watchdog.TAGGED_CALLS  # point to point: the index is the message's tag
     missing = [rank for rank in range(world_size) if behind >> rank & 1]
     if missing:
@@ -250,9 +253,10 @@ class Watchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
-            # A wait of this rank ran out of time, or a message of this rank's had the wrong size:
-            # every rank's waits stop and report theirs.
-            first = int(self._words[0]) in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_MISMATCH)
+            # A wait of this rank ran out of time, a message of this rank's had the wrong size, or rows
+            # did not fit its output: every rank's waits stop and report theirs.
+            first = int(self._words[0]) in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_MISMATCH,
+                                            device_watchdog.STATE_CAPACITY)
             if first:
                 self.drain_all(device_watchdog.DRAIN_TIMED_OUT)
             message = self.report()
