@@ -200,6 +200,15 @@ MUTATIONS = [
              [(f"{COLL}/functional/_p2p_ops.py", "    torch.fx.node.has_side_effect(torch.ops.iris.recv.default)\n",
                "    pass\n", 1)],
              [("worker", "2", "torch_ops_worker.py", "p2p_compiles_fullgraph")], expect="received a message"),
+    Mutation("combine-last-slot-first", "moe.combine sums a token's rows in slot order (the same bits everywhere)",
+             [(f"{COLL}/ccl/_exchange_kernels.py", "            for k in tl.static_range(TOPK):\n",
+               "            for j in tl.static_range(TOPK):\n                k: tl.constexpr = TOPK - 1 - j\n", 1)],
+             [("worker", "2", "ccl_worker.py", "moe_dispatch_combine")], expect=": combine:"),
+    Mutation("exchange-capacity-unchecked", "a variable-size exchange whose rows do not fit raises on the cpu "
+             "backend (IrisCapacityError)",
+             [(f"{COLL}/ccl/_all_to_all_v.py", "        if interpreted:  # the launches have run: what the GPU's kernels "
+               "report, said here\n", "        if False:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "all_to_all_v")], expect="expected IrisCapacityError"),
     Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
              [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
                "bias if ctx.rank == 0 else None", 1),

@@ -48,8 +48,8 @@ def reference(op: str, parts: list[torch.Tensor], dtype: torch.dtype) -> torch.T
 
 
 def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Bit for bit."""
-    actual = actual.cpu().reshape(expected.shape)
+    """Bit for bit (element by element, any shapes of the same size)."""
+    actual, expected = actual.cpu().reshape(-1), expected.reshape(-1)
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
     bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[expected.element_size()]
     differ = actual.contiguous().view(bits) != expected.contiguous().view(bits)
@@ -1023,6 +1023,7 @@ def scenario_moe_dispatch_combine(ctx):
              (5, varied, torch.float32, "skewed", True)]
     for seed, tokens, dtype, pattern, padded in cases:
         run_moe(ctx, seed, tokens, 12, 2, 2, dtype, pattern, padded)
+    run_moe(ctx, 8, varied, 12, 3, 3, torch.float32, "random", False)  # three slots: their order shows in the sums
     # every token to experts 0 and 1 (rank 0's): W * 3 rows each there, room for 2 per expert
     E, call = 2 * W, "iris.collectives.moe.dispatch"
     x, _, w = moe_inputs(r, 6, 3, 4, E, 2, torch.float32, "random")
