@@ -26,6 +26,9 @@ from . import _launch
 from ._config import Config
 from ._exchange_kernels import STAGE_ROWS, STAGE_SEGMENTS, combine_kernel, publish_kernel, pull_kernel
 
+#: Launch options of the combine: its weighted sum rounds each product and each sum, as the cpu
+#: backend and torch do (no fused multiply-add): the same bits on every backend.
+COMBINE_OPTIONS = {"enable_fp_fusion": False}
 #: Row elements per column block at most (``Config.block`` overrides), and elements per block of rows.
 GPU_BLOCK, CPU_BLOCK = 8192, 64
 GPU_BLOCK_ELEMENTS, CPU_BLOCK_ELEMENTS = 16384, 512
@@ -108,8 +111,7 @@ class Exchange:
         first = dict(publish_constexprs, **options)
         second = dict(second_constexprs, **options)
         if self.kind == "combine":
-            # the weighted sum rounds as a CPU does, product then sum: the same bits on every backend
-            second["enable_fp_fusion"] = False
+            second.update(COMBINE_OPTIONS)
         if self.programs is None:
             if self.ctx.device.type == "cuda":
                 one = publish_kernel.warmup(*publish_args, 1, grid=(1,), **first)
@@ -156,5 +158,5 @@ def combine_constexprs(ex: Exchange, topk: int, reduce: bool, padded: bool) -> d
                 BLOCK=ex.cfg.block, REDUCE=reduce, PADDED=padded, CALL=ex.call)
 
 
-__all__ = ["STAGE_ROWS", "STAGE_SEGMENTS", "Exchange", "Settings", "combine_constexprs", "pull_constexprs",
+__all__ = ["COMBINE_OPTIONS", "STAGE_ROWS", "STAGE_SEGMENTS", "Exchange", "Settings", "combine_constexprs", "pull_constexprs",
            "settings"]

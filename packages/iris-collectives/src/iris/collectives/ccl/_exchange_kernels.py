@@ -213,12 +213,12 @@ def pull_kernel(context, out, stage, n_src_rows, table, route_stage, weight_stag
     # every peer's counts and offsets for this rank: [group, source]
     cnt = tl.zeros([GP, WP], tl.int32)
     off = tl.zeros([GP, WP], tl.int32)
-    for q in tl.static_range(world_size):
+    for peer in tl.static_range(world_size):
         mine = table + rank * GROUPS + glanes
-        c = load(mine, rank, q, ctx.heap_bases, mask=gvalid, other=0)
-        o = load(mine + SEG, rank, q, ctx.heap_bases, mask=gvalid, other=0)
-        cnt = tl.where(wlanes[None, :] == q, c[:, None], cnt)
-        off = tl.where(wlanes[None, :] == q, o[:, None], off)
+        peer_cnt = load(mine, rank, peer, ctx.heap_bases, mask=gvalid, other=0)
+        peer_off = load(mine + SEG, rank, peer, ctx.heap_bases, mask=gvalid, other=0)
+        cnt = tl.where(wlanes[None, :] == peer, peer_cnt[:, None], cnt)
+        off = tl.where(wlanes[None, :] == peer, peer_off[:, None], off)
     per_group = tl.sum(cnt, axis=1)  # [GP]
     if PADDED:
         base = glanes * expert_capacity
@@ -266,12 +266,13 @@ def pull_kernel(context, out, stage, n_src_rows, table, route_stage, weight_stag
     if PADDED:
         # the unused rows of every group: zeros (a batched GEMM over them then adds nothing)
         for b in range(p, tl.cdiv(GROUPS * expert_capacity, BLOCK_R), P):
-            o = b * BLOCK_R + rows
-            g = o // expert_capacity
-            pad = (o < GROUPS * expert_capacity) & (o - g * expert_capacity >= _gather(per_group, g, glanes))
-            _zero_rows(out, o, pad, ROW, BLOCK_R, BLOCK)
+            padding = b * BLOCK_R + rows
+            g = padding // expert_capacity
+            pad = (padding < GROUPS * expert_capacity) & \
+                (padding - g * expert_capacity >= _gather(per_group, g, glanes))
+            _zero_rows(out, padding, pad, ROW, BLOCK_R, BLOCK)
             if row_weights is not None:
-                tl.store(row_weights + o, tl.zeros([BLOCK_R], row_weights.dtype.element_ty), mask=pad)
+                tl.store(row_weights + padding, tl.zeros([BLOCK_R], row_weights.dtype.element_ty), mask=pad)
     if world_size > 1:
         signal_all(locks + DONE, rank, world_size, ctx.heap_bases)
 
@@ -375,9 +376,9 @@ def combine_kernel(context, out, stage, table, topk_idx, weights, slots, send_of
     # where each peer keeps this rank's rows, per local expert: own[q * GROUPS + g] (a copy per
     # program, read back per row: the lookups then cost a local load, not a remote one)
     own = scratch + p * SEG
-    for q in tl.static_range(world_size):
-        where = load(table + SEG + rank * GROUPS + glanes, rank, q, ctx.heap_bases, mask=gvalid, other=0)
-        tl.store(own + q * GROUPS + glanes, where, mask=gvalid)
+    for peer in tl.static_range(world_size):
+        where = load(table + SEG + rank * GROUPS + glanes, rank, peer, ctx.heap_bases, mask=gvalid, other=0)
+        tl.store(own + peer * GROUPS + glanes, where, mask=gvalid)
     tl.debug_barrier()
     ACC: tl.constexpr = _accumulator(stage.dtype.element_ty)
     for t in range(p, n_tokens, P):
