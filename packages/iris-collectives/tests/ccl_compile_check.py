@@ -22,9 +22,9 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 import triton  # noqa: E402
 
 from iris.collectives.ccl import _exchange_kernels as X  # noqa: E402
-from iris.collectives.ccl._exchange import COMBINE_OPTIONS  # noqa: E402
 from iris.collectives.ccl import _kernels as K  # noqa: E402
 from iris.collectives.ccl import _p2p_kernels as P  # noqa: E402
+from iris.collectives.ccl._exchange import COMBINE_OPTIONS  # noqa: E402
 from iris.collectives.moe import _routing as ROUTING  # noqa: E402
 from iris.collectives.ops import _all_reduce_rmsnorm as NORM  # noqa: E402
 from iris.device.testing import compile_ptx  # noqa: E402
