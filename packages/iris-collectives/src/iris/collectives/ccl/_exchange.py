@@ -158,5 +158,5 @@ def combine_constexprs(ex: Exchange, topk: int, reduce: bool, padded: bool) -> d
                 BLOCK=ex.cfg.block, REDUCE=reduce, PADDED=padded, CALL=ex.call)
 
 
-__all__ = ["COMBINE_OPTIONS", "STAGE_ROWS", "STAGE_SEGMENTS", "Exchange", "Settings", "combine_constexprs", "pull_constexprs",
-           "settings"]
+__all__ = ["COMBINE_OPTIONS", "STAGE_ROWS", "STAGE_SEGMENTS", "Exchange", "Settings", "combine_constexprs",
+           "pull_constexprs", "settings"]
