@@ -16,9 +16,13 @@ and ``all_reduce_residual_rmsnorm``, built on :func:`all_reduce_rmsnorm`;
 per call on torch's current stream.
 
 Host-callable collectives on whole tensors live in :mod:`iris.collectives.ccl` (``all_reduce``,
-``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``reduce``, ``gather``, ``scatter``,
-``barrier``, and point to point ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``;
+``reduce_scatter``, ``all_gather``, ``all_to_all``, ``all_to_all_v``, ``broadcast``, ``reduce``, ``gather``,
+``scatter``, ``barrier``, and point to point ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``;
 ``from iris.collectives import ccl``), built on the same tile collectives and flags.
+
+Expert parallelism, the token exchange of a mixture of experts with its counts on the device
+(``dispatch``, ``combine``), lives in :mod:`iris.collectives.moe`, on the kernels of
+``ccl.all_to_all_v``.
 
 Point-to-point messages inside a kernel: :func:`put_with_signal` on the sender, :func:`wait_signal`
 on the receiver.
