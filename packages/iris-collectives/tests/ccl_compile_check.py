@@ -135,7 +135,7 @@ def exchange_cases():
                "capacity": "i32", "expert_capacity": "i32", "locks": "*i32", "programs": "i32"}
     no_fma = COMBINE_OPTIONS  # as the combine is launched
     cx = {k: v for k, v in big.items() if k != "BLOCK_R"}
-    for dt in ("bf16", "fp32", "fp64"):
+    for dt in ("bf16", "fp64"):
         sig_dt = {k: v.replace("bf16", dt) for k, v in combine.items()}
         yield (f"moe_combine/reduce/{dt}", X.combine_kernel, sig_dt,
                dict(cx, TOPK=8, REDUCE=True, PADDED=False, CALL=X.COMBINE_CALL.value), ("out", "stage"), no_fma)

@@ -64,7 +64,7 @@ def test_combine_rounds_each_product_and_sum(compiled):
     # moe.combine's weighted sum is product, then sum, each rounded, as on the cpu backend and in
     # torch (the same bits everywhere): launched without fp fusion, its PTX has no fma
     combines = [k for k in compiled if k.startswith("moe_combine/reduce/") or k.startswith("moe_combine/gather/")]
-    assert len(combines) == 4, compiled.keys()
+    assert len(combines) == 3, compiled.keys()
     for key in combines:
         assert compiled[key]["fma"] == 0, (key, compiled[key])
 
