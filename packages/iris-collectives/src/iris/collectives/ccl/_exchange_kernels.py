@@ -95,7 +95,7 @@ def publish_kernel(context, src, stage, n_rows, counts, offsets, peer_stride, gr
     sum of the counts (segments one after another in ``(d, g)`` order). ``src``: rows of ``ROW``
     elements; ``STAGE_ROWS`` stages rows ``[0, n_rows)`` into ``stage``, ``STAGE_SEGMENTS`` the
     segments' rows (those below ``n_rows``). With a ``route`` (MoE dispatch), the first ``n_flat``
-    entries of ``route`` (sorted ``token * top_k + slot`` ids, int64) go to ``route_stage`` (int32)
+    entries of ``route`` (the dispatch order: ``token * top_k + slot`` ids) go to ``route_stage`` (int32)
     and of ``weights`` (the top-k weights, flat) to ``weight_stage``. ``programs``: the grid of
     the exchange's launches (the same for both, on every rank). ``CHECK_ROWS``: on the GPU,
     program 0 reports counts that add up to more than ``n_rows`` (or a negative count) to the
@@ -138,7 +138,7 @@ def publish_kernel(context, src, stage, n_rows, counts, offsets, peer_stride, gr
             r = b * BLOCK_R + rows
             _copy_rows(src, stage, r, r, r < n_rows, ROW, BLOCK)
     else:
-        for s in range(SEG):  # each segment's blocks, program s, s + 1, ... taking the first
+        for s in range(SEG):  # segment s's block b goes to program (b + s) % P: small segments spread
             seg_cnt = tl.sum(tl.where(lanes == s, cnt, 0))
             seg_off = tl.sum(tl.where(lanes == s, off, 0))
             for b in range((p + P - s % P) % P, tl.cdiv(seg_cnt, BLOCK_R), P):
