@@ -18,6 +18,7 @@ replicated results carry the same whole gradient on every rank).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -455,6 +456,20 @@ def scenario_moe_trains_compiled(ctx):
         after = sum(ctx.comm.allgather(((step(x) - target) ** 2).sum().item() / n))
         ref_after = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum().item() / n
     same(torch.tensor(ref_after), torch.tensor(after), "MoE loss after one step", 1e-12)
+    # built from a seed: one router on every rank (rank 0's), and each rank's experts the ones the
+    # same seed draws in one process, expert after expert
+    torch.manual_seed(5 + r)
+    drawn = ExpertParallelMoE(ctx, H, F_, E, K, dtype=F64)
+    routers = ctx.comm.allgather(drawn.router.detach().cpu())
+    assert all(torch.equal(routers[0], other) for other in routers), "the router differs between ranks"
+    if ctx.device.type == "cpu":  # the generator of the device draws
+        torch.manual_seed(5 + r)
+        torch.nn.init.kaiming_uniform_(torch.empty(E, H, dtype=F64), a=math.sqrt(5))
+        a, b = 1 / math.sqrt(H), 1 / math.sqrt(F_)
+        experts = [(torch.empty(H, F_, dtype=F64).uniform_(-a, a), torch.empty(F_, H, dtype=F64).uniform_(-b, b))
+                   for _ in range(E)][r * G:(r + 1) * G]
+        same(torch.stack([w1 for w1, _ in experts]), drawn.w1, "this rank's w1 as one process draws them")
+        same(torch.stack([w2 for _, w2 in experts]), drawn.w2, "this rank's w2 as one process draws them")
 
 
 def scenario_exchanges_compile_and_differentiate(ctx):
