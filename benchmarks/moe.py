@@ -63,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--graph", type=int, default=10, metavar="CALLS", help="calls per CUDA graph (0: no graphs)")
     p.add_argument("--no-peer", action="store_true", help="skip the torch peer")
+    p.add_argument("--no-nvshmem", action="store_true",
+                   help="ranks sharing a GPU: do not try torch's all_to_all_vdev (NVSHMEM), go to the padded peer")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
@@ -227,9 +229,14 @@ class Peer:
 
     def _nvshmem(self) -> str | None:
         """``"torch all_to_all_vdev"`` when torch's NVSHMEM backend starts here (tried on every rank)."""
+        if self.args.no_nvshmem:
+            self.note = "torch all_to_all_vdev not tried (--no-nvshmem)"
+            return None
         try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            symm_mem.set_backend("NVSHMEM")  # before the group's first symmetric allocation
             self.symm_mem, self.group = symm_mem_group()
-            self.symm_mem.set_backend("NVSHMEM")
             probe = self.symm_mem.empty(8, device=self.ctx.device)
             self.symm_mem.rendezvous(probe, self.group)
             ok = True
