@@ -16,9 +16,11 @@ expert, the same weights from the seed), and with ``--iters N`` times dispatch, 
 combine separately and the whole block (CUDA events on a GPU; the slowest rank's median).
 
     mpirun -n 8 python examples/07_moe.py [--tokens 64] [--hidden 64] [--ffn 128] [--experts 16] [--top-k 4]
+        [--skew 0.25] [--capacity-factor 0] [--iters 0]
 """
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -111,6 +113,9 @@ def main(argv=None) -> int:
     p.add_argument("--experts", type=int, default=0, help="experts in all (default: 2 per rank)")
     p.add_argument("--top-k", type=int, default=2)
     p.add_argument("--skew", type=float, default=0.25, help="fraction of tokens whose first expert is expert 0")
+    p.add_argument("--capacity-factor", type=float, default=0.0,
+                   help="rows per expert: this x the mean (ranks x tokens x top-k / experts); 0: every row that can "
+                        "arrive (ranks x tokens). Rows past it are an error, so keep --skew low with it")
     p.add_argument("--dtype", choices=tuple(DTYPES), default=None, help="default: bf16 on a GPU, fp32 on the CPU")
     p.add_argument("--iters", type=int, default=0, help="timed calls (0: check only)")
     p.add_argument("--seed", type=int, default=0)
@@ -127,7 +132,10 @@ def main(argv=None) -> int:
         w1, w2 = (t[r * G:(r + 1) * G].to(dev, dtype) for t in (w1_all, w2_all))
         x, idx, w = tokens_of(r, args)
         x_dev, idx_dev, w_dev = x.to(dev, dtype), idx.to(dev), w.to(dev)
-        capacity = W * args.tokens  # every row that can arrive at one expert: no token is dropped
+        if args.capacity_factor:  # a factor over the mean: much less padding for the experts' GEMMs
+            capacity = math.ceil(args.capacity_factor * W * args.tokens * args.top_k / args.experts)
+        else:
+            capacity = W * args.tokens  # every row that can arrive at one expert
 
         y = moe_block(ctx, x_dev, idx_dev, w_dev, w1, w2, args, capacity)
         # the reference on the block's own inputs (rounded to the dtype), in fp32

@@ -37,7 +37,7 @@ for s in $stages; do
         want 02 && step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 04 && step "ex04_$w" $MPI -n "$w" python3 -m mpi4py examples/04_tp_mlp.py --m 8192 --hidden 8192 --intermediate 28672 --iters 10
-        want 07 && step "ex07_$w" $MPI -n "$w" python3 -m mpi4py examples/07_moe.py --tokens 128 --hidden 7168 --ffn 2048 --experts 256 --top-k 8 --iters 20
+        want 07 && step "ex07_$w" $MPI -n "$w" python3 -m mpi4py examples/07_moe.py --tokens 128 --hidden 7168 --ffn 2048 --experts 256 --top-k 8 --skew 0 --capacity-factor 2 --iters 20
       done ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}

@@ -42,7 +42,9 @@ class ExpertParallelMoE(torch.nn.Module):
       ``torch.nn.functional``; ``normalize``: divide the top-k weights by their sum;
     - ``max_tokens``: the most tokens a rank passes in one call, the same on every rank (default:
       each call's own count, which every rank must then share); ``expert_capacity``: rows per local
-      expert (default ``W x max_tokens``: every row that can arrive); rows past it are an error
+      expert (default ``W x max_tokens``: every row that can arrive; with many experts mostly
+      padding, which the batched GEMMs still multiply: for balanced routing pass a small factor over
+      the mean, ``W x max_tokens x top_k / num_experts``); rows past it are an error
       (:class:`iris.collectives.IrisCapacityError` on the cpu backend, the watchdog on the GPU);
     - ``dtype``: the parameters' (fp32, bf16, fp16; fp64 for checks); ``config``: a ``ccl.Config``.
 
