@@ -45,22 +45,22 @@ def cases():
                                             ("one_shot_buffered", False, True)):
             for stage, copy in ((True, two_shot),) if buffered else ((False, False), (True, two_shot)):
                 yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
-                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half"),
+                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half call_fp"),
                        dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
                             BUFFERED=buffered, **TILE),
                        ("inp", "src", "dst", "out", "src_bases", "dst_bases", "n", "chunk", "half"))
     for dt in ("fp32", "bf16"):
         for variant, buffered in (("pull", False), ("pull_buffered", True)):
             yield (f"reduce_scatter/{variant}/{dt}", K.reduce_scatter_kernel,
-                   sig("inp src out locks src_bases", dt, "m src_stride chunk half"),
+                   sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp"),
                    dict(rank=0, world_size=4, OP=0, STAGE_IN=True, BUFFERED=buffered, **TILE),
                    ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
             for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
                 yield (f"{name}/{variant}/{dt}", K.pull_kernel,
-                       sig("inp src out locks src_bases", dt, "m src_stride chunk half root"),
+                       sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
                        dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
                        ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
-    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", ""), dict(rank=0, world_size=2), ())
+    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp"), dict(rank=0, world_size=2), ())
 
 
 def counts(ptx: str) -> dict:

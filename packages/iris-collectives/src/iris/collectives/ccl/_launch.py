@@ -18,6 +18,7 @@ import weakref
 import torch
 
 from .. import _workspace
+from .._errors import unwrapped
 from ._config import REGISTER_FROM
 
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
@@ -240,7 +241,13 @@ class TritonLaunch:
         self.run, self.options = kernel[(grid,)], options
 
     def __call__(self, *args):
-        self.run(*args, **self.options)
+        try:
+            self.run(*args, **self.options)
+        except Exception as exc:
+            error = unwrapped(exc)
+            if error is exc:
+                raise
+            raise error from None  # the call mismatch the kernel found, not the interpreter's wrapping
 
 
 class DirectLaunch:

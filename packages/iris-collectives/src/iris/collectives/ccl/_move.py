@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._agree import agree
 from .._compiling import is_compiling, traced
 from .._sync import BARRIER_WORDS, LOCK_WORDS
 from . import _checks, _launch
@@ -15,8 +16,9 @@ from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, barrier_kernel, pull_kernel
 _MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value}
 
 
-def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None):
-    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller)."""
+def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, fp: int = 0):
+    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller;
+    ``fp``: the fingerprint of the agreed call)."""
     W = ctx.world_size
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
                  ctx.device.type, config, ranks_per_gpu=ctx.ranks_on_device)
@@ -47,13 +49,13 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None):
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, 0)
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
     run = _launch.launcher(ctx, ws, pull_kernel, cap if buffered else tiles, cap, cfg, args, constexprs,
                            root_last=True)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, root)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, root)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -79,9 +81,11 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
 
     def make():
         call = "iris.collectives.ccl.all_gather"
+        fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
+                   reach=None if reach is None else {"inp": reach[0]}, config=config)
         _checked(ctx, call, out, inp)
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
-        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config, reach)
+        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config, reach, fp)
 
     # peers read inp; out is this rank's alone, but its size is the message's (W times inp's)
     reach = _launch.agreed_reach(ctx, config, inp, message=out)
@@ -102,6 +106,8 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
 
     def make():
         call, W = "iris.collectives.ccl.all_to_all", ctx.world_size
+        fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
+                   reach=None if reach is None else {"inp": reach[0]}, config=config)
         _checked(ctx, call, out, inp)
         if inp.dim() == 0 or inp.shape[0] % W:
             rows = inp.shape[0] if inp.dim() else "no"
@@ -110,7 +116,7 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         if out.shape != inp.shape:
             raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass an out "
                                  f"of inp's shape")
-        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config, reach)
+        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config, reach, fp)
 
     reach = _launch.agreed_reach(ctx, config, inp)
     key = _launch.call_key("all_to_all", config, out, inp, reach)
@@ -134,11 +140,16 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
         return tensor
     def make():
-        _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
-        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach)
+        call = "iris.collectives.ccl.broadcast"
+        fp = agree(ctx, call, (("tensor", tensor),), placed=("tensor",),
+                   reach=None if reach is None else {"tensor": reach[0]}, src=src, config=config)
+        _checks.check_tensor(call, ctx, "tensor", tensor)
+        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach, fp)
 
     reach = _launch.agreed_reach(ctx, config, tensor)  # the peers read src's tensor
-    key = _launch.call_key("broadcast", config, tensor, tensor, reach)
+    # src in the key: each source's plan carries its own agreed call (the kernel still takes src
+    # as a run-time argument, so no source compiles anything)
+    key = _launch.call_key(("broadcast", src), config, tensor, tensor, reach)
     _launch.call(ctx, key, make, tensor, tensor, src)
     return tensor
 
@@ -152,6 +163,7 @@ def barrier(ctx) -> None:
         return traced().barrier(ctx)
     plan = _launch.lookup(ctx, "barrier")
     if plan is None:
+        fp = agree(ctx, "iris.collectives.ccl.barrier", ())
         ws = _launch.workspace(ctx, ("ccl.barrier",),
                                lambda ctx: {"flags": ctx.zeros(BARRIER_WORDS, dtype=torch.int32)})
         context, flags = ctx.get_device_context(), ws.buffers["flags"]
@@ -159,7 +171,7 @@ def barrier(ctx) -> None:
         rank, W = ctx.rank, ctx.world_size
 
         def plan():
-            run(context, flags, rank, W)
+            run(context, flags, fp, rank, W)
 
         _launch.remember(ctx, "barrier", plan)
     plan()

@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._agree import agree
 from .._compiling import is_compiling, traced
 from .._sync import LOCK_WORDS
 from . import _checks, _launch
@@ -46,6 +47,10 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
 
 def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     call = "iris.collectives.ccl.all_reduce"
+    # first, so that every rank agrees (or raises) before its own checks: peers read inp, and
+    # two-shot writes out
+    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("out", "inp"),
+               reach=None if reach is None else {"inp": reach[0], "out": reach[-1]}, op=op, config=config)
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
     _checks.check_same_dtype(call, out, inp)
@@ -107,12 +112,12 @@ def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     src_bases = heap if stage_in else in_bases
     dst_bases = heap if copy_out or not two_shot else out_bases
     args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
-            dst_bases, n, chunk, half)
+            dst_bases, n, chunk, half, fp)
     run = _launch.launcher(ctx, ws, all_reduce_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
         run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
-            dst_bases, n, chunk, half)
+            dst_bases, n, chunk, half, fp)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -136,6 +141,8 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
 
 def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     call = "iris.collectives.ccl.reduce_scatter"
+    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
+               reach=None if reach is None else {"inp": reach[0]}, op=op, config=config)
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
     _checks.check_same_dtype(call, out, inp)
@@ -171,11 +178,11 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp)
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp)
         _launch.promote(ctx, key, run)
 
     return plan

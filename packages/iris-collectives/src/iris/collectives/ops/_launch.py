@@ -6,6 +6,7 @@ import torch
 
 from iris.device import INTERPRETER
 
+from .._errors import unwrapped
 from .._workspace import Workspace, ensure_allocator
 from . import _gemm
 
@@ -85,4 +86,13 @@ def launch(ctx, ws: Workspace, kernel, num_tiles: int, cfg, args: tuple, constex
             compiled = kernel.warmup(*args, grid=(1,), **options)
         resident = ctx.resident_grid(num_tiles, compiled)
         grid = ws.grids[variant] = min(resident, cfg.grid) if cfg.grid else resident
-    kernel[(grid,)](*args, **options)
+    if not INTERPRETER:
+        kernel[(grid,)](*args, **options)
+        return
+    try:
+        kernel[(grid,)](*args, **options)
+    except Exception as exc:
+        error = unwrapped(exc)
+        if error is exc:
+            raise
+        raise error from None  # the call mismatch the kernel found, not the interpreter's wrapping

@@ -1,0 +1,87 @@
+"""What a host collective or fused op tells the call agreement (``iris.runtime.Iris.agree_call``):
+its signature, with no address in it, and its text, in the caller's terms.
+
+A tensor is its shape and dtype (and its strides where it is not contiguous); where the peers
+reach it in place, also where: its heap offset (every rank's must be the same), its registration
+(``ctx.register``) and offset in it, or the reach the ranks agreed on (``ctx.reach``, the same on
+every rank by construction), else "plain" (staged through the heap, whatever its address). That is
+what decides the protocol each rank's kernel follows (which staging, which workspace): two ranks
+whose placements differ would follow different ones. Options (op, root, config) are as passed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _where(ctx, t: torch.Tensor, reach) -> tuple:
+    if reach is not None:
+        return reach.ident
+    registration = ctx.registration_of(t)
+    if registration is not None:
+        return ("registered", registration.serial, t.data_ptr() - registration.addresses[ctx.rank])
+    if ctx.is_symmetric(t):
+        return ("heap", ctx.offset_of(t))
+    return ("plain",)
+
+
+def _where_text(where: tuple) -> str:
+    kind = where[0]
+    if kind == "heap":
+        return f" on the heap at offset {where[1]}" if len(where) > 1 else " on the heap"
+    if kind == "registered":
+        detail = where[1:] if len(where) > 2 else (where[1] if len(where) > 1 else ())
+        return f" registered {tuple(detail)}" if detail else " registered"
+    if kind == "staged":
+        return " (staged)"
+    return ""
+
+
+def _tensor(ctx, t, placed: bool, reach) -> tuple:
+    # (shape, dtype, strides or None, where or None) of a tensor; the type's name for anything else
+    if not isinstance(t, torch.Tensor):
+        return (type(t).__name__,)
+    strides = None if t.is_contiguous() else tuple(t.stride())
+    return (tuple(t.shape), t.dtype, strides, _where(ctx, t, reach) if placed else None)
+
+
+def _tensor_text(sig: tuple) -> str:
+    if len(sig) == 1:
+        return f"a {sig[0]}"
+    shape, dtype, strides, where = sig
+    text = f"{str(dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}]"
+    if strides is not None:
+        text += f" (strides {strides})"
+    return text + (_where_text(where) if where is not None else "")
+
+
+def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
+    """The fingerprint of ``call`` (e.g. ``"iris.collectives.ccl.all_reduce"``) on ``tensors``
+    (``(name, value)`` pairs, in the call's order; a value that is an earlier tensor of the call is
+    written ``name=other``), agreed with every rank if new (see ``iris.runtime.Iris.agree_call``).
+    ``placed``: names of the tensors the peers reach in place, whose placement is compared too;
+    ``reach``: their agreed :class:`iris.runtime.Reach`, by name, where the call agreed on one.
+    ``options``: the call's other arguments, by name (hashable, or compared by their text)."""
+    seen: list[tuple[str, object]] = []
+    parts = []
+    for name, value in tensors:
+        alias = next((other for other, earlier in seen if earlier is value), None)
+        if alias is not None:
+            parts.append((name, ("=", alias)))
+        else:
+            parts.append((name, _tensor(ctx, value, name in placed, (reach or {}).get(name))))
+            seen.append((name, value))
+    items = tuple(options.items())
+    signature = (call, tuple(parts), items)
+
+    def describe() -> str:
+        texts = [f"{name}={sig[1]} (in place)" if sig[0] == "=" else f"{name}={_tensor_text(sig)}"
+                 for name, sig in parts]
+        texts += [f"{name}={value!r}" for name, value in items]
+        return f"{call}({', '.join(texts)})"
+
+    try:
+        hash(signature)
+    except TypeError:  # an unhashable option (a bad config, which the call's checks report): by its text
+        signature = describe()
+    return ctx.agree_call(signature, describe, call)
