@@ -602,6 +602,49 @@ def scenario_argument_errors(ctx):
     expect_error(lambda: ccl.broadcast(ctx, x, W), RankError, "broadcast", f"rank {W} is outside")
 
 
+def scenario_calls_agree(ctx):
+    # The call agreement: a rank whose call differs (first call of its signature) makes every rank
+    # raise IrisCallMismatchError naming each rank's call in the caller's shapes; the context stays
+    # usable, and a matched call afterwards is right. Rank 0 is the odd one out.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    odd = r == 0
+    others = "ranks " + ", ".join(map(str, range(1, W))) if W > 2 else "rank 1"
+    ar = "iris.collectives.ccl.all_reduce"
+
+    def differ(call, *texts):
+        error = expect_error(call, iris.runtime.IrisCallMismatchError, "the ranks made different collective calls",
+                             "rank 0 called", f"{others} called", *texts, "Every rank must make the same collective "
+                             "calls", "IRIS_CHECK_CALLS=0")
+        assert error.count("called") == 2, error  # one entry per distinct call
+
+    def ones(n, dtype=torch.float32):
+        return torch.ones(n, dtype=dtype, device=dev)
+
+    x, y = ones(1000 if odd else 1024), ones(1024)
+    differ(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), ar, "out=float32[1000], inp=out (in place)",
+           "out=float32[1024], inp=out (in place)")
+    z = ones(1000 if odd else 100000)  # which no shared workspace would hide: a hang until the watchdog
+    differ(lambda: ccl.all_reduce(ctx, z, z), "float32[1000]", "float32[100000]")
+    w = ones(1024, torch.float32 if odd else torch.float64)
+    differ(lambda: ccl.all_reduce(ctx, w, w, config=SMALL), "float32[1024]", "float64[1024]")
+    v = ones(1024)
+    differ(lambda: ccl.all_reduce(ctx, v, v, op="max" if odd else "sum", config=SMALL), "op='max'", "op='sum'")
+    differ(lambda: ccl.all_reduce(ctx, ones(1024) if odd else v, v, config=SMALL), "inp=float32[1024], op",
+           "inp=out (in place)")
+    differ(lambda: ccl.all_gather(ctx, ones(W * (8 if odd else 16)), ones(8 if odd else 16), config=SMALL),
+           "iris.collectives.ccl.all_gather", f"out=float32[{W * 8}], inp=float32[8]")
+    differ(lambda: ccl.broadcast(ctx, ones(64), 1 if odd else 0, config=SMALL), "src=1", "src=0")
+    # heap tensors the peers read in place must be at the same offset on every rank
+    slabs = [ctx.zeros(64) for _ in range(2)]
+    differ(lambda: ccl.all_reduce(ctx, ones(64), slabs[0 if odd else 1], config=SMALL), "on the heap at offset")
+    # the context goes on: matched calls after the mismatches are right
+    y.fill_(float(r))
+    ccl.all_reduce(ctx, y, y, config=SMALL)
+    check(y, torch.full(y.shape, float(W * (W - 1) // 2)), "all_reduce after the mismatches")
+
+
 def scenario_workspace_cache(ctx):
     # a second call of a key reuses the plan and the workspace; clear_workspaces frees them and the
     # next call starts fresh counters (every rank clears at the same point, after a barrier)
@@ -620,10 +663,18 @@ def scenario_debug_mismatch(ctx):
     # class share the lock records, and the signatures there report the mismatch on both ranks
     if not iris.device.DEBUG.value or ctx.world_size < 2:
         raise SystemExit("scenario debug_mismatch needs IRIS_DEBUG=1 and 2 ranks (test_ccl_debug_reports_mismatch)")
+    # IRIS_CHECK_CALLS=0: no call agreement, on the host (the call below is new: it would be
+    # exchanged and refused) or on the device (nothing published: the pad's call words stay 0)
+    from iris.device import _calls
+
+    assert not _calls.CHECK_CALLS.value and ctx.agree_call(("x",), lambda: "x", "x") == 0
     n = 100 if ctx.rank == 0 else 120  # 2 tiles of 64 on both: the same workspace
     x = torch.ones(n, device=ctx.device)
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), Exception, "made different calls on the same lock",
                  "7 x 16", "8 x 16")
+    assert ctx._watchdog.device_calls() is None
+    pad = ctx._heap.bases[ctx.rank] + ctx.heap_size
+    assert ctx._heap.read_int32(pad + _calls.COUNTER_OFFSET) == 0, "a kernel counted its call with the check off"
 
 
 def scenario_cuda_graph(ctx):

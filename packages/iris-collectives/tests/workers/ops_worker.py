@@ -512,6 +512,29 @@ def scenario_fp32_inputs_follow_torchs_precision(ctx):
         ops.clear_workspaces(ctx)
 
 
+def scenario_calls_agree(ctx):
+    """The call agreement: a rank whose fused op has other shapes (each rank's call valid on its
+    own) makes every rank raise IrisCallMismatchError naming each rank's call; the context goes on."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    f32 = dict(dtype=torch.float32, device=dev)
+    k = 8 if r == 0 else 4  # this rank's share of K: a (16 x k) @ b (k x 16)
+    a, b, out = torch.ones(16, k, **f32), torch.ones(k, 16, **f32), torch.zeros(16, 16, **f32)
+    others = "ranks " + ", ".join(map(str, range(1, W))) if W > 2 else "rank 1"
+    for op in (ops.matmul_all_reduce, ops.all_gather_matmul):
+        call = f"iris.collectives.ops.{op.__name__}"
+        expect_error(lambda: op(ctx, out if op is ops.matmul_all_reduce else torch.zeros(16 * W, 16, **f32), a, b,
+                                config=SMALL),
+                     iris.runtime.IrisCallMismatchError, f"{call}: the ranks made different collective calls",
+                     "rank 0 called", f"{others} called", "=float32[16, 8], b=float32[8, 16]",
+                     "=float32[16, 4], b=float32[4, 16]", "Every rank must make the same collective calls")
+    # the same shapes on every rank afterwards: right
+    a, b = torch.ones(16, 4, **f32), torch.ones(4, 16, **f32)
+    ops.matmul_all_reduce(ctx, out, a, b, config=SMALL)
+    check(out, torch.full((16, 16), 4.0 * W), "matmul_all_reduce after the mismatch")
+
+
 def scenario_argument_errors(ctx):
     """Bad shapes, dtypes, devices, M not divisible by the world size, bad configs: an IrisError
     whose message names the call, the argument, the values and the fix. Checked before any

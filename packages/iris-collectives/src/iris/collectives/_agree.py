@@ -11,6 +11,8 @@ whose placements differ would follow different ones. Options (op, root, config) 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 
@@ -39,20 +41,31 @@ def _where_text(where: tuple) -> str:
 
 def _tensor(ctx, t, placed: bool, reach) -> tuple:
     # (shape, dtype, strides or None, where or None) of a tensor; the type's name for anything else
+    if t is None:
+        return ("None",)
     if not isinstance(t, torch.Tensor):
-        return (type(t).__name__,)
+        return (f"a {type(t).__name__}",)
     strides = None if t.is_contiguous() else tuple(t.stride())
     return (tuple(t.shape), t.dtype, strides, _where(ctx, t, reach) if placed else None)
 
 
 def _tensor_text(sig: tuple) -> str:
     if len(sig) == 1:
-        return f"a {sig[0]}"
+        return sig[0]
     shape, dtype, strides, where = sig
     text = f"{str(dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}]"
     if strides is not None:
         text += f" (strides {strides})"
     return text + (_where_text(where) if where is not None else "")
+
+
+def _value_text(value) -> str:
+    # An option as the caller would write it: a config with only the fields it sets.
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ", ".join(f"{f.name}={getattr(value, f.name)!r}" for f in dataclasses.fields(value)
+                           if getattr(value, f.name) is not None)
+        return f"{type(value).__name__}({fields})"
+    return repr(value)
 
 
 def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
@@ -77,7 +90,7 @@ def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
     def describe() -> str:
         texts = [f"{name}={sig[1]} (in place)" if sig[0] == "=" else f"{name}={_tensor_text(sig)}"
                  for name, sig in parts]
-        texts += [f"{name}={value!r}" for name, value in items]
+        texts += [f"{name}={_value_text(value)}" for name, value in items]
         return f"{call}({', '.join(texts)})"
 
     try:

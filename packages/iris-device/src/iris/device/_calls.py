@@ -146,11 +146,12 @@ def call_enter(heap_bases, fingerprint, rank: tl.constexpr, world_size: tl.const
 @triton.constexpr_function
 def _raise_mismatch(record, rank, peer, call, mine, theirs):
     # Interpreter only: the context's describer raises IrisCallMismatchError naming both calls.
+    from . import _calls
     from ._debug import host_scalar
     from ._errors import IrisUsageError
 
     values = [host_scalar(v) for v in (record, rank, peer, call, mine, theirs)]
-    describe = DESCRIBERS.get(values[0])
+    describe = _calls.DESCRIBERS.get(values[0])  # through the module: Triton refuses a global's methods
     if describe is not None:
         describe(*values[1:])
     raise IrisUsageError(f"iris: rank {values[1]} and rank {values[2]} made different collective calls (call "

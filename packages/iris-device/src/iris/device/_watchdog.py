@@ -112,6 +112,7 @@ _CALLS: tl.constexpr = tl.constexpr(9)
 _ACK: tl.constexpr = tl.constexpr(10)
 ACK_INDEX = _ACK.value
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
+_MISMATCH: tl.constexpr = tl.constexpr(STATE_MISMATCH)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
 _CUR_RANK_AT: tl.constexpr = tl.constexpr(_layout.CUR_RANK - _layout.HEAP_BASES)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
@@ -417,6 +418,6 @@ def watchdog_report_mismatch(heap_bases, peer, index, theirs, mine):
     if tl.load(trailer + WATCHDOG_NS_C) > 0:
         drain = _drain_word(heap_bases, me, trailer)
         zero = tl.full([], 0, tl.int64)
-        _report(trailer, drain, tl.full([], STATE_MISMATCH, tl.int64), zero, zero, me, peer, index, theirs, mine,
+        _report(trailer, drain, tl.full([], _MISMATCH, tl.int64), zero, zero, me, peer, index, theirs, mine,
                 zero, zero)
         _await_ack(trailer)

@@ -16,12 +16,16 @@ from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, barrier_kernel, pull_kernel
 _MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value}
 
 
-def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, fp: int = 0):
-    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller;
-    ``fp``: the fingerprint of the agreed call)."""
+def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, **options):
+    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller),
+    agreed with every rank once its config is checked (``options``: the call's own, e.g. ``src``)."""
     W = ctx.world_size
     cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
                  ctx.device.type, config, ranks_per_gpu=ctx.ranks_on_device)
+    named = (("tensor", inp),) if name == "broadcast" else (("out", out), ("inp", inp))
+    peers_read = named[-1][0]
+    fp = agree(ctx, f"iris.collectives.ccl.{name}", named, placed=(peers_read,),
+               reach=None if reach is None else {peers_read: reach[0]}, **options, config=config)
     block, width = cfg.block, cfg.width
     # pull_buffered always stages, into the half of the staging buffer that the call's parity
     # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
@@ -81,11 +85,9 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
 
     def make():
         call = "iris.collectives.ccl.all_gather"
-        fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
-                   reach=None if reach is None else {"inp": reach[0]}, config=config)
         _checked(ctx, call, out, inp)
         _checks.check_dim0(call, "out", out, "inp", inp, ctx.world_size)
-        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config, reach, fp)
+        return _plan_pull(ctx, key, "all_gather", out, inp, inp.numel(), config, reach)
 
     # peers read inp; out is this rank's alone, but its size is the message's (W times inp's)
     reach = _launch.agreed_reach(ctx, config, inp, message=out)
@@ -106,8 +108,6 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
 
     def make():
         call, W = "iris.collectives.ccl.all_to_all", ctx.world_size
-        fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
-                   reach=None if reach is None else {"inp": reach[0]}, config=config)
         _checked(ctx, call, out, inp)
         if inp.dim() == 0 or inp.shape[0] % W:
             rows = inp.shape[0] if inp.dim() else "no"
@@ -116,7 +116,7 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
         if out.shape != inp.shape:
             raise IrisUsageError(f"{call}: out has shape {tuple(out.shape)} but inp {tuple(inp.shape)}; pass an out "
                                  f"of inp's shape")
-        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config, reach, fp)
+        return _plan_pull(ctx, key, "all_to_all", out, inp, inp.numel() // W, config, reach)
 
     reach = _launch.agreed_reach(ctx, config, inp)
     key = _launch.call_key("all_to_all", config, out, inp, reach)
@@ -141,10 +141,8 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         return tensor
     def make():
         call = "iris.collectives.ccl.broadcast"
-        fp = agree(ctx, call, (("tensor", tensor),), placed=("tensor",),
-                   reach=None if reach is None else {"tensor": reach[0]}, src=src, config=config)
         _checks.check_tensor(call, ctx, "tensor", tensor)
-        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach, fp)
+        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach, src=src)
 
     reach = _launch.agreed_reach(ctx, config, tensor)  # the peers read src's tensor
     # src in the key: each source's plan carries its own agreed call (the kernel still takes src

@@ -47,10 +47,6 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
 
 def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     call = "iris.collectives.ccl.all_reduce"
-    # first, so that every rank agrees (or raises) before its own checks: peers read inp, and
-    # two-shot writes out
-    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("out", "inp"),
-               reach=None if reach is None else {"inp": reach[0], "out": reach[-1]}, op=op, config=config)
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
     _checks.check_same_dtype(call, out, inp)
@@ -62,6 +58,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     W, n = ctx.world_size, inp.numel()
     cfg = choose("all_reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config,
                  ranks_per_gpu=ctx.ranks_on_device)
+    # a valid call: agree on it with every rank (peers read inp, and two-shot writes out)
+    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("out", "inp"),
+               reach=None if reach is None else {"inp": reach[0], "out": reach[-1]}, op=op, config=config)
     two_shot = cfg.variant == "two_shot" and W > 1
     buffered = cfg.variant == "one_shot_buffered" and W > 1
     same = out.data_ptr() == inp.data_ptr()
@@ -141,8 +140,6 @@ def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", c
 
 def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     call = "iris.collectives.ccl.reduce_scatter"
-    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
-               reach=None if reach is None else {"inp": reach[0]}, op=op, config=config)
     _checks.check_tensor(call, ctx, "inp", inp)
     _checks.check_tensor(call, ctx, "out", out)
     _checks.check_same_dtype(call, out, inp)
@@ -153,6 +150,8 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     m = out.numel()
     cfg = choose("reduce_scatter", inp.numel() * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type,
                  config, ranks_per_gpu=ctx.ranks_on_device)
+    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
+               reach=None if reach is None else {"inp": reach[0]}, op=op, config=config)
     block, width = cfg.block, cfg.width
     buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
     in_place, in_bases = _launch.peer_reach(ctx, inp, reach[0] if reach else None)
