@@ -92,7 +92,7 @@ MUTATIONS = [
     Mutation("watchdog-never-stops", "the watchdog ends a wait whose peer never comes",
              [(f"{DEVICE}/_watchdog.py", "    stop = (limit > 0) & ((reason != 0) | (now - start > limit))",
                "    stop = (limit > 0) & (reason != 0)", 1)],
-             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "says_why and skip and 2")]),
     # --- issue #37: promises that only random floats, 3+ ranks, foreign epochs or a lost race show ---------
     # (text of _all_reduce.py and _sync.py as of the TileRange collectives: re-target these when
     # those files change; a mutation whose text is gone stops the run, naming itself)
@@ -236,6 +236,33 @@ MUTATIONS = [
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
+    # --- issue #54: wrong calls fail loudly (the call agreement, deadlines on host waits) ------------------
+    Mutation("agreement-ignores-dtype", "the call agreement compares dtypes: fp32 on one rank, fp64 on another raises",
+             [(f"{COLL}/_agree.py", "    return (tuple(t.shape), t.dtype, strides, ", "    return (tuple(t.shape), "
+               "torch.float32, strides, ", 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree")], expect="float64[1024]"),
+    Mutation("device-check-blind", "a cached call that differs between ranks is caught by its kernel",
+             [(f"{DEVICE}/_calls.py", "            if peer < world_size:\n", "            if peer < 0:\n", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_hit-2")],
+             expect="printed the result of a call that went wrong"),
+    Mutation("stopped-wait-returns", "a wait that gave up holds its kernel until the job ends: no rank prints a "
+             "result",
+             [(f"{DEVICE}/_watchdog.py", "calls)\n    _await_ack(trailer)\n", "calls)\n", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_warm and 2")],
+             expect="printed the result of a call that went wrong"),
+    Mutation("deadline-names-no-rank", "a host wait that runs out names the rank that did not come",
+             [(f"{RUNTIME}/_host_waits.py", "            if p_seq < seq:\n", "            if False:\n", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_late and 2")],
+             expect="is past its host call"),
+    Mutation("host-waits-unbounded", "every host collective of a context is bounded by the watchdog (here: a rank "
+             "that skips a first call and closes)",
+             [(f"{RUNTIME}/_iris.py", "self._boot = WatchedBootstrap(boot, self._host_waits)", "self._boot = boot", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_first and 2")]),
+    Mutation("board-ignores-other-calls", "ranks in different host calls at the same point end the job at once",
+             [(f"{RUNTIME}/_host_waits.py", "            elif p_seq == seq and p_inside and p_kind != kind",
+               "            elif False", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_first and 2")],
+             expect="the job ended"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -248,7 +275,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
          "unfused-bias-early", "fp32-inputs-stay-fused", "fp32-precision-always-tf32",
          "unfused-gather-no-copy-out", "all-gather-registers-by-input",
-         "unfused-bias-rounded-first"]
+         "unfused-bias-rounded-first", "agreement-ignores-dtype", "device-check-blind", "stopped-wait-returns",
+         "deadline-names-no-rank"]
 
 
 def copy_packages(root: str) -> None:

@@ -79,9 +79,10 @@ _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_NUM_RANKS - _HEAP_BASES)
 FINGERPRINT_MASK = 0x7FFFFFFF
 _MASK: tl.constexpr = tl.constexpr(FINGERPRINT_MASK)
 
-#: Interpreter only: the watchdog record's address of a context -> ``describe(rank, peer, call,
-#: mine, theirs)``, which raises the context's ``IrisCallMismatchError`` (registered by
-#: ``iris.runtime``, which knows the calls behind the fingerprints).
+#: Interpreter only: the watchdog record's address of a context -> a weak reference to
+#: ``describe(rank, peer, call, mine, theirs)``, which raises the context's
+#: ``IrisCallMismatchError`` (registered by ``iris.runtime``, which knows the calls behind the
+#: fingerprints).
 DESCRIBERS: dict = {}
 
 
@@ -152,8 +153,8 @@ def _raise_mismatch(record, rank, peer, call, mine, theirs):
 
     values = [host_scalar(v) for v in (record, rank, peer, call, mine, theirs)]
     describe = _calls.DESCRIBERS.get(values[0])  # through the module: Triton refuses a global's methods
-    if describe is not None:
-        describe(*values[1:])
+    if describe is not None and describe() is not None:
+        describe()(*values[1:])
     raise IrisUsageError(f"iris: rank {values[1]} and rank {values[2]} made different collective calls (call "
                          f"{values[3]} of the context; fingerprints {values[4]:#x} and {values[5]:#x}); every rank "
                          f"must make the same calls in the same order")

@@ -115,10 +115,14 @@ class Iris(TensorFactories):
         self._host_waits = self._watchdog.host_waits
         self._boot = WatchedBootstrap(boot, self._host_waits)
         self._calls = CallAgreement(self)
-        self._watchdog.describe_call = self._calls.describe
-        self._watchdog.mismatch_message = self._calls.device_mismatch
+        # weakly: the watchdog outlives the context (an exit handler holds it), which must not keep
+        # the context (and its process groups) alive
+        calls = weakref.ref(self._calls)
+        self._watchdog.describe_call = lambda fp: calls().describe(fp) if calls() is not None else None
+        self._watchdog.mismatch_message = lambda *args: (calls().device_mismatch(*args) if calls() is not None
+                                                         else None)
         if self.backend == "cpu":  # kernels run in this thread: a mismatch they find raises here
-            device_calls.DESCRIBERS[self._watchdog.address] = self._raise_call_mismatch
+            device_calls.DESCRIBERS[self._watchdog.address] = weakref.WeakMethod(self._raise_call_mismatch)
         self.tracing = Tracing(self)
         self._closed = False
         self._registrations: list[Registration] = []

@@ -170,8 +170,9 @@ class Watchdog:
         r = dict(zip(_FIELDS, words))
         if r["state"] == device_watchdog.STATE_MISMATCH:
             args = (r["rank"], r["peer"], r["index"], r["target"], r["seen"])
-            if self.mismatch_message is not None:
-                return f"{self.mismatch_message(*args)} Ending the job."
+            text = self.mismatch_message(*args) if self.mismatch_message is not None else None
+            if text is not None:
+                return f"{text} Ending the job."
             return (f"iris: rank {args[0]} and rank {args[1]} made different collective calls (call #{args[2]}, "
                     f"fingerprints {args[3]:#x} and {args[4]:#x}). Ending the job.")
         message = describe(words, self.world_size, self.timeout_s, self.ranks_behind(r["calls"]))
@@ -255,7 +256,7 @@ class Watchdog:
             return None
         message = self.mismatch_message(self.rank, peer, mine[0], mine[1], calls[peer][1],
                                         "found by the watchdog in the calls their kernels entered, which never meet")
-        return f"{message} Ending the job."
+        return None if message is None else f"{message} Ending the job."
 
     def ranks_behind(self, calls: int) -> int:
         """Bit r set when rank r's call counter at ``calls`` (an address of this rank's heap; every
