@@ -425,7 +425,7 @@ class Iris(TensorFactories):
             device_calls.DESCRIBERS.pop(self._watchdog.address, None)
             self.tracing.close()
             self._buffer = None
-            self._watchdog.heap = None
+            self._watchdog.detach_heap()
             self._heap.close()
             self._closed = True
             self._boot.barrier()

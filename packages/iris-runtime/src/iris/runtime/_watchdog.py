@@ -142,6 +142,8 @@ class Watchdog:
         self.mismatch_message = None
         self._peers: list[tuple[int, int, int]] = []  # (rank, local rank, pid) of the node's other ranks
         self._suspect = None  # (this rank's call, a peer's, since): calls_differ's suspicion
+        # held while the thread reads the heap, and by detach_heap(): close() unmaps it afterwards
+        self._heap_lock = threading.Lock()
         if boot is not None:
             from ._host_waits import HostWaits
 
@@ -185,22 +187,28 @@ class Watchdog:
         per rank, ``(0, 0)`` before its first, None where a word cannot be read; None altogether
         where the check is off. Host reads of this rank's heap (on the GPU, copies on a private
         stream: for reports, not for every poll)."""
-        heap = self.heap
-        if heap is None or not device_calls.CHECK_CALLS.value:
+        if not device_calls.CHECK_CALLS.value or not 1 < self.world_size <= layout.CALL_CHECK_MAX_RANKS:
             return None
-        if not 1 < self.world_size <= layout.CALL_CHECK_MAX_RANKS:
-            return None
-        slots = heap.bases[self.rank] + self.heap_size + device_calls.SLOTS_OFFSET
-        calls: list[tuple[int, int] | None] = []
-        for q in range(self.world_size):
-            latest = None
-            for parity in (0, 1):
-                address = slots + (parity * self.world_size + q) * 8
-                low, high = heap.read_int32(address), heap.read_int32(address + 4)
-                if low is not None and high is not None and (latest is None or high > latest[0]):
-                    latest = (high, low & device_calls.FINGERPRINT_MASK)
-            calls.append(latest)
+        with self._heap_lock:
+            heap = self.heap
+            if heap is None:
+                return None
+            slots = heap.bases[self.rank] + self.heap_size + device_calls.SLOTS_OFFSET
+            calls: list[tuple[int, int] | None] = []
+            for q in range(self.world_size):
+                latest = None
+                for parity in (0, 1):
+                    address = slots + (parity * self.world_size + q) * 8
+                    low, high = heap.read_int32(address), heap.read_int32(address + 4)
+                    if low is not None and high is not None and (latest is None or high > latest[0]):
+                        latest = (high, low & device_calls.FINGERPRINT_MASK)
+                calls.append(latest)
         return calls
+
+    def detach_heap(self) -> None:
+        """From now on the thread leaves the heap alone (``close()`` is about to unmap it)."""
+        with self._heap_lock:
+            self.heap = None
 
     def _call_counts(self) -> list[int | None] | None:
         calls = self.device_calls()
@@ -286,6 +294,10 @@ class Watchdog:
         """Raise every rank's drain word to ``reason`` (never lower it: a "rank failed" stays), so
         that every waiting kernel stops and reports (best effort; returns how many ranks' words
         hold ``reason`` or more afterwards)."""
+        with self._heap_lock:
+            return self._drain_all(reason)
+
+    def _drain_all(self, reason: int) -> int:
         heap = self.heap
         if heap is None:
             return 0
