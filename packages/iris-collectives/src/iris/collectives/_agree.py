@@ -11,9 +11,17 @@ whose placements differ would follow different ones. Options (op, root, config) 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
+
+
+def host_calls(ctx, label: str):
+    """A context manager naming, in the watchdog's reports, the host collectives made inside it
+    (``Iris.host_call``; nothing for a stand-in context without it)."""
+    named = getattr(ctx, "host_call", None)
+    return named(label) if named is not None else contextlib.nullcontext()
 
 
 def _where(ctx, t: torch.Tensor, reach) -> tuple:

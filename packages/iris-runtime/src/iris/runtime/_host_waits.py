@@ -37,7 +37,7 @@ KINDS = ("none", "allgather", "allgather_int64", "gather", "gather_int64", "bcas
          "node_allgather", "node_barrier")
 _KIND_IDS = {name: i for i, name in enumerate(KINDS)}
 #: Bytes of one rank's slot on the board: a header of int64 words, then the label (UTF-8).
-SLOT_BYTES = 512
+SLOT_BYTES = 1024
 _HEADER = struct.Struct("<qqqqqq")  # exited, seq, inside, start_ns, kind, label length
 LABEL_BYTES = SLOT_BYTES - _HEADER.size
 #: Seconds two ranks must sit in host collectives of different kinds with the same number before

@@ -18,6 +18,7 @@ import weakref
 import torch
 
 from .. import _workspace
+from .._agree import host_calls
 from .._errors import unwrapped
 from ._config import REGISTER_FROM
 
@@ -102,7 +103,10 @@ def plan_for(ctx, key, make):
     cached under ``key`` unless it is None."""
     plan = lookup(ctx, key) if key is not None else None
     if plan is None:
-        plan = make()
+        # the host collectives of a plan's making (agreement, grid, workspace), named in the watchdog's reports
+        name = key[0] if key is not None else "a call"
+        with host_calls(ctx, f"a new plan of iris.collectives.ccl {name if isinstance(name, str) else name[0]}"):
+            plan = make()
         if key is not None:
             remember(ctx, key, plan)
     return plan
