@@ -244,7 +244,7 @@ MUTATIONS = [
     Mutation("device-check-blind", "a cached call that differs between ranks is caught by its kernel",
              [(f"{DEVICE}/_calls.py", "            if peer < world_size:\n", "            if peer < 0:\n", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_hit-2")],
-             expect="printed the result of a call that went wrong"),
+             expect="CHECK result rank"),
     Mutation("stopped-wait-returns", "a wait that gave up holds its kernel until the job ends: no rank prints a "
              "result",
              [(f"{DEVICE}/_watchdog.py", "calls)\n    _await_ack(trailer)\n", "calls)\n", 1)],
