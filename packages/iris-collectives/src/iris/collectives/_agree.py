@@ -48,13 +48,12 @@ def _where_text(where: tuple) -> str:
 
 
 def _tensor(ctx, t, placed: bool, reach) -> tuple:
-    # (shape, dtype, strides or None, where or None) of a tensor; the type's name for anything else
-    if t is None:
-        return ("None",)
-    if not isinstance(t, torch.Tensor):
-        return (f"a {type(t).__name__}",)
-    strides = None if t.is_contiguous() else tuple(t.stride())
-    return (tuple(t.shape), t.dtype, strides, _where(ctx, t, reach) if placed else None)
+    # (shape, dtype, strides or None, where or None) of a tensor; a text for anything else. The
+    # shape stays a torch.Size (hashed and compared as the tuple): the fused ops build this per call.
+    if t.__class__ is torch.Tensor or isinstance(t, torch.Tensor):
+        strides = None if t.is_contiguous() else t.stride()
+        return (t.shape, t.dtype, strides, _where(ctx, t, reach) if placed else None)
+    return ("None",) if t is None else (f"a {type(t).__name__}",)
 
 
 def _tensor_text(sig: tuple) -> str:
@@ -76,6 +75,24 @@ def _value_text(value) -> str:
     return repr(value)
 
 
+def out_place(ctx, t: torch.Tensor) -> tuple:
+    """Where ``t`` is, for a signature: its heap offset, its registration, or "plain"."""
+    return _where(ctx, t, None)
+
+
+def agree_fused(ctx, call: str, signature: tuple, tensors, **options) -> int:
+    """:func:`agree` for a call whose checks have already fixed what its signature needs in a few
+    values (``signature``: e.g. a fused op's ``M, N, K``, dtypes and chosen config, which with the
+    checks passed determine every shape): built per call, it costs a tuple and a lookup, and the
+    text of ``tensors`` and ``options`` is written only when the call is new."""
+    def describe() -> str:
+        texts = [f"{name}={_tensor_text(_tensor(ctx, value, False, None))}" for name, value in tensors]
+        texts += [f"{name}={_value_text(value)}" for name, value in options.items()]
+        return f"{call}({', '.join(texts)})"
+
+    return ctx.agree_call((call, signature), describe, call)
+
+
 def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
     """The fingerprint of ``call`` (e.g. ``"iris.collectives.ccl.all_reduce"``) on ``tensors``
     (``(name, value)`` pairs, in the call's order; a value that is an earlier tensor of the call is
@@ -83,15 +100,14 @@ def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
     ``placed``: names of the tensors the peers reach in place, whose placement is compared too;
     ``reach``: their agreed :class:`iris.runtime.Reach`, by name, where the call agreed on one.
     ``options``: the call's other arguments, by name (hashable, or compared by their text)."""
-    seen: list[tuple[str, object]] = []
     parts = []
-    for name, value in tensors:
-        alias = next((other for other, earlier in seen if earlier is value), None)
-        if alias is not None:
-            parts.append((name, ("=", alias)))
+    for i, (name, value) in enumerate(tensors):
+        for other, earlier in tensors[:i]:
+            if earlier is value and value is not None:
+                parts.append((name, ("=", other)))
+                break
         else:
-            parts.append((name, _tensor(ctx, value, name in placed, (reach or {}).get(name))))
-            seen.append((name, value))
+            parts.append((name, _tensor(ctx, value, name in placed, reach.get(name) if reach else None)))
     items = tuple(options.items())
     signature = (call, tuple(parts), items)
 
@@ -101,8 +117,5 @@ def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
         texts += [f"{name}={_value_text(value)}" for name, value in items]
         return f"{call}({', '.join(texts)})"
 
-    try:
-        hash(signature)
-    except TypeError:  # an unhashable option (a bad config, which the call's checks report): by its text
-        signature = describe()
+    # (an unhashable option, a bad config which the call's checks report, is agreed by its text)
     return ctx.agree_call(signature, describe, call)

@@ -60,7 +60,11 @@ class CallAgreement:
         text), agreed with every rank first if it is new; ``call`` names the collective in
         messages. Collective when the signature is new. Raises :class:`IrisCallMismatchError`
         on every rank when the ranks' calls differ."""
-        fp = self._agreed.get(signature)
+        try:
+            fp = self._agreed.get(signature)
+        except TypeError:  # an unhashable part (a bad option): agreed by the call's text
+            signature = describe()
+            fp = self._agreed.get(signature)
         if fp is not None:
             return fp
         ctx = self._ctx

@@ -27,7 +27,7 @@ from iris.device import round_to, translate
 from iris.device._calls import call_check, call_enter
 
 from .. import _host
-from .._agree import agree
+from .._agree import agree_fused
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
@@ -265,8 +265,8 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config, a_shard.element_size())
-    fp = agree(ctx, CALL, (("out", out), ("a_shard", a_shard), ("b", b), ("bias", bias)), config=config,
-               chosen=cfg)
+    fp = agree_fused(ctx, CALL, (M, N, K, a_shard.dtype, out.dtype, bias is not None and bias.dtype, cfg),
+                     (("out", out), ("a_shard", a_shard), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     if cfg.variant == "unfused":
         unfused_gather(ctx, ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg), out,
                        a_shard, b, bias, gather_first=True)

@@ -22,7 +22,7 @@ from iris.device import round_to
 from iris.device._calls import call_check, call_enter
 
 from .. import _host
-from .._agree import agree
+from .._agree import agree_fused
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._gather import all_gather
@@ -102,8 +102,8 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_gather", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
-    fp = agree(ctx, CALL, (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config,
-               chosen=cfg)
+    fp = agree_fused(ctx, CALL, (M, N, K, a.dtype, out.dtype, bias is not None and bias.dtype, cfg),
+                     (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     key = ("matmul_all_gather", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
     if cfg.variant == "unfused":
         unfused_gather(ctx, key, out, a, b, bias, gather_first=False)

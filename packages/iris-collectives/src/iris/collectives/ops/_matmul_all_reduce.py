@@ -21,7 +21,7 @@ from iris.device import round_to
 from iris.device._calls import call_check, call_enter
 
 from .. import _host
-from .._agree import agree
+from .._agree import agree_fused, out_place
 from .._all_reduce import all_reduce_one_shot, all_reduce_two_shot
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
@@ -97,9 +97,12 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_reduce", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
-    # out's placement decides two-shot's workspace; the chosen config follows torch's fp32 setting
-    fp = agree(ctx, CALL, (("out", out), ("a", a), ("b", b), ("bias", bias)), placed=("out",),
-               config=config, chosen=cfg)
+    # the chosen config follows torch's fp32 setting; out's place decides two-shot's workspace, whose
+    # peers write into out where it is
+    placed = out_place(ctx, out) if cfg.variant == "two_shot" and ctx.world_size > 1 else None
+    fp = agree_fused(ctx, CALL, (M, N, K, a.dtype, out.dtype, bias is not None and bias.dtype, cfg, placed),
+                     (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config, chosen=cfg,
+                     **({} if placed is None else {"out_place": placed}))
     if cfg.variant == "unfused":
         key = ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg, out.is_contiguous())
         unfused(ctx, key, out, a, b, bias, cfg, scatter=False)

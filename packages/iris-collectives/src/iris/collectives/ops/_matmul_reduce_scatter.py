@@ -27,7 +27,7 @@ from iris.device import round_to
 from iris.device._calls import call_check, call_enter
 
 from .. import _host
-from .._agree import agree
+from .._agree import agree_fused
 from .._all_reduce import _sum_in_rank_order
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
@@ -120,8 +120,8 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     m_local = check_rows_divide(CALL, "a", M, ctx.world_size)
     check_matrix(CALL, "out", out, (m_local, N))
     cfg = choose("matmul_reduce_scatter", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
-    fp = agree(ctx, CALL, (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config,
-               chosen=cfg)
+    fp = agree_fused(ctx, CALL, (M, N, K, a.dtype, out.dtype, bias is not None and bias.dtype, cfg),
+                     (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     key = ("matmul_reduce_scatter", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
     if cfg.variant == "unfused":
         unfused(ctx, key + (out.is_contiguous(),), out, a, b, bias, cfg, scatter=True)
