@@ -238,7 +238,7 @@ MUTATIONS = [
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
     # --- issue #54: wrong calls fail loudly (the call agreement, deadlines on host waits) ------------------
     Mutation("agreement-ignores-dtype", "the call agreement compares dtypes: fp32 on one rank, fp64 on another raises",
-             [(f"{COLL}/_agree.py", "    return (tuple(t.shape), t.dtype, strides, ", "    return (tuple(t.shape), "
+             [(f"{COLL}/_agree.py", "        return (t.shape, t.dtype, strides, ", "        return (t.shape, "
                "torch.float32, strides, ", 1)],
              [("worker", "2", "ccl_worker.py", "calls_agree")], expect="float64[1024]"),
     Mutation("device-check-blind", "a cached call that differs between ranks is caught by its kernel",
@@ -258,6 +258,11 @@ MUTATIONS = [
              "that skips a first call and closes)",
              [(f"{RUNTIME}/_iris.py", "self._boot = WatchedBootstrap(boot, self._host_waits)", "self._boot = boot", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_first and 2")]),
+    Mutation("agreement-keeps-plans", "the plans built on signatures the agreement forgets go with them (else a "
+             "rank whose plan is cached skips the agreement that a rank with a new tensor makes)",
+             [(f"{COLL}/ccl/_launch.py", "_agreement.FORGET_HOOKS.append(forget)", "pass", 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")],
+             expect="the agreement on"),
     Mutation("board-ignores-other-calls", "ranks in different host calls at the same point end the job at once",
              [(f"{RUNTIME}/_host_waits.py", "            elif p_seq == seq and p_inside and p_kind != kind",
                "            elif False", 1)],

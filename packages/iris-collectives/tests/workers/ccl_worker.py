@@ -639,6 +639,23 @@ def scenario_calls_agree(ctx):
     # heap tensors the peers read in place must be at the same offset on every rank
     slabs = [ctx.zeros(64) for _ in range(2)]
     differ(lambda: ccl.all_reduce(ctx, ones(64), slabs[0 if odd else 1], config=SMALL), "on the heap at offset")
+    # the agreed signatures are capped; past the cap the oldest go on every rank at once, and the
+    # plans built on them too: a rank whose plan was cached and a rank with a new tensor agree again
+    from iris.runtime import _agreement
+
+    first = ones(64)
+    ccl.all_reduce(ctx, first, first, config=SMALL)  # agreed, and its plan cached
+    capacity, _agreement.CAPACITY = _agreement.CAPACITY, 2
+    try:
+        for n in (128, 192, 256):  # an agreement past the cap keeps the newest one
+            ccl.all_reduce(ctx, ones(n), ones(n), config=SMALL)
+        assert len(ctx._calls) <= 2 and not any("[64], inp=out" in t for t in ctx._calls._texts.values())
+        again = first if odd else ones(64)  # rank 0: the tensor of a plan that was cached
+        again.fill_(1.0)
+        ccl.all_reduce(ctx, again, again, config=SMALL)
+        check(again, torch.full((64,), float(W)), "all_reduce after the oldest signatures went")
+    finally:
+        _agreement.CAPACITY = capacity
     # the context goes on: matched calls after the mismatches are right
     y.fill_(float(r))
     ccl.all_reduce(ctx, y, y, config=SMALL)

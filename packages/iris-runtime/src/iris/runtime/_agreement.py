@@ -19,8 +19,8 @@ caller's terms. :meth:`CallAgreement.agree`:
   for the device-side check of later calls (``iris.device._calls``); else every rank raises the
   same error, naming each rank's call.
 
-The cache holds :data:`CAPACITY` signatures; past it the oldest half goes on every rank at the
-same agreement, and the hooks in :data:`FORGET_HOOKS` drop what was built on them (the launch
+The cache holds :data:`CAPACITY` signatures; past it all but the newest half go, on every rank
+at the same agreement, and the hooks in :data:`FORGET_HOOKS` drop what was built on them (the launch
 plans of ``iris.collectives.ccl``, which would otherwise let one rank skip an agreement that
 another makes). ``IRIS_CHECK_CALLS=0`` (read at import) switches the agreement off.
 """
@@ -88,7 +88,7 @@ class CallAgreement:
         return self._texts.get(fp)
 
     def _forget_oldest(self) -> None:
-        for signature in list(self._agreed)[:CAPACITY // 2]:
+        for signature in list(self._agreed)[:len(self._agreed) - CAPACITY // 2]:  # the newest half stays
             del self._agreed[signature]
         live = set(self._agreed.values())
         self._texts = {fp: text for fp, text in self._texts.items() if fp in live}

@@ -17,6 +17,8 @@ import weakref
 
 import torch
 
+from iris.runtime import _agreement
+
 from .. import _workspace
 from .._agree import host_calls
 from .._errors import unwrapped
@@ -166,6 +168,12 @@ def forget(ctx) -> None:
     """Drop every plan of ``ctx``."""
     _PLANS.pop(ctx, None)
     _LAST[0] = _LAST[1] = None
+
+
+# The call agreement drops its oldest signatures on every rank at once when it has too many; the
+# plans built on them must go too, or a rank whose plan is cached would skip the agreement that a
+# rank with a new tensor makes (iris.runtime._agreement).
+_agreement.FORGET_HOOKS.append(forget)
 
 
 def capacity(tiles: int) -> int:
