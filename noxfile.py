@@ -109,8 +109,9 @@ def pytest(session: nox.Session, *args: str, posargs: list[str], triton: str | N
         # CI time: what does not depend on Triton's version (tests marked ``once``: faults, crashes,
         # torchrun, litmus, stress) runs on the newest line only, and the multi-rank suites run at
         # 2 ranks on the lowest (every world size, 1 to 4, on the newest: the world size is a
-        # constexpr of the same interpreted code on both lines). Any posargs (or -- --triton=) run
-        # everything.
+        # constexpr of the same interpreted code on both lines), but for one small 3-rank launch of
+        # the promises that need three ranks (the order of a sum: test_promises_multirank.py).
+        # Any posargs (or -- --triton=) run everything.
         env["IRIS_TEST_WORLD_SIZES"] = os.environ.get("IRIS_TEST_WORLD_SIZES", "2")
         select = ["-m", "not once"]
     session.run("pytest", *args, *select, *posargs, env=env, success_codes=[0, 5])

@@ -47,13 +47,13 @@ def torch_group(ctx, backend: str):
     return dist
 
 
-def symm_mem_group():
-    """``(torch.distributed._symmetric_memory, the default group's name)``, symmetric memory enabled for
-    the group where this torch needs it."""
+def symm_mem_group(group=None):
+    """``(torch.distributed._symmetric_memory, the name of group)`` (default: the default group),
+    symmetric memory enabled for the group where this torch needs it."""
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
-    name = dist.group.WORLD.group_name
+    name = (group or dist.group.WORLD).group_name
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
     if enable is not None:
         try:

@@ -97,6 +97,25 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
 
 
 @pytest.mark.multirank
+def test_p2p_quick_writes_latency_and_bandwidth(tmp_path):
+    # send/recv as a ping-pong and back to back (the bandwidth message flows through the inbox in
+    # chunks), checked, with ccl.broadcast of the same bytes beside it; the peers need CUDA and say so
+    proc = run_ranks(2, os.path.join(BENCH, "p2p.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    stem = results_file(tmp_path, "p2p_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert [p["bytes"] for p in result["latency"]] == [4, 4096] and [p["bytes"] for p in result["bandwidth"]] == [65536]
+    for point in result["latency"] + result["bandwidth"]:
+        assert point["correct"] and point["eager_us"]["ccl"] > 0 and point["eager_us"]["bcast"] > 0, point
+    assert all(p["floor_us"] > 0 for p in result["bandwidth"]), result
+    assert result["mailboxes"]["chunk_bytes"] < 65536, result  # chunked through the inbox
+    if result["backend"] != "cuda":
+        assert result["peer"] is None and any("peer columns skipped" in n for n in result["notes"]), result
+    text = stem.with_suffix(".md").read_text()
+    assert "latency: half a ping-pong round trip" in text and "ccl/flr" in text and "grph/mty" in text, text
+    assert "ccl/flr" in proc.stdout, proc.stdout
+
+
+@pytest.mark.multirank
 def test_trace_overhead_quick(tmp_path):
     proc = run_ranks(2, os.path.join(BENCH, "trace_overhead.py"), "--quick", "--out", str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "trace_overhead*_quick.json").with_suffix("")
@@ -199,6 +218,26 @@ def test_tp_mlp_quick(tmp_path):
         assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.multirank
+def test_fused_norm_quick(tmp_path):
+    # the fused all-reduce + residual + RMSNorm beside the unfused pairs (ccl + the norm, eager and
+    # compiled; torch's symmetric-memory pairs need CUDA and say so), each checked against the fused op
+    proc = run_ranks(2, os.path.join(BENCH, "fused_norm.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    stem = results_file(tmp_path, "fused_norm_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert [(r["tokens"], r["hidden"]) for r in result["rows"]] == [(3, 64), (16, 64)], result["rows"]
+    for row in result["rows"]:
+        assert row["correct"] and row["floor_us"] > 0 and row["all_reduce_us"]["ccl"] > 0, row
+        assert {"fused", "fused_heap", "ccl_norm", "ccl_norm_c"} <= {k for k, v in row["eager_us"].items() if v > 0}
+        assert set(row["rel_error"]) == set(row["eager_us"]), row
+    if result["device"].startswith("cpu"):
+        assert any("torch columns" in n for n in result["notes"]), result["notes"]
+    text = stem.with_suffix(".md").read_text()
+    assert "fused/pair" in proc.stdout and "fused/pair" in text and "fused/AR" in text, proc.stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.once  # arithmetic only: no kernel, nothing that depends on Triton
 def test_multinode_model_writes_its_tables(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "multinode_model.py"), "--out", str(tmp_path)],
@@ -217,3 +256,24 @@ def test_ccl_host_times_the_python_of_a_call(tmp_path):
     stem = results_file(tmp_path, "ccl_host_2ranks*.json").with_suffix("")
     assert json.loads(stem.with_suffix(".json").read_text()), proc.stdout
     assert stem.with_suffix(".md").read_text().strip(), proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.once  # the backend's adapter does not depend on Triton; ccl's kernels are tested on every line
+def test_torch_backend_quick(tmp_path):
+    # dist.all_reduce through backend="iris" next to ccl and gloo (torch's symmetric memory needs a GPU),
+    # a DDP step over iris and over gloo, and the host's microseconds per call of each layer
+    proc = run_ranks(2, os.path.join(BENCH, "torch_backend.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    stem = results_file(tmp_path, "torch_backend_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert {p["dtype"] for p in result["points"]} == {"bf16", "fp32"}, result
+    for point in result["points"]:
+        assert {"iris", "ccl", "gloo"} <= set(point["us"]) and all(point["correct"].values()), point
+    assert set(result["ddp"]["step_us"]) == {"iris", "gloo", "no ddp"}, result["ddp"]
+    assert set(result["host"]["rows"]) == {"ccl", "backend", "dist"} and result["bootstrap"] == "mpi", result
+    assert all(row["dispatch_us"] > 0 for row in result["host"]["rows"].values()), result["host"]
+    text = stem.with_suffix(".md").read_text()
+    assert "iris/ccl" in text and "DDP training step" in text and "backend overhead over ccl" in text, text
+    assert "iris/ccl" in proc.stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

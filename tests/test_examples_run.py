@@ -52,6 +52,11 @@ CASES = {
         [r"# tracing: {n} ranks", r"(?m)^ +{last} += all .* dropped: 0$", r"{n} ranks, \d+ events, 0 dropped",
          r"wrote \S+example_trace\.json", r"results: correct on every rank"],
     ),
+    # GPipe over 1-4 stages (microbatches, forward and backward), checked against one process.
+    "06_pipeline.py": (
+        ["--steps", "2", "--microbatches", "3", "--batch", "12", "--width", "32"],
+        [r"GPipe pipeline: {n} stages", r"(?m)^  parameters of every stage after 2 steps  correct "],
+    ),
 }
 
 

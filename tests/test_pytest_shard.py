@@ -1,6 +1,7 @@
 """tools/pytest_shard.py: the shards of one n partition the suite, keep a test function's
 parametrisations together, and a malformed IRIS_TEST_SHARD is refused with the fix;
-IRIS_TEST_RESUME_AT resumes a shard at a test, and names the fix when no test matches."""
+IRIS_TEST_RESUME_AT resumes a shard at a test, and names the fix when no test matches; processes
+that share IRIS_TEST_CLAIMS run every test once between them, a function's parametrisations in one."""
 
 from __future__ import annotations
 
@@ -66,3 +67,34 @@ def test_resume_at_keeps_the_shards_tests_from_the_first_match(tmp_path):
     assert ids(collected(tmp_path, "2/2", "test_b")) == ["test_b", "test_d"]
     proc = collected(tmp_path, "2/2", "test_e")  # test_e is in the other shard
     assert proc.returncode != 0 and "IRIS_TEST_RESUME_AT='test_e'" in proc.stdout + proc.stderr, proc
+
+
+SLOW_SUITE = """
+import time
+import pytest
+
+def test_a(): time.sleep(0.3)
+def test_b(): time.sleep(0.3)
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_c(nranks): time.sleep(0.3)
+
+def test_d(): time.sleep(0.3)
+def test_e(): time.sleep(0.3)
+"""
+
+
+def test_processes_sharing_claims_run_every_test_once(tmp_path):
+    (tmp_path / "test_suite.py").write_text(SLOW_SUITE)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               IRIS_TEST_CLAIMS=str(tmp_path / "claims"))
+    cmd = [sys.executable, "-m", "pytest", "-p", "pytest_shard", "-v", "-p", "no:cacheprovider", "test_suite.py"]
+    jobs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(3)]
+    outputs = [job.communicate(timeout=120)[0] for job in jobs]
+    assert all(job.returncode in (0, 5) for job in jobs), outputs
+    ran = [[line.split("::", 1)[1].split()[0] for line in out.splitlines() if " PASSED" in line] for out in outputs]
+    everything = ["test_a", "test_b", "test_c[2]", "test_c[4]", "test_d", "test_e"]
+    assert sorted(t for tests in ran for t in tests) == everything, outputs  # each test once, none lost
+    for tests in ran:
+        assert ("test_c[2]" in tests) == ("test_c[4]" in tests), ran

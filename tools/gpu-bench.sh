@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
-# [ccl] [ccl_host] [fused] [tp_mlp] (no argument: rma collectives trace examples; the others only
-# when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS and MLP_WORLDS set the world sizes,
-# EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS, CCL_ARGS, FUSED_ARGS and MLP_ARGS
-# more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
+# [ccl] [ccl_host] [fused] [tp_mlp] [norm] (no argument: rma collectives trace examples; the others
+# only when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS and NORM_WORLDS set
+# the world sizes, EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS, CCL_ARGS,
+# FUSED_ARGS, MLP_ARGS and NORM_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
 # Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each benchmark
 # measures, and the commands behind the committed results: docs/performance.md.
 set -uo pipefail
@@ -47,6 +47,9 @@ for s in $stages; do
       done ;;
     tp_mlp) for w in ${MLP_WORLDS:-2 4}; do
         step "tp_mlp_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/fused_ops.py --mlp ${MLP_ARGS:-}
+      done ;;
+    norm) for w in ${NORM_WORLDS:-2 4 8}; do
+        step "norm_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/fused_norm.py ${NORM_ARGS:-}
       done ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac

@@ -2,39 +2,103 @@
 # GPU test command for a machine without network where torch, triton, mpi4py, cuda-bindings and
 # pytest are preinstalled (see FACTS.md): runs every package's multi-rank tests on the cuda
 # backend, several ranks on one GPU under MPS. Usage: bash tools/gpu-tests.sh [pytest args]
-# GPU_TESTS_DEADLINE_S=540 ends pytest with SIGINT once it has run that long: it kills the MPI job
-# it is running (in a process group of its own) and prints the summary of what ran, so that a run
-# under an outer time limit still reports. A plain `timeout` around this script ends the shell but
-# not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
-# For the same reason send the output to a file, not into a pipe (`| tail`): a job that outlives
-# pytest (its SIGKILL, 30 s after the deadline) would hold the pipe, and what was printed with it.
-# The whole suite at 2 and 4 ranks takes about 25 minutes on one H100 or H200 (2026-12-05):
-# IRIS_TEST_SHARD=1/4 .. 4/4 run it in quarters of 4 to 9 minutes (tools/pytest_shard.py; a test
-# function's world sizes stay together; shards 1/4 and 3/4 together are 1/2), and
-# IRIS_TEST_RESUME_AT=<part of a node id> goes on with a shard from the test where a deadline
-# stopped it. Pass -v to see which test runs; a job that the deadline interrupts prints the end of
-# its output (iris.runtime.testing).
-# Run one such command at a time on a GPU: the grid rule (iris.runtime._residency) counts the ranks
-# of one job, so the waiting kernels of several jobs at once need not all fit. With four at once on
-# one H100 (2026-12-05), test_torch_ops_scenarios[4] had not ended after 450 s; alone it took 50 s.
+#
+# Side by side: with no IRIS_TEST_SHARD, the suite runs in IRIS_GPU_PARALLEL (default 4) pytest
+# processes at once that share its tests out as they go (IRIS_TEST_CLAIMS, tools/pytest_shard.py:
+# a process that is done takes the next test nobody took), their MPI jobs sharing the GPU; the residency
+# rule then divides the SMs among every rank of every job (IRIS_GPU_RANKS, set here to the shards
+# times the largest world size), so that waiting kernels of different jobs cannot starve each
+# other. Most of a job's time is on the CPU (start-up, Triton and inductor compilation), which
+# the machine's cores run side by side. IRIS_GPU_PARALLEL=1 runs one shard at a time.
+# Each shard's output goes to $IRIS_GPU_LOGS (default a temporary folder); what failed and each
+# shard's summary are printed at the end, then one line: card, commit, counts, seconds.
+#
+# GPU_TESTS_DEADLINE_S=540 ends each pytest with SIGINT once it has run that long: it kills the MPI
+# job it is running (in a process group of its own) and prints the summary of what ran, so that a
+# run under an outer time limit still reports. A plain `timeout` around this script ends the shell
+# but not the job, whose ranks keep the output pipe open: nothing is reported until the job ends.
+# For the same reason send the output to a file, not into a pipe (`| tail`).
+# IRIS_TEST_SHARD=i/n runs one shard in this process (tools/pytest_shard.py; a test function's
+# world sizes stay together), IRIS_TEST_RESUME_AT=<part of a node id> goes on with a shard from the
+# test where a deadline stopped it. IRIS_TEST_TIMINGS=<folder> records where the time goes
+# (tools/suite_timings.py prints it at the end). IRIS_GPU_CACHE=<folder> keeps Triton's and
+# inductor's compiled kernels there (carry it to the next run for a warm start); unset, a fresh
+# machine compiles everything (cold caches).
+# `bash tools/gpu-tests.sh --eight [pytest args]`: the 8-rank scenarios of the collectives (every
+# test function of the collectives, the ops, their torch operators and the device primitives that
+# takes its world sizes from IRIS_TEST_WORLD_SIZES), 2 processes side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+eight=""
+if [ "${1:-}" = "--eight" ]; then
+  shift
+  export IRIS_TEST_WORLD_SIZES=8 IRIS_GPU_PARALLEL=${IRIS_GPU_PARALLEL:-2}
+  eight="test_ccl_scenarios or test_ccl_cuda_graph_replays or test_collectives_scenarios or test_range_scenarios"
+  eight+=" or test_ops_scenarios or test_ops_cuda_graph_replays or test_promises or test_torch_ops_scenarios"
+  eight+=" or test_every_primitive_every_peer"
+  default_paths=(packages/iris-collectives/tests packages/iris-device/tests/test_device_multirank.py)
+fi
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"
 export IRIS_BACKEND=cuda
-export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-1,2,4}"
+# 1 rank: the cpu suite covers it (the same host code; one rank's kernels wait for no peer)
+export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-2,4}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# every rank of every job compiles the same kernels: one compiles, the others load it from the cache
+export IRIS_COMPILE_LOCK=1
 unset TRITON_INTERPRET
+if [ -n "${IRIS_GPU_CACHE:-}" ]; then
+  mkdir -p "$IRIS_GPU_CACHE/triton" "$IRIS_GPU_CACHE/inductor"
+  export TRITON_CACHE_DIR="$IRIS_GPU_CACHE/triton" TORCHINDUCTOR_CACHE_DIR="$IRIS_GPU_CACHE/inductor"
+fi
 
 # MPS: several ranks on one GPU (tools/mps.sh; IRIS_NO_MPS=1 runs without it).
 source tools/mps.sh
 [ -z "${IRIS_NO_MPS:-}" ] && start_mps
 
 # The sm_90 compile/PTX checks run without a GPU and already run in CI: skip them here unless asked.
-skip_compile=(--ignore-glob='*test_*compile*.py' -k 'not sm90')
-[ -n "${IRIS_GPU_COMPILE_CHECKS:-}" ] && skip_compile=()
-if [ $# -eq 0 ]; then set -- packages/iris-runtime/tests packages/iris-device/tests packages/iris-collectives/tests tests; fi
+skip_compile=(--ignore-glob='*test_*compile*.py' -k "not sm90${eight:+ and ($eight)}")
+[ -n "${IRIS_GPU_COMPILE_CHECKS:-}" ] && skip_compile=(${eight:+-k "$eight"})
+# Without a test path among the arguments: every package's tests, the heaviest folders first
+# (processes that share tests out as they go end together when the long tests are not left for last).
+[ -z "$eight" ] && default_paths=(packages/iris-collectives/tests tests packages/iris-device/tests packages/iris-runtime/tests)
+has_path=0
+for arg in "$@"; do [ -e "${arg%%::*}" ] && has_path=1; done
+[ "$has_path" = 0 ] && set -- "$@" "${default_paths[@]}"
 deadline=()
 [ -n "${GPU_TESTS_DEADLINE_S:-}" ] && deadline=(timeout -s INT -k 30 "$GPU_TESTS_DEADLINE_S")
-# --durations=25: the summary lists the 25 slowest tests (the whole suite at 2 and 4 ranks runs
-# for over 10 minutes on one H200).
-PYTHONPATH="$PWD/tools:$PYTHONPATH" "${deadline[@]}" python3 -m pytest -p pytest_shard -p pytest_suite_summary --durations=25 "${skip_compile[@]}" "$@"
+export PYTHONPATH="$PWD/tools:$PYTHONPATH"
+plugins=(-p pytest_shard -p pytest_suite_summary)
+
+parallel=${IRIS_GPU_PARALLEL:-4}
+if [ -n "${IRIS_TEST_SHARD:-}" ] || [ "$parallel" -le 1 ]; then
+  # --durations=25: the summary lists the 25 slowest tests
+  "${deadline[@]}" python3 -m pytest "${plugins[@]}" --durations=25 "${skip_compile[@]}" "$@"
+  exit $?
+fi
+
+largest=$(tr ',' '\n' <<<"$IRIS_TEST_WORLD_SIZES" | sort -n | tail -1)
+export IRIS_GPU_RANKS=$((parallel * largest))
+logs=${IRIS_GPU_LOGS:-$(mktemp -d /tmp/iris-gpu-tests.XXXXXX)}
+mkdir -p "$logs"
+export IRIS_SUITE_RESULTS="$logs/results"
+export IRIS_TEST_CLAIMS="$logs/claims"
+rm -rf "$IRIS_SUITE_RESULTS" "$IRIS_TEST_CLAIMS"
+echo "=== $parallel processes side by side, IRIS_GPU_RANKS=$IRIS_GPU_RANKS, logs in $logs"
+start=$(date +%s)
+pids=()
+for i in $(seq 1 "$parallel"); do
+  IRIS_TEST_PROCESS="$i-of-$parallel" "${deadline[@]}" python3 -m pytest "${plugins[@]}" --durations=10 \
+    "${skip_compile[@]}" "$@" >"$logs/shard-$i.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+for i in $(seq 1 "$parallel"); do
+  echo "=== process $i/$parallel ($logs/shard-$i.log)"
+  # pytest's short summary (failures, errors, skips with -rfEs) and its last lines
+  sed -n '/short test summary info/,$p' "$logs/shard-$i.log" | tail -n 40
+  grep -q "short test summary info" "$logs/shard-$i.log" || tail -n 15 "$logs/shard-$i.log"
+done
+[ -n "${IRIS_TEST_TIMINGS:-}" ] && python3 tools/suite_timings.py "$IRIS_TEST_TIMINGS"
+python3 tools/pytest_suite_summary.py "$IRIS_SUITE_RESULTS" "$(( $(date +%s) - start ))"
+exit $status

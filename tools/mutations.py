@@ -44,7 +44,7 @@ class Mutation:
     promise: str
     edits: list[tuple[str, str, str, int]]  # (file under packages/, old, new, occurrences)
     # ("pytest", node...) or ("worker", nranks, [worker file under iris-collectives' tests/workers, default
-    # collectives_worker.py], scenario..., [ENV=VALUE...])
+    # collectives_worker.py, or a path under packages/ for another package's worker], scenario..., [ENV=VALUE...])
     checks: list[tuple[str, ...]]
     env: dict[str, str] = field(default_factory=dict)
     expect: str = ""  # a text every failing check's output must hold for a catch
@@ -58,6 +58,12 @@ MUTATIONS = [
                "            f\"pass e.g. sem='release' on the writer and sem='acquire' on the reader\"\n"
                "        )\n    return {None: 'relaxed', 'acquire': 'release', 'release': 'acquire'}.get(sem, sem)\n", 1)],
              [("pytest", "packages/iris-device/tests/test_device_gpu_compile.py")]),
+    Mutation("get-from-rank-only",
+             "iris.device.get reads from whichever of its two ranks is not the calling rank (AMD Iris's order too)",
+             [(f"{DEVICE}/_memory.py", "    source = tl.where(from_rank == cur_rank, to_rank, from_rank)\n",
+               "    source = from_rank\n", 1)],
+             [("pytest", "packages/iris-device/tests/test_device_multirank.py::test_every_primitive_every_peer")],
+             env={"IRIS_TEST_WORLD_SIZES": "2"}, expect="get2 from"),
     Mutation("no-barrier-in-signal", "signal: a CTA barrier before the release",
              [(f"{COLL}/_sync.py", "    \"\"\"\n    tl.debug_barrier()\n    if DEBUG and CHECKED:", "    \"\"\"\n    if DEBUG and CHECKED:", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_compile.py")]),
@@ -119,7 +125,10 @@ MUTATIONS = [
                "                total = acc\n                for i in tl.static_range(1, world_size):\n"
                "                    total += load(partial_ptrs, rank, (rank + i) % world_size, ctx.heap_bases, "
                "mask=mask, other=0)\n", 1)],
-             [("worker", "3", "promises_worker.py", "matmul_reduce_scatter")], expect="summed in rank order"),
+             [("worker", "3", "promises_worker.py", "matmul_reduce_scatter"),
+              # what CI's lowest Triton line runs (its multi-rank suites at 2 ranks): the 3-rank launch
+              ("pytest", "packages/iris-collectives/tests/test_promises_multirank.py::test_rank_order_at_three_ranks")],
+             env={"IRIS_TEST_WORLD_SIZES": "2"}, expect="summed in rank order"),
     Mutation("owner-truncates", "matmul_reduce_scatter rounds once to nearest even (the interpreter's cast truncates)",
              [(f"{COLL}/ops/_matmul_reduce_scatter.py", "tl.store(out_ptrs, round_to(total, out.dtype.element_ty), "
                "mask=mask)", "tl.store(out_ptrs, total.to(out.dtype.element_ty), mask=mask)", 1)],
@@ -179,6 +188,18 @@ MUTATIONS = [
                "            self._by_key[key] = registration.serial\n        self.generation += 1\n"
                "        ctx.registrations_generation += 1\n", 1)],
              [("worker", "2", "ccl_worker.py", "agreed_reach")], expect="dropped the plans"),
+    Mutation("p2p-no-credit", "ccl.send waits for the receiver's credit before it reuses an inbox slot",
+             [(f"{COLL}/ccl/_p2p_kernels.py", "        if c >= slots:  # the slot's previous chunk must have been taken out\n",
+               "        if c < 0:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "p2p_order_and_tags")], expect="with tag 2 of 1500 x float32"),
+    Mutation("p2p-size-unchecked", "ccl.recv compares the message's size and dtype with its own",
+             [(f"{COLL}/ccl/_p2p_kernels.py", "        if sent == header:\n", "        if True:\n", 1),
+              (f"{COLL}/ccl/_p2p_kernels.py", "        if sent != header:\n", "        if False:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "p2p_errors")], expect="IrisMessageSizeError"),
+    Mutation("p2p-recv-dead-code", "inside torch.compile an unused recv still takes its message",
+             [(f"{COLL}/functional/_p2p_ops.py", "    torch.fx.node.has_side_effect(torch.ops.iris.recv.default)\n",
+               "    pass\n", 1)],
+             [("worker", "2", "torch_ops_worker.py", "p2p_compiles_fullgraph")], expect="received a message"),
     Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
              [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
                "bias if ctx.rank == 0 else None", 1),
@@ -236,6 +257,77 @@ MUTATIONS = [
     Mutation("unfused-gather-no-copy-out", "strategy unfused of the gather ops writes any out, a transposed one too",
              [(f"{COLL}/ops/_unfused.py", "    if target is not out:\n        out.copy_(target)\n", "", 1)],
              [("worker", "2", "ops_worker.py", "gather_ops_unfused")], expect="unfused into a transposed"),
+    # --- issue #54: checks that a wrong call fails loudly (an IrisError, not a wrong answer or a crash) ---
+    Mutation("broadcast-negative-src", "ccl.broadcast refuses src=-1 (a negative rank), naming it",
+             [(f"{COLL}/ccl/_move.py", "if src.__class__ is not int or not 0 <= src < ctx.world_size:",
+               "if src.__class__ is not int or not src < ctx.world_size:", 1)],
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="outside [0, 2)"),
+    Mutation("all-to-all-short-out", "ccl.all_to_all refuses an out of another shape than inp (a short one would be "
+             "written past its end)",
+             [(f"{COLL}/ccl/_move.py", "        if out.shape != inp.shape:\n            raise IrisUsageError(f\"{call}: "
+               "out has shape", "        if False:\n            raise IrisUsageError(f\"{call}: out has shape", 1)],
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="an out of inp's shape"),
+    Mutation("gather-rows-unchecked", "ccl.all_gather (and reduce_scatter) refuse the right number of elements in "
+             "the wrong rows along dim 0",
+             [(f"{COLL}/ccl/_checks.py", "rows_ok = big.dim() == 0 or small.dim() == 0 or big.shape[0] == W * "
+               "small.shape[0]", "rows_ok = True", 1)],
+             [("worker", "2", "ccl_worker.py", "argument_errors")], expect="x its rows along dim 0"),
+    Mutation("call-key-ignores-inp-strides", "a cached plan is never run for a non-contiguous input of the same "
+             "address and shape",
+             [(f"{COLL}/ccl/_launch.py", "inp.dtype, inp.is_contiguous(), out.data_ptr()", "inp.dtype, out.data_ptr()",
+               1)],
+             [("pytest", "packages/iris-collectives/tests/test_ccl_host.py::test_the_call_key_is_what_the_caller_passed"),
+              ("worker", "2", "ccl_worker.py", "argument_errors")], expect="not contiguous"),
+    Mutation("reach-ignores-offsets", "ctx.reach stages views of one registered tensor at different offsets (or "
+             "of different sizes) on different ranks",
+             [(f"{RUNTIME}/_reach.py", "same = all(s[:4] == statuses[0][:4] for s in statuses)",
+               "same = all(s[:2] == statuses[0][:2] for s in statuses)", 1)],
+             [("worker", "2", "iris-runtime/tests/workers/runtime_worker.py", "registered_tensors")],
+             expect="must be staged"),
+    Mutation("strided-bias-read-flat", "the fused ops refuse a strided bias (their kernels read it as contiguous)",
+             [(f"{COLL}/ops/_checks.py", "        if bias.stride(0) != 1:\n", "        if False:\n", 1)],
+             [("worker", "2", "ops_worker.py", "argument_errors")], expect="bias must be contiguous"),
+    Mutation("reduce-scatter-avg-grad-not-divided", "the gradient of reduce_scatter(op='avg') is the gathered "
+             "gradient divided by the world size",
+             [(f"{COLL}/functional/_collective_ops.py", "        grad = grad / _world(ctx.handle, \"reduce_scatter\")\n",
+               "        grad = grad\n", 1)],
+             [("worker", "2", "torch_ops_worker.py", "gradcheck_collectives")], expect="Jacobian mismatch"),
+    Mutation("watchdog-names-another-rank", "the watchdog's report names the rank that waited",
+             [(f"{RUNTIME}/_watchdog.py", "                        rank=self.rank)\n",
+               "                        rank=(self.rank + 1) % self.world_size)\n", 1)],
+             [("pytest", "packages/iris-runtime/tests/test_runtime_local.py::"
+               "test_watchdog_report_names_rank_call_flag_tile_values_and_peer"),
+              ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
+    Mutation("no-heap-check", "under the interpreter a remote access through a pointer off the heap (or a rank out "
+             "of range) raises by default, naming the call, the rank, the tensor and ctx.zeros()",
+             [(f"{DEVICE}/_translate.py", "    elif INTERPRETER:\n        _check_reach(", "    elif False:\n        _check_reach(",
+               1)],
+             [("pytest", "packages/iris-device/tests/test_device_errors.py", "-k", "default or plain_tensor or past_the_heap"),
+              ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "bad_pointer and 2")]),
+    Mutation("kernel-errors-wrapped", "an IrisError raised in an interpreted kernel reaches the caller as itself, in "
+             "one line",
+             [(f"{DEVICE}/__init__.py", "    surface_iris_errors()  #", "    pass  #", 1)],
+             [("pytest", "packages/iris-device/tests/test_device_errors.py", "-k", "plain_tensor"),
+              ("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "bad_pointer and 2")]),
+    Mutation("rmsnorm-of-rounded-residual", "all_reduce_residual_rmsnorm normalises the fp32 sum (rounded once)",
+             [(f"{COLL}/_all_reduce_norm.py", "    y = rms_norm_rows(acc, weight, cols, N, eps)\n",
+               "    y = rms_norm_rows(round_to(acc, out_ty).to(tl.float32), weight, cols, N, eps)\n", 1)],
+             [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm")], expect="not of the rounded residual"),
+    Mutation("rmsnorm-two-shot-stores-locally", "all_reduce_rmsnorm's two-shot writes every rank's share everywhere",
+             [(f"{COLL}/_all_reduce_norm.py", "        if target == ctx.rank and local_ptrs is not None:\n",
+               "        if target != ctx.rank:\n            pass\n        elif local_ptrs is not None:\n", 1)],
+             [("worker", "3", "ops_worker.py", "all_reduce_residual_rmsnorm"),
+              ("worker", "3", "collectives_worker.py", "all_reduce_rmsnorm")], expect="elements differ"),
+    Mutation("backend-max-is-min", "the torch.distributed backend reduces with the ReduceOp the caller names",
+             [(f"{COLL}/distributed/_convert.py", 'dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"',
+               'dist.ReduceOp.MAX: "min", dist.ReduceOp.MIN: "max"', 1)],
+             [("worker", "2", "torch_backend_worker.py", "iris", "all_reduce_ops")], expect="all_reduce RedOpType.M"),
+    Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal raises when another "
+             "rank's are uneven (no wait for a rank that raised)",
+             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.comm.allgather(uneven) if u is not None]",
+               "            others = []", 1)],
+             [("worker", "2", "torch_backend_worker.py", "iris", "all_to_all", "IRIS_TIMEOUT_S=20")],
+             expect="all_to_all"),
     # --- issue #54: wrong calls fail loudly (the call agreement, deadlines on host waits) ------------------
     Mutation("agreement-ignores-dtype", "the call agreement compares dtypes: fp32 on one rank, fp64 on another raises",
              [(f"{COLL}/_agree.py", "        return (t.shape, t.dtype, strides, ", "        return (t.shape, "
@@ -271,8 +363,9 @@ MUTATIONS = [
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
-#: ``Config(partial_dtype="input")``, seconds to a minute each on the cpu backend. Every mutation's
-#: text is checked first in any case.
+#: ``Config(partial_dtype="input")``, and the checks of issue #54 that take one short launch (a few
+#: seconds each; not those that also run the fault test's jobs), seconds to a minute each on the
+#: cpu backend. Every mutation's text is checked first in any case.
 QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-truncates", "matmul-all-gather-truncates",
          "all-gather-matmul-truncates", "one-shot-truncates", "barrier-ignores-epoch", "one-shot-no-final-wait",
          "one-shot-range-no-final-wait", "two-shot-no-final-wait", "two-shot-range-no-final-wait",
@@ -280,7 +373,10 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "reach-never-agreed", "reach-no-recency", "reach-status-stale", "reach-drops-plans",
          "unfused-bias-early", "fp32-inputs-stay-fused", "fp32-precision-always-tf32",
          "unfused-gather-no-copy-out", "all-gather-registers-by-input",
-         "unfused-bias-rounded-first", "agreement-ignores-dtype", "device-check-blind", "stopped-wait-returns",
+         "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
+         "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
+         "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code",
+         "rmsnorm-of-rounded-residual", "agreement-ignores-dtype", "device-check-blind", "stopped-wait-returns",
          "deadline-names-no-rank"]
 
 
@@ -336,7 +432,8 @@ def run_check(check: tuple[str, ...], root: str, env: dict[str, str]) -> tuple[b
         # Triton's mode in this process)
         code = "import shlex; from iris.runtime.testing import launcher; print(shlex.join(launcher()))"
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=True)
-        worker = os.path.join(pkgs, "iris-collectives", "tests", "workers", script)
+        worker = os.path.join(pkgs, *(script.split("/") if "/" in script else
+                                      ("iris-collectives", "tests", "workers", script)))
         cmd = shlex.split(found.stdout.strip().splitlines()[-1]) + ["-n", nranks, sys.executable, "-m", "mpi4py",
                                                                     worker, *scenarios]
     start = time.monotonic()

@@ -6,10 +6,19 @@ holding all the largest ones would be the slowest. The shards of one n partition
 ``IRIS_TEST_RESUME_AT=text`` then drops the tests before the first one whose node id contains
 ``text`` (e.g. ``test_torch_ops_scenarios[4]``): a run that a deadline stopped goes on where it was,
 with the same shard. Loaded by ``tools/gpu-tests.sh`` (``-p pytest_shard``); without the variables
-it does nothing."""
+it does nothing.
+
+``IRIS_TEST_CLAIMS=<folder>`` shares the tests out at run time instead, among pytest processes
+that run the same suite side by side: before each test a process claims it by creating a file
+named after it in the folder (``O_CREAT | O_EXCL``: exactly one process succeeds), and runs it
+only if its claim won; the others pass over it without reporting it. A process that is done with
+a slow test takes the next unclaimed one, so the processes end at about the same time whatever
+the tests cost (static shards of a suite whose tests take 1 to 60 s do not). A test function's
+parametrisations are claimed together, in the process that claims the first."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
@@ -24,6 +33,35 @@ def shard_of(value: str) -> tuple[int, int]:
     if not 1 <= i <= n:
         raise pytest.UsageError(f"IRIS_TEST_SHARD={value!r}: expected i/n with 1 <= i <= n, e.g. 1/2")
     return i, n
+
+
+def _function_of(item) -> tuple[str, str]:
+    return item.nodeid.split("::")[0], getattr(item, "originalname", item.name)
+
+
+def claim(folder: str, name: str) -> bool:
+    """Whether this process won the claim on ``name`` (a test function) in ``folder``."""
+    path = os.path.join(folder, hashlib.sha1(name.encode()).hexdigest()[:20])
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
+_WON: dict[tuple[str, str], bool] = {}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    folder = os.environ.get("IRIS_TEST_CLAIMS")
+    if not folder:
+        return None
+    function = _function_of(item)
+    if function not in _WON:
+        os.makedirs(folder, exist_ok=True)
+        _WON[function] = claim(folder, "::".join(function))
+    return None if _WON[function] else True  # True: handled (by another process), not run here
 
 
 def pytest_collection_modifyitems(config, items):
@@ -51,10 +89,10 @@ def _keep_shard(config, items, value: str) -> None:
     i, n = shard_of(value)
     functions: dict[tuple, int] = {}  # (file, function) -> its index in collection order
     for item in items:
-        functions.setdefault((item.nodeid.split("::")[0], getattr(item, "originalname", item.name)), len(functions))
+        functions.setdefault(_function_of(item), len(functions))
     keep, drop = [], []
     for item in items:
-        index = functions[(item.nodeid.split("::")[0], getattr(item, "originalname", item.name))]
+        index = functions[_function_of(item)]
         (keep if index % n == i - 1 else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -6,12 +6,18 @@ The card comes from ``nvidia-smi`` (no CUDA context is made in the pytest proces
 where there is none; the commit from ``git``, or ``IRIS_TREE_COMMIT`` where the tree is a copy
 without its ``.git`` (a GPU machine). With ``IRIS_TEST_TIMINGS`` set, the breakdown of
 ``tools/suite_timings.py`` is printed above the line. Loaded by ``tools/gpu-tests.sh``.
+
+With ``IRIS_SUITE_RESULTS=<folder>`` the counts also go to ``<folder>/<shard>.json``, and
+``python tools/pytest_suite_summary.py <folder> <seconds>`` prints one line for the shards that
+ran side by side (``gpu-tests.sh`` does, after its parallel shards).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 
 _START = time.monotonic()
@@ -45,9 +51,7 @@ def commit() -> str:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     timings = os.environ.get("IRIS_TEST_TIMINGS")
-    if timings:
-        import sys
-
+    if timings and not os.environ.get("IRIS_SUITE_RESULTS"):  # side by side: gpu-tests.sh prints it once
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from suite_timings import breakdown
 
@@ -56,10 +60,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     stats = terminalreporter.stats
     counts = {key: len(stats.get(key, [])) for key in ("failed", "error", "skipped")}
     counts["passed"] = len([r for r in stats.get("passed", []) if getattr(r, "when", "call") == "call"])
-    worlds = os.environ.get("IRIS_TEST_WORLD_SIZES", "default")
-    shard = os.environ.get("IRIS_TEST_SHARD", "all")
+    counts["seconds"] = round(time.monotonic() - _START)
+    shard = os.environ.get("IRIS_TEST_SHARD") or os.environ.get("IRIS_TEST_PROCESS") or "all"
     resumed = os.environ.get("IRIS_TEST_RESUME_AT")
-    terminalreporter.write_line(
-        f"suite: {card()}, commit {commit()}, worlds {worlds}, shard {shard}"
-        f"{f' from {resumed}' if resumed else ''}: {counts['passed']} passed, {counts['failed']} failed, "
-        f"{counts['error']} errors, {counts['skipped']} skipped in {time.monotonic() - _START:.0f} s")
+    results = os.environ.get("IRIS_SUITE_RESULTS")
+    if results:
+        os.makedirs(results, exist_ok=True)
+        with open(os.path.join(results, shard.replace("/", "-of-") + ".json"), "w") as f:
+            json.dump(counts, f)
+    terminalreporter.write_line(summary_line(f"shard {shard}" + (f" from {resumed}" if resumed else ""), counts))
+
+
+def summary_line(what: str, counts: dict) -> str:
+    worlds = os.environ.get("IRIS_TEST_WORLD_SIZES", "default")
+    return (f"suite: {card()}, commit {commit()}, worlds {worlds}, {what}: {counts['passed']} passed, "
+            f"{counts['failed']} failed, {counts['error']} errors, {counts['skipped']} skipped in "
+            f"{counts['seconds']:.0f} s")
+
+
+def combine(folder: str, seconds: float) -> str:
+    """The summary line of the shards whose counts are in ``folder``, run side by side for ``seconds``."""
+    shards = sorted(name for name in os.listdir(folder) if name.endswith(".json")) if os.path.isdir(folder) else []
+    total = {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "seconds": seconds}
+    for name in shards:
+        with open(os.path.join(folder, name)) as f:
+            for key, value in json.load(f).items():
+                if key != "seconds":
+                    total[key] += value
+    return summary_line(f"{len(shards)} processes side by side", total)
+
+
+if __name__ == "__main__":
+    print(combine(sys.argv[1], float(sys.argv[2])))

@@ -64,8 +64,8 @@ def breakdown(folder: str, top: int = 15) -> str:
                      f"{row['scenarios']:.1f} | {row['compile']:.1f} ({row['compiled']:.0f}) | {row['close']:.1f} | "
                      f"{rest:.1f} |")
     lines.append(f"| all | {total['jobs']:.0f} | {total['seconds']:.1f} | {total['startup']:.1f} | "
-                 f"{total['scenarios']:.1f} | {total['compile']:.1f} ({total['compiled']:.0f}) | {total['close']:.1f} | "
-                 f"{total['rest']:.1f} |")
+                 f"{total['scenarios']:.1f} | {total['compile']:.1f} ({total['compiled']:.0f}) | "
+                 f"{total['close']:.1f} | {total['rest']:.1f} |")
     lines += ["", f"Slowest {top} scenarios (seconds, of which compiling, kernels compiled):"]
     for seconds, compile_s, compiled, name in sorted(scenarios, reverse=True)[:top]:
         lines.append(f"  {seconds:7.1f} s  {compile_s:6.1f} s  {compiled:3d}  {name}")

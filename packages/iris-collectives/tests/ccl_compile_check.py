@@ -1,10 +1,11 @@
-"""Compile every kernel of iris.collectives.ccl for an H200 (sm_90) without a GPU; report what the
-PTX shows.
+"""Compile every kernel of iris.collectives.ccl, and of the op built on the same host path
+(``ops.all_reduce_residual_rmsnorm``), for an H200 (sm_90) without a GPU; report what the PTX shows.
 
 Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ccl_compile.py`` does it).
 Per kernel, variant, op and dtype: whether it compiled, the error if not, and counts the test
-judges: system-scope acquire loads and release operations of the flags, and vector loads
-(``ld.global.v4`` / ``.v2``) of the data. Prints one JSON object as its last line.
+judges: system-scope acquire loads and release operations of the flags, vector loads
+(``ld.global.v4`` / ``.v2``) of the data, and the fp8 conversions (``cvt.rn.satfinite`` to e4m3,
+which the interpreter cannot check). Prints one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 import triton  # noqa: E402
 
 from iris.collectives.ccl import _kernels as K  # noqa: E402
+from iris.collectives.ccl import _p2p_kernels as P  # noqa: E402
+from iris.collectives.ops import _all_reduce_rmsnorm as NORM  # noqa: E402
 from iris.device.testing import compile_ptx  # noqa: E402
 
-PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32", "int64": "*i64"}
+PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32", "int64": "*i64", "fp8": "*fp8e4nv"}
 TILE = dict(BLOCK_M=4, BLOCK_N=1024)
 OPS = {"sum": 0, "avg": 1, "max": 2, "min": 3, "prod": 4}
 
@@ -60,7 +63,53 @@ def cases():
                        sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
                        dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
                        ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
+            for mode, name in ((3, "gather"), (4, "scatter")):
+                if variant == "pull":
+                    yield (f"{name}/{variant}/{dt}", K.pull_kernel,
+                           sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
+                           dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=False, **TILE),
+                           ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
+    for dt, op in (("fp32", "sum"), ("bf16", "avg"), ("int64", "prod")):
+        for stage in (False, True):
+            yield (f"reduce/one_shot/{dt}/{op}/stage{int(stage)}", K.reduce_kernel,
+                   sig("inp src out locks src_bases", dt, "n chunk call_fp root"),
+                   dict(rank=0, world_size=4, OP=OPS[op], STAGE_IN=stage, **TILE),
+                   ("inp", "src", "out", "src_bases", "n", "chunk"))
+    for dt in ("fp32", "bf16", "int64"):
+        for name, kernel, data, counted in (("send", P.send_kernel, "inp", "sent"),
+                                            ("recv", P.recv_kernel, "out", "received")):
+            signature = {"context": "*i64", data: PTR[dt], "inbox": PTR[dt], "headers": "*i64", "ready": "*i32",
+                         "credit": "*i32", counted: "*i32", "n": "i32", "header": "i64"}
+            signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop", "peer", "tag")})
+            yield (f"{name}/{dt}", kernel, signature, dict(rank=1, BLOCK=4096 if dt == "bf16" else 2048),
+                   (data, "inbox", "n", "chunk"))
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp"), dict(rank=0, world_size=2), ())
+    yield from norm_cases()
+
+
+def norm_cases():
+    """ops.all_reduce_residual_rmsnorm's kernel: every strategy in bf16, staged or read in place (and
+    two-shot's outputs through heap buffers or in place), fp32 and fp16 once, and fp8 with row
+    scales (two-shot, 3 ranks: ragged shares) and with a per-tensor scale (buffered)."""
+    names = "partial src residual weight out out_dst res_out res_dst scale scale_dst locks"
+    for dt, out, variant, world, stage, copy, quant in (
+            ("bf16", "bf16", "one_shot", 4, False, False, 0), ("bf16", "bf16", "one_shot", 4, True, False, 0),
+            ("bf16", "bf16", "one_shot_buffered", 4, True, False, 0), ("bf16", "bf16", "two_shot", 4, True, True, 0),
+            ("bf16", "bf16", "two_shot", 4, False, False, 0), ("fp32", "fp32", "one_shot", 2, True, False, 0),
+            ("fp16", "fp16", "two_shot", 2, True, True, 0), ("bf16", "fp8", "two_shot", 3, True, True, 1),
+            ("bf16", "fp8", "one_shot_buffered", 2, True, False, 2)):
+        signature = {"context": "*i64"}
+        signature.update({n: "*i32" if n == "locks" else "*fp32" if n.startswith("scale") or n == "weight"
+                          else PTR[out] if n.startswith("out") else PTR[dt] for n in names.split()})
+        signature.update({n: "*i64" for n in ("src_bases", "out_bases", "res_bases", "scale_bases")})
+        signature.update(M="i32", N="i32", eps="fp32", half="i32")
+        two_shot = variant == "two_shot"
+        yield (f"all_reduce_rmsnorm/{variant}/{dt}/{out}/stage{int(stage)}copy{int(copy)}/{world}ranks",
+               NORM._all_reduce_rmsnorm_kernel, signature,
+               dict(rank=1, world_size=world, TWO_SHOT=two_shot, BUFFERED=variant == "one_shot_buffered",
+                    STAGE_IN=stage, COPY_OUT=copy, HAS_RESIDUAL=True, WRITE_RESIDUAL=True, QUANT=quant,
+                    BLOCK_M=4 if two_shot else 1, BLOCK_N=4096),
+               ("partial", "src", "residual", "weight", "out", "out_dst", "res_out", "res_dst", "N", "half"))
 
 
 def counts(ptx: str) -> dict:
@@ -68,6 +117,8 @@ def counts(ptx: str) -> dict:
         "acquire_sys_loads": len(re.findall(r"ld\.acquire\.sys", ptx)),
         "release_sys": len(re.findall(r"\.release\.sys|fence\.acq_rel\.sys", ptx)),
         "vector_loads": len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
+        "bar_sync": len(re.findall(r"bar\.sync|barrier\.sync", ptx)),
+        "fp8_conversions": len(re.findall(r"cvt\.rn\.satfinite\.e4m3x2\.f32", ptx)),
     }
 
 

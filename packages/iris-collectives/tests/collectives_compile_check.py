@@ -35,7 +35,7 @@ from iris.collectives import _sync as S  # noqa: E402
 from iris.device._watchdog import WATCHDOG_PTX_TAG  # noqa: E402
 from iris.device.testing import compile_ptx, memory_order  # noqa: E402
 
-PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32"}
+PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "int32": "*i32", "fp8": "*fp8e4nv"}
 
 
 def one_thread_predicates(ptx: str) -> set:
@@ -159,10 +159,23 @@ def gather_family_case(kind: str, dtype: str, world: int, rank: int) -> str:
     return compile_ptx(K.all_to_all_kernel, sig, const, aligned=("src", "dst", "M", "stride_src", "stride_dst"))
 
 
+def rmsnorm_case(dtype: str, protocol: str, form: str, world: int, rank: int) -> str:
+    """The tile collective ``all_reduce_rmsnorm`` (``protocol`` "one" or "two"-shot, per tile or per
+    range): bf16 data, its output in ``dtype`` (fp8: with row scales), whole rows of 1024."""
+    sig = {"context": "*i64", "src": "*bf16", "residual": "*bf16", "weight": "*fp32", "dst": PTR[dtype],
+           "res_out": "*bf16", "scale": "*fp32", "locks": "*i32", "M": "i32", "N": "i32", "eps": "fp32"}
+    const = {"rank": rank, "world_size": world, "TWO_SHOT": protocol == "two", "RANGE": form == "range",
+             "BOUND": form == "range", "ROW_SCALES": dtype == "fp8", "BLOCK_M": 4, "BLOCK_N": 1024}
+    return compile_ptx(K.all_reduce_rmsnorm_kernel, sig, const,
+                       aligned=("src", "residual", "weight", "dst", "res_out", "locks", "N"))
+
+
 def run_case(case: str) -> dict:
     parts = case.split("/")
     try:
-        if parts[0] in K.VARIANT_NAMES.values():
+        if parts[0] == "all_reduce_rmsnorm":
+            ptx = rmsnorm_case(parts[1], parts[2], parts[3], int(parts[4]), int(parts[5]))
+        elif parts[0] in K.VARIANT_NAMES.values():
             variant = next(v for v, n in K.VARIANT_NAMES.items() if n == parts[0])
             ptx = all_reduce_case(variant, parts[1], parts[2] == "bound", parts[3] == "trace", int(parts[4]),
                                   int(parts[5]))
@@ -185,6 +198,9 @@ def cases(debug: bool) -> list[str]:
         out.append(f"{kind}/fp32/4/1")
         if not debug:
             out.append(f"{kind}/bf16/3/0")
+    out.append("all_reduce_rmsnorm/bf16/one/tiles/4/1")
+    if not debug:
+        out.append("all_reduce_rmsnorm/fp8/two/range/3/2")
     return out
 
 

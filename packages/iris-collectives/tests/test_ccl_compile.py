@@ -1,8 +1,11 @@
 """GPU-path checks of iris.collectives.ccl that need no GPU: every kernel (every variant,
-staged or not, every op, fp32/fp16/bf16/int32/int64; reduce-scatter; the pull kernel's all-gather,
-all-to-all and broadcast; the barrier) compiled for an H200 (sm_90) in a child process with Triton's
-interpreter off. They catch what the interpreter never sees: compile errors of the GPU paths, flags
-that are not acquired and released at system scope, data paths without vector loads."""
+staged or not, every op, fp32/fp16/bf16/int32/int64; reduce-scatter; the pull kernel's
+all-gather, all-to-all, broadcast, gather and scatter; reduce; the point-to-point send and recv;
+the barrier; and ops.all_reduce_residual_rmsnorm's kernel, which takes the same host path) compiled
+for an H200 (sm_90) in a child process with Triton's interpreter off. They catch what the
+interpreter never sees: compile errors of the GPU paths, flags that are not acquired and released
+at system scope, data paths without vector loads, fp8 outputs without the hardware's rounding
+conversion."""
 
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ def test_every_ccl_kernel_compiles_for_sm90(compiled):
     failed = {k: r["error"] + "\n" + r.get("trace", "") for k, r in compiled.items() if not r["ok"]}
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
     assert {k.split("/")[0] for k in compiled} == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                                                   "broadcast", "barrier"}
+                                                   "broadcast", "reduce", "gather", "scatter", "send", "recv",
+                                                   "barrier", "all_reduce_rmsnorm"}
 
 
 def test_flags_are_acquired_and_released_at_system_scope(compiled):
@@ -38,7 +42,24 @@ def test_flags_are_acquired_and_released_at_system_scope(compiled):
         assert r["acquire_sys_loads"] > 0 and r["release_sys"] > 0, (key, r)
 
 
+def test_messages_signal_after_a_barrier_and_wait_with_acquire(compiled):
+    # point to point: the sender's remote stores, then a CTA barrier and one release add at system
+    # scope per chunk (signal); the receiver's acquire polls, then its copy, then its release
+    for key in ("send/fp32", "recv/fp32"):
+        r = compiled[key]
+        assert r["bar_sync"] > 0 and r["release_sys"] > 0 and r["acquire_sys_loads"] > 0, (key, r)
+
+
 def test_data_moves_in_vectors(compiled):
     for key, r in compiled.items():
         if key != "barrier":
             assert r["vector_loads"] > 0, (key, r)
+
+
+def test_fp8_outputs_round_to_nearest_even_and_saturate_in_hardware(compiled):
+    # the rounding the host references use (torch's e4m3 conversion: to nearest even), on values the
+    # kernel clamped to +-448: cvt.rn.satfinite, and no other conversion path
+    norm = {k: r for k, r in compiled.items() if k.startswith("all_reduce_rmsnorm/")}
+    assert norm, compiled.keys()
+    for key, r in norm.items():
+        assert (r["fp8_conversions"] > 0) == ("/fp8/" in key), (key, r)

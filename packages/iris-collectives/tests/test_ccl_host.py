@@ -136,7 +136,9 @@ def test_the_call_key_is_what_the_caller_passed():
     assert key != _launch.call_key("all_reduce", ccl.Config(block=64), a, b)
     assert key != _launch.call_key("all_gather", None, a, b)
     t = torch.zeros(4, 4)
-    assert _launch.call_key("all_reduce", None, t.t(), t) != _launch.call_key("all_reduce", None, t, t)  # strides
+    # strides: a transposed view has the address and shape of its tensor, and is not contiguous
+    assert _launch.call_key("all_reduce", None, t.t(), t) != _launch.call_key("all_reduce", None, t, t)  # out
+    assert _launch.call_key("all_reduce", None, t, t.t()) != _launch.call_key("all_reduce", None, t, t)  # inp
     assert _launch.call_key("all_reduce", None, a, [1.0]) is None  # not a tensor: the miss's checks say so
 
 

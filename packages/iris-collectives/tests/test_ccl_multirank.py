@@ -1,7 +1,8 @@
 """iris.collectives.ccl on 1..N ranks: one launch per world size runs every scenario of
 workers/ccl_worker.py (every collective, op and dtype; 1 element to several ragged tiles; heap and
-non-heap tensors, in place and not; 100 back-to-back calls; a mixed sequence; argument errors; a
-CUDA-graph scenario that only runs on the GPU). World sizes from ``IRIS_TEST_WORLD_SIZES``
+non-heap tensors, in place and not; 100 back-to-back calls; a mixed sequence; argument errors;
+reduce, gather and scatter at every root; point to point: a ring, either order, tags in flight,
+batches, a size mismatch; a CUDA-graph scenario that only runs on the GPU). World sizes from ``IRIS_TEST_WORLD_SIZES``
 (default 1,2,3,4)."""
 
 from __future__ import annotations

@@ -142,10 +142,12 @@ def test_every_waiting_call_is_named_in_the_watchdog_reports():
             if isinstance(getattr(module, "CALL", None), str) and "CALL_C," in source.replace(" ", ""):
                 waiting.append(module.CALL)
     assert "iris.collectives.ops.all_gather_matmul" in waiting, waiting  # the scan finds what it must
-    # the host collectives' pull kernel names its waits by mode
+    # the host collectives' pull kernel names its waits by mode; reduce and point to point their own
     from iris.collectives.ccl import _kernels as ccl_kernels
+    from iris.collectives.ccl import _p2p_kernels
 
-    waiting += list(ccl_kernels.PULL_CALLS)
+    assert "iris.collectives.wait_signal" in waiting, waiting
+    waiting += [*ccl_kernels.PULL_CALLS, ccl_kernels.REDUCE_CALL.value, *_p2p_kernels.P2P_CALLS]
     assert [c for c in waiting if c not in WAIT_CALLS] == []
 
 

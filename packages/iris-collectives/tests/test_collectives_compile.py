@@ -16,7 +16,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "collectives_compile_check.py")
-LOCKING = ("all_reduce_spinlock", "all_reduce_one_shot", "all_reduce_two_shot", "all_reduce_ring", "reduce_scatter")
+LOCKING = ("all_reduce_spinlock", "all_reduce_one_shot", "all_reduce_two_shot", "all_reduce_ring", "reduce_scatter",
+           "all_reduce_rmsnorm")
 
 
 def compile_all(debug: bool, *args: str, **extra_env: str) -> dict:
@@ -77,6 +78,8 @@ def test_private_counters_are_updated_by_one_atomic(compiled):
             assert r["single_thread_atomics"] > 0, (key, r)
         if "/trace/" in key:
             continue  # the trace buffer's end-time store is a single-thread store by design
+        if key.startswith("all_reduce_rmsnorm/fp8/"):
+            continue  # the rows' fp8 scales, a few values stored by the threads that hold them: data
         assert r["single_thread_stores"] == 0, (key, r)
 
 

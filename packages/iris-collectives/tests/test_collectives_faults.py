@@ -4,13 +4,19 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
 - ``skip``: the last rank skips an all-reduce (and sleeps, in no host call). The others' waits run
   out (``IRIS_TIMEOUT_S=3``) and the watchdog names the waiting rank, the collective, the flag, the
   tile and the missing peer.
+- ``recv_without_send``: rank 0 receives from the last rank, which never sends: the watchdog
+  names the recv, the rank, the peer and the tag (2 ranks: one launch).
+- ``message_size`` (GPU only; the cpu backend's error is a ccl_worker.py scenario): the last rank
+  receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job.
 - ``kill``: the last rank is SIGKILLed while the others wait in the kernel: the launcher ends
   the job.
 - ``raise``: the last rank raises between two launches while the others wait in the kernel.
 - ``exhaust``, ``double_free``, ``foreign`` (a tensor of another context), ``bad_pointer`` (a
-  remote store through an off-heap pointer, debug mode): the last rank's misuse is an IrisError
-  that names it (on the GPU the bad pointer is a device assert) while the others wait in the
-  kernel, and the job ends.
+  remote store through a plain torch tensor, off the heap): the last rank's misuse is an IrisError
+  that names it while the others wait in the kernel, and the job ends. On the cpu backend the bad
+  pointer is refused by default, in one line naming the call, the rank, the kernel argument and
+  ``ctx.zeros()``; on the GPU it runs in debug mode (``IRIS_DEBUG=1``), where it is a device
+  assert.
 - ``mismatch_collective``, ``mismatch_tiles``, ``mismatch_shape``, ``mismatch_grid`` (debug mode):
   the last rank makes another call on the same lock array (two-shot for one-shot, 16 x 4 tiles for
   8 x 8, 16 x 8 for 16 x 16, 4 programs for 2). The call signatures in the lock records end the job
@@ -55,19 +61,31 @@ def expected(case: str, nranks: int) -> list[str]:
     last = nranks - 1
     aborted = re.escape(f"iris: rank {last} failed; aborting all {nranks} ranks")
     return {
-        "skip": [rf"iris watchdog: rank \d waited {TIMEOUT_S}\.\d s in iris\.collectives\.all_reduce_one_shot on flag",
+        # the waiting ranks are every rank but the last, which skipped the call
+        "skip": [rf"iris watchdog: rank ({'|'.join(map(str, range(last)))}) waited {TIMEOUT_S}\.",
+                 re.escape("in iris.collectives.all_reduce_one_shot on flag"),
                  re.escape(f"still missing: rank(s) {last}, which had not made this call on the tile"),
                  "IRIS_TIMEOUT_S"],
         # Open MPI (the GPU machine) names the killed rank, and so does iris's watchdog when it sees the
         # process gone first; MPICH's launcher (CPU CI) ends the job faster and names only the pid.
         "kill": ([rf"process rank {last} with PID \d+ on node \S+ exited on signal 9|iris watchdog: rank {last} "
                   rf"\(pid \d+\) ended without closing"] if CUDA else ["Killed \\(signal 9\\)|signal 9"]),
+        "recv_without_send": [rf"iris watchdog: rank 0 waited {TIMEOUT_S}\.",
+                              re.escape("in iris.collectives.ccl.recv on flag 'ready' of tag 1: it holds 0, "
+                                        f"expected >= 1, still missing: peer {last}"),
+                              re.escape(f"Rank {last} did not make the matching send to rank 0 with tag 1")],
+        "message_size": [re.escape(f"iris watchdog: iris.collectives.ccl.recv: rank {last} received a message from "
+                                   f"rank 0 with tag 0 of 10 x float32, but this call expects 12 x float32")],
         "raise": [re.escape(f"rank {last} fails on purpose between two launches"), aborted],
         "exhaust": ["CHECK raised HeapExhaustedError", aborted],
         "double_free": ["CHECK raised IrisUsageError", "freed twice", aborted],
         "foreign": ["CHECK raised NotOnHeapError", "is not on this rank's symmetric heap", aborted],
         "bad_pointer": (["a pointer is not inside the symmetric heap"] if CUDA else
-                        ["CHECK raised IrisUsageError", "outside the symmetric heap", aborted]),
+                        ["CHECK raised NotOnHeapError",
+                         rf"NotOnHeapError: iris\.device\.store: rank {last}, peer 0: argument 'target' of "
+                         rf"remote_store_kernel \(a float32 tensor of shape \(16,\)\) is not on the symmetric heap, "
+                         rf"and another rank reaches only memory on the heap: allocate the tensor with "
+                         rf"ctx\.zeros\(\) .*\n", aborted]),
     }[case] if not case.startswith("mismatch_") else mismatch_expected(case, nranks)
 
 
@@ -118,7 +136,8 @@ def device_report_ranks(out: str) -> tuple[set[int], set[int]]:
     return named
 
 
-CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_pointer", *MISMATCHES]
+CASES = ["skip", "recv_without_send", *(["message_size"] if CUDA else []), "kill", "raise", "exhaust", "double_free",
+         "foreign", "bad_pointer", *MISMATCHES]
 
 
 @pytest.mark.multirank
@@ -127,7 +146,7 @@ CASES = ["skip", "kill", "raise", "exhaust", "double_free", "foreign", "bad_poin
                                           if n == WORLDS[0] or c in SPREAD or CUDA])
 def test_fault_ends_the_job_and_says_why(case, nranks):
     mismatch = case in MISMATCHES
-    env = MISMATCH_ENV if mismatch else dict(ENV, IRIS_DEBUG="1") if case == "bad_pointer" else ENV
+    env = MISMATCH_ENV if mismatch else dict(ENV, IRIS_DEBUG="1") if case == "bad_pointer" and CUDA else ENV
     start = time.monotonic()
     proc = run_ranks(nranks, WORKER, case, timeout=120, env=env, expect_failure=True)
     ended, elapsed = time.time(), time.monotonic() - start
@@ -143,6 +162,9 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
     assert f"CHECK timeout {MISMATCH_TIMEOUT_S if mismatch else TIMEOUT_S}" in proc.stdout, out
     for pattern in expected(case, nranks):
         assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
+    if case == "skip":  # no report names the rank that skipped the call as one that waited
+        waiting = {int(r) for r in re.findall(r"iris watchdog: rank (\d+) (?:waited|stopped waiting)", out)}
+        assert waiting and waiting <= set(range(nranks - 1)), (waiting, out)
     if mismatch:
         reports = "\n".join(line for line in out.splitlines() if "calls differ" in line or "different calls" in line)
         if CUDA:
@@ -157,6 +179,8 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
             assert pairs and all(nranks - 1 in pair and pair[0] != pair[1] for pair in pairs), (pairs, reports[:4000])
         assert "timed out" not in out and "waited" not in out, out  # the signatures, not a time limit
     assert "went on past the barrier" not in out, out
+    # an IrisError raised in a kernel reaches the caller as itself, not wrapped by the interpreter
+    assert "InterpreterError" not in out, out
     # not anchored at a line's start: the launcher may put another rank's output before it on the
     # same line (seen once on the GPU, with 4 ranks aborting together)
     listed = re.search(r"CHECK heap-files ?(.*)$", proc.stdout, re.M)

@@ -224,3 +224,32 @@ def test_the_descriptor_allocator_is_set_in_every_thread_that_launches():
     thread.start()
     thread.join()
     assert seen == {"before": False, "after": True}, seen
+
+
+def test_rmsnorm_rule_follows_the_all_reduce_table():
+    # all_reduce_residual_rmsnorm: the variant ccl.all_reduce's table picks for the same message,
+    # one_shot_buffered where that is two-shot but fewer rows than ranks, one_shot on one rank; one
+    # row per rank and tile for two-shot, one row per tile for the one-shots on the GPU
+    from iris.collectives import ccl
+    from iris.collectives.ops import _norm_config
+
+    def norm(rows, width, nbytes, world, backend="cuda", config=None):
+        return _norm_config.choose("call", rows, width, nbytes, "bfloat16", world, backend, world, config)
+
+    for world in (2, 4, 8):
+        for rows, width in ((1, 8192), (16, 4096), (256, 8192), (8192, 8192)):
+            nbytes = 2 * rows * width
+            table = ccl.choose("all_reduce", nbytes, "bfloat16", world, "cuda", ranks_per_gpu=world).variant
+            cfg = norm(rows, width, nbytes, world)
+            assert cfg.variant == ("one_shot_buffered" if table == "two_shot" and rows < world else table), cfg
+            assert cfg.block_m == (world if cfg.variant == "two_shot" else 1), cfg
+            assert cfg.num_warps == min(16, max(4, width // 1024)), cfg
+    assert norm(8192, 8192, 1 << 27, 1).variant == "one_shot"
+    assert norm(8192, 8192, 1 << 27, 3, config=ops.Config(variant="two_shot")).block_m == 4  # ragged shares
+    assert norm(5, 64, 640, 2, "cpu").block_m == 4  # the interpreter: fewer, larger tiles
+    forced = norm(4, 8192, 1 << 16, 2, config=ops.Config(variant="one_shot", block_m=2, num_warps=2, grid=3))
+    assert (forced.variant, forced.block_m, forced.num_warps, forced.grid) == ("one_shot", 2, 2, 3)
+    with pytest.raises(IrisUsageError, match=r"call: config sets block_n=64, group_m=2, which apply to the GEMM"):
+        norm(4, 64, 512, 2, config=ops.Config(block_n=64, group_m=2))
+    with pytest.raises(IrisUsageError, match=r"call: config.num_warps=3 must be a power of two"):
+        norm(4, 64, 512, 2, config=ops.Config(num_warps=3))

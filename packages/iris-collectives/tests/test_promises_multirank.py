@@ -6,7 +6,9 @@ when the caller keeps its own count in the slot; one-shot and two-shot called ba
 kernel, the source overwritten as soon as a call returns.
 
 World sizes: ``IRIS_TEST_WORLD_SIZES`` without 1, else 3 and 4 (the order of a sum shows from three
-ranks on; CI's lowest Triton line asks for 2). ``IRIS_TIMEOUT_S`` (default here 120) bounds a wait
+ranks on: ``a + b == b + a``). Where those have no 3 or more (CI's lowest Triton line asks for 2),
+one small 3-rank launch runs the rank-order promises of the reduce-scatters (:data:`THREE_RANKS`),
+so that both Triton lines check them. ``IRIS_TIMEOUT_S`` (default here 120) bounds a wait
 whose peers never come: a barrier that counted for itself would wait for a generation that never
 comes. ``python tools/mutations.py --quick`` breaks each promise and checks that a scenario fails.
 """
@@ -34,3 +36,18 @@ def test_promises(nranks):
     proc = run_ranks(nranks, WORKER, timeout=400, env=env)
     assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
+
+
+#: The rank-order promises that the 3-rank launch runs where the world sizes have no 3: the fused
+#: reduce-scatter's owner and ccl's reduce-scatter (seconds at 3 ranks on 2 cores).
+THREE_RANKS = ("matmul_reduce_scatter", "ccl_reduce_scatter")
+SUMS_SHOW_ORDER = any(n >= 3 for n in world_sizes("3,4"))
+
+
+@pytest.mark.multirank
+@pytest.mark.skipif(SUMS_SHOW_ORDER, reason="test_promises runs every promise at 3 or more ranks")
+def test_rank_order_at_three_ranks():
+    env = {"MPIEXEC_TIMEOUT": "280", "IRIS_TIMEOUT_S": os.environ.get("IRIS_TIMEOUT_S", "120")}
+    proc = run_ranks(3, WORKER, *THREE_RANKS, timeout=300, env=env)
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == list(THREE_RANKS), proc.stdout + proc.stderr
+    assert ", 3 ranks, " in proc.stdout

@@ -1,10 +1,11 @@
 """iris.device under Triton's interpreter in one process, on a fake two-rank heap (two halves of one
 buffer): the errors that must come at interpretation time, the interpreter-only limits (fp16/bf16
 atomics), and with ``IRIS_DEBUG=1`` the in-kernel checks. No MPI: the multi-rank behaviour is
-``device_rank_worker.py``'s job.
+``device_rank_worker.py``'s job. Without ``IRIS_DEBUG`` the default checks of every remote access
+(ranks, addresses on the heap) run too (``off_heap``).
 
 Run with ``TRITON_INTERPRET=1`` (``test_device_errors.py`` does it). Prints one JSON object as its
-last line. ``--only errors,unsupported,fp16_cas,debug`` picks sections.
+last line. ``--only errors,unsupported,fp16_cas,off_heap,debug`` picks sections.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ def outcome(fn) -> dict:
         fn()
     except Exception as exc:
         root = root_cause(exc)
+        # "raised_as": what the caller of the launch catches (the launch takes an IrisError out of
+        # the interpreter's wrapping)
         return {"raised": True, "type": type(root).__name__, "iris_error": isinstance(root, device.IrisError),
-                "message": str(root)}
+                "message": str(root), "raised_as": type(exc).__name__}
     return {"raised": False}
 
 
@@ -185,13 +188,38 @@ def section_debug(heap: FakeHeap) -> dict:
     return result
 
 
+def section_off_heap(heap: FakeHeap) -> dict:
+    """Without IRIS_DEBUG: the interpreter's default check of every remote access (ranks in range,
+    addresses on the heap for another rank), and what it lets through."""
+    x = heap.tensor(0, 1024, 64, torch.float32)
+    far = (HEAP + PAD - 1024) // 4 + 3  # 3 elements past the heap (and its pad), in elements of x
+
+    def run(op, shift=0, n=16, peer=1, pointer=x):
+        return outcome(lambda: debug_kernel[(1,)](heap.contexts[0], heap.heap_bases(0), pointer, shift, n, peer,
+                                                  0, 2, op, 16))
+
+    outside = torch.zeros(64, dtype=torch.float32)  # not on any heap
+    return {
+        "valid": {op: run(op) for op in ("load", "store", "get", "put", "copy", "atomic_add", "atomic_cas",
+                                         "free_store", "translate")},
+        "plain_tensor_store": run("store", pointer=outside),
+        "plain_tensor_atomic": run("atomic_add", pointer=outside),
+        "plain_tensor_own_rank": run("store", pointer=outside, peer=0),  # not translated: allowed
+        "past_heap_end": run("get", shift=far),
+        "masked_past_end_is_fine": run("load", shift=far - 11, n=8),
+        "bad_peer": run("load", peer=77),
+        "negative_peer": run("free_store", peer=-1),
+        "first_bad_offset": 1024 + far * 4,
+    }
+
+
 SECTIONS = {"errors": section_errors, "unsupported": section_unsupported, "fp16_cas": section_fp16_cas,
-            "debug": section_debug}
+            "debug": section_debug, "off_heap": section_off_heap}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="errors,unsupported,fp16_cas")
+    parser.add_argument("--only", default="errors,unsupported,fp16_cas,off_heap")
     args = parser.parse_args()
     heap = FakeHeap()
     print(json.dumps({name: SECTIONS[name](heap) for name in args.only.split(",")}))

@@ -59,9 +59,9 @@ def is_cpu(ctx) -> bool:
 
 
 @triton.jit
-def rma_kernel(context, heap_bases, src, out_load, out_get, out_pull, out_translate, in_store, in_put, in_push, n,
-               other, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr, FREE: tl.constexpr,
-               LCM: tl.constexpr, SCM: tl.constexpr, VOLATILE: tl.constexpr, HINT: tl.constexpr):
+def rma_kernel(context, heap_bases, src, out_load, out_get, out_get2, out_pull, out_translate, in_store, in_put,
+               in_push, n, other, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr,
+               FREE: tl.constexpr, LCM: tl.constexpr, SCM: tl.constexpr, VOLATILE: tl.constexpr, HINT: tl.constexpr):
     ctx = DeviceContext.initialize(context, rank, world_size)
     tl.static_assert(ctx.rank == rank)
     tl.static_assert(ctx.world_size == world_size)
@@ -77,6 +77,9 @@ def rma_kernel(context, heap_bases, src, out_load, out_get, out_pull, out_transl
                          cache_modifier=SCM, hint=HINT)
             device.get(src + offs, out_get + theirs, peer, rank, heap_bases, mask=mask, other=other,
                        load_cache_modifier=LCM, store_cache_modifier=SCM, hint=HINT)
+            # AMD Iris's tests' order (the current rank first): the same get, from the same peer.
+            device.get(src + offs, out_get2 + theirs, rank, peer, heap_bases, mask=mask, other=other,
+                       load_cache_modifier=LCM, store_cache_modifier=SCM, hint=HINT)
             device.put(src + offs, in_put + mine, rank, peer, heap_bases, mask=mask, other=other,
                        load_cache_modifier=LCM, store_cache_modifier=SCM, hint=HINT)
             device.copy(src + offs, out_pull + theirs, peer, rank, rank, heap_bases, mask=mask, other=other,
@@ -87,6 +90,8 @@ def rma_kernel(context, heap_bases, src, out_load, out_get, out_pull, out_transl
             x = ctx.load(src + offs, peer, mask=mask, other=other, cache_modifier=LCM, volatile=VOLATILE, hint=HINT)
             ctx.store(in_store + mine, tl.load(src + offs), peer, mask=mask, cache_modifier=SCM, hint=HINT)
             ctx.get(src + offs, out_get + theirs, peer, mask=mask, other=other, load_cache_modifier=LCM,
+                    store_cache_modifier=SCM, hint=HINT)
+            ctx.get(src + offs, out_get2 + theirs, from_rank=peer, mask=mask, other=other, load_cache_modifier=LCM,
                     store_cache_modifier=SCM, hint=HINT)
             ctx.put(src + offs, in_put + mine, peer, mask=mask, other=other, load_cache_modifier=LCM,
                     store_cache_modifier=SCM, hint=HINT)
@@ -105,13 +110,13 @@ def run_rma(ctx, dtype_name: str, free: bool, lcm=None, scm=None, volatile=False
     world, rank = ctx.world_size, ctx.rank
     src = ctx.zeros(BLOCK, dtype=dtype)
     src.copy_(pattern(rank, dtype).to(ctx.device))
-    names = ("load", "get", "pull", "translate", "store", "put", "push")
+    names = ("load", "get", "get2", "pull", "translate", "store", "put", "push")
     bufs = {name: ctx.full((world, BLOCK), POISON, dtype=dtype) for name in names}
     ctx.barrier()  # every rank's src is written, every output poisoned
     other = float(OTHER) if dtype.is_floating_point else OTHER
-    rma_kernel[(1,)](ctx.get_device_context(), ctx.get_heap_bases(), src, bufs["load"], bufs["get"], bufs["pull"],
-                     bufs["translate"], bufs["store"], bufs["put"], bufs["push"], N_ACTIVE, other, rank, world, BLOCK,
-                     free, lcm, scm, volatile, hint)
+    rma_kernel[(1,)](ctx.get_device_context(), ctx.get_heap_bases(), src, bufs["load"], bufs["get"], bufs["get2"],
+                     bufs["pull"], bufs["translate"], bufs["store"], bufs["put"], bufs["push"], N_ACTIVE, other, rank,
+                     world, BLOCK, free, lcm, scm, volatile, hint)
     ctx.barrier()  # every rank's writes into my inboxes are done
     mask = lane_mask()
     label = f"{dtype_name} {'free' if free else 'bound'} lcm={lcm} scm={scm} volatile={volatile} hint={hint}"
@@ -119,7 +124,7 @@ def run_rma(ctx, dtype_name: str, free: bool, lcm=None, scm=None, volatile=False
         data = pattern(peer, dtype)
         check_equal(f"load from {peer} ({label})", bufs["load"][peer], torch.where(mask, data, OTHER))
         check_equal(f"translate to {peer} ({label})", bufs["translate"][peer], torch.where(mask, data, OTHER))
-        for name in ("get", "pull"):
+        for name in ("get", "get2", "pull"):
             check_equal(f"{name} from {peer} ({label})", bufs[name][peer], torch.where(mask, data, POISON))
         # Written into my heap by rank `peer`, from its src.
         for name in ("store", "put", "push"):
@@ -130,7 +135,8 @@ def run_rma(ctx, dtype_name: str, free: bool, lcm=None, scm=None, volatile=False
 
 
 def scenario_rma_every_dtype(ctx):
-    """load/store/get/put/copy/translate, bound and free, every peer incl. self, 5 dtypes, masks, other."""
+    """load/store/get/put/copy/translate, bound and free, every peer incl. self, 5 dtypes, masks, other;
+    the free get in both rank orders (the spec's and AMD Iris's tests')."""
     for name in DTYPES:
         for free in (False, True):
             run_rma(ctx, name, free)

@@ -1,6 +1,8 @@
 """Misuse fails at interpretation time with a message (never a wrong answer), under Triton's
 interpreter; the interpreter's own limits (fp16/bf16 atomics) are reported as
-IrisUnsupportedError; and IRIS_DEBUG=1 stops bad ranks and addresses with rank, peer and offset.
+IrisUnsupportedError; bad ranks and addresses outside the heap reached on another rank are refused by
+default, naming the kernel argument; and IRIS_DEBUG=1 stops bad ranks and addresses with rank, peer and
+offset.
 One child process per mode, on a fake two-rank heap (see device_interp_checks.py). The compiled
 (GPU) side of the same errors is in test_device_gpu_compile.py."""
 
@@ -73,10 +75,53 @@ def test_debug_rank_out_of_range(interpreted_debug, case, call, peer):
 def test_debug_address_outside_heap(interpreted_debug, case, call):
     debug = interpreted_debug["debug"]
     result = debug[case]
-    assert result["raised"] and result["type"] == "IrisUsageError", result
-    offset = debug["outside_offset"] if case == "outside_heap" else debug["first_bad_offset"]
-    assert f"iris debug: {call}: rank 0, peer 1: " in result["message"], result
-    assert f"first at heap offset {offset} " in result["message"], result
+    assert result["raised"] and result["type"] == result["raised_as"] == "NotOnHeapError", result
+    assert result["message"].startswith(f"iris debug: {call}: rank 0, peer 1: "), result
+    if case == "outside_heap":  # a plain tensor: the launch names the kernel's argument
+        assert "argument 'x' of debug_kernel (a float32 tensor of shape (64,)) is not on the symmetric heap" in \
+            result["message"], result
+    else:
+        assert f"first at heap offset {debug['first_bad_offset']} " in result["message"], result
+    assert "ctx.zeros()" in result["message"], result
+
+
+# Without IRIS_DEBUG: the interpreter's default check (iris.device._heap_check).
+
+def test_default_checks_pass_valid_accesses_and_a_plain_tensor_of_this_rank(interpreted):
+    off_heap = interpreted["off_heap"]
+    assert sorted(off_heap["valid"]) == sorted(DEBUG_VALID_OPS)
+    for op, result in off_heap["valid"].items():
+        assert not result["raised"], (op, result)
+    assert not off_heap["masked_past_end_is_fine"]["raised"], off_heap["masked_past_end_is_fine"]
+    assert not off_heap["plain_tensor_own_rank"]["raised"], off_heap["plain_tensor_own_rank"]
+
+
+@pytest.mark.parametrize("case,call", [("plain_tensor_store", "iris.device.store"),
+                                       ("plain_tensor_atomic", "iris.device.atomic_add")])
+def test_a_plain_tensor_reached_on_another_rank_is_one_line_naming_call_rank_tensor_and_fix(interpreted, case, call):
+    # one NotOnHeapError, raised as itself (not inside the interpreter's wrapping), on one line
+    result = interpreted["off_heap"][case]
+    assert result["raised"] and result["raised_as"] == result["type"] == "NotOnHeapError", result
+    assert result["message"] == (
+        f"{call}: rank 0, peer 1: argument 'x' of debug_kernel (a float32 tensor of shape (64,)) is not on the "
+        f"symmetric heap, and another rank reaches only memory on the heap: allocate the tensor with ctx.zeros() "
+        f"(or another factory of the Iris context: ctx.empty(), ctx.full(), ...)"), result
+
+
+def test_an_address_past_the_heap_names_its_offset(interpreted):
+    off_heap = interpreted["off_heap"]
+    result = off_heap["past_heap_end"]
+    assert result["raised"] and result["raised_as"] == "NotOnHeapError", result
+    assert result["message"].startswith("iris.device.get: rank 0, peer 1: 16 address(es) outside the symmetric "
+                                        f"heap, first at heap offset {off_heap['first_bad_offset']} "), result
+
+
+@pytest.mark.parametrize("case,call,peer", [("bad_peer", "iris.device.load", 77),
+                                            ("negative_peer", "iris.device.store", -1)])
+def test_a_rank_out_of_range_is_refused_by_default(interpreted, case, call, peer):
+    result = interpreted["off_heap"][case]
+    assert result["raised"] and result["raised_as"] == "IrisUsageError", result
+    assert result["message"].startswith(f"{call}: rank 0, peer {peer}: a rank is outside [0, 2)"), result
 
 
 def test_debug_context_mismatch(interpreted_debug):

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from iris.runtime import SUPPORTED_DTYPES, IrisError, IrisUsageError, SymmetricAllocator, UnsupportedDtypeError
+from iris.runtime import (
+    SUPPORTED_DTYPES,
+    IrisError,
+    IrisUsageError,
+    NotOnHeapError,
+    SymmetricAllocator,
+    UnsupportedDtypeError,
+)
 from iris.runtime._factories import TensorFactories, nbytes_of
 
 
@@ -29,6 +36,12 @@ class BufferHeap(TensorFactories):
         nbytes = nbytes_of(shape, dtype)
         offset = self.allocator.allocate(nbytes, call)
         return self.buffer[offset:offset + nbytes].view(dtype).view(shape)
+
+    def require_symmetric(self, tensor, call):
+        start = self.buffer.data_ptr()
+        if not start <= tensor.data_ptr() < start + self.buffer.numel():
+            raise NotOnHeapError(f"{call}: not on the heap")
+        return tensor
 
 
 @pytest.fixture
@@ -134,3 +147,58 @@ def test_factories_record_torch_style_calls(heap):
     heap.full((2,), 1.5)
     heap.ones_like(torch.zeros(3, dtype=torch.float16))
     assert heap.calls == ["zeros(4, 8, dtype=int32)", "full(2, dtype=float32)", "ones(3, dtype=float16)"]
+
+
+# Each entry is the arguments of the call: zeros(((2, 3, 4),)), zeros([[5]]), ...
+@pytest.mark.parametrize("size,shape", [((((2, 3, 4),),), (2, 3, 4)), (([[5]],), (5,)),
+                                        (((((2, 3),),),), (2, 3)), (([[]],), ())])
+def test_nested_sizes_unwrap_as_amd_iris_does(heap, size, shape):
+    assert heap.zeros(*size).shape == shape
+    assert heap.ones(*size, dtype=torch.int8).shape == shape
+
+
+def test_out_fills_the_given_heap_tensor_in_place(heap):
+    t, f = heap.empty(6, dtype=torch.int32), heap.empty(2, 2)
+    free = heap.allocator.free_bytes
+    for call, want in [(lambda: heap.zeros(2, 3, out=t), torch.zeros(2, 3, dtype=torch.int32)),
+                       (lambda: heap.ones((3, 2), out=t), torch.ones(3, 2, dtype=torch.int32)),
+                       (lambda: heap.full((6,), 7, out=t), torch.full((6,), 7, dtype=torch.int32)),
+                       (lambda: heap.arange(6, out=t), torch.arange(6, dtype=torch.int32)),
+                       (lambda: heap.randint(3, 4, (2, 3), out=t), torch.full((2, 3), 3, dtype=torch.int32)),
+                       (lambda: heap.empty(6, out=t, dtype=torch.int32), torch.full((6,), 3, dtype=torch.int32))]:
+        got = call()
+        assert got.data_ptr() == t.data_ptr() and torch.equal(got, want), (got, want)
+        assert torch.equal(t.view(-1), want.view(-1))
+    assert torch.equal(heap.linspace(0, 3, 4, out=f), torch.linspace(0, 3, 4)) and f[1, 1] == 3
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert torch.equal(heap.rand(4, out=f, generator=g1), torch.rand(4, generator=g2))
+    assert heap.randn(2, 2, out=f).data_ptr() == f.data_ptr()
+    assert heap.uniform(-1, 1, (4,), out=f).data_ptr() == f.data_ptr()
+    assert heap.allocator.free_bytes == free, "out= allocates nothing"
+
+
+@pytest.mark.parametrize("bad,fragment", [
+    (lambda h: h.zeros(5, out=h.empty(6, dtype=torch.int32)), "with 6 element(s)"),
+    (lambda h: h.zeros(6, dtype=torch.int64, out=h.empty(6, dtype=torch.int32)), "must be a contiguous int64"),
+    (lambda h: h.zeros(2, 3, out=h.empty(3, 2).t()), "not contiguous"),
+    (lambda h: h.ones(3, out=[0, 0, 0]), "out= takes a tensor, got list"),
+])
+def test_out_that_cannot_hold_the_result_is_refused_naming_the_call(heap, bad, fragment):
+    with pytest.raises(IrisUsageError, match=r"^(zeros|ones)\(") as info:
+        bad(heap)
+    assert fragment in str(info.value) and "out=" in str(info.value)
+
+
+def test_out_must_be_on_the_heap(heap):
+    with pytest.raises(NotOnHeapError, match=r"zeros\(4, dtype=float32\) with out="):
+        heap.zeros(4, out=torch.empty(4))
+
+
+def test_layout_strided_is_accepted_and_any_other_refused(heap):
+    assert heap.zeros(2, layout=torch.strided).layout == torch.strided
+    assert heap.zeros_like(torch.zeros(2, 2).to_sparse()).layout == torch.strided
+    assert heap.arange(3, layout=torch.strided).shape == (3,)
+    with pytest.raises(IrisUsageError, match=r"ones\(2, dtype=float32\): layout=torch.sparse_coo .*torch.strided"):
+        heap.ones(2, layout=torch.sparse_coo)
+    with pytest.raises(IrisUsageError, match="layout="):
+        heap.full_like(torch.zeros(2), 1.0, layout=torch.sparse_csr)

@@ -281,6 +281,36 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
                                                             r"iris.collectives.reduce_scatter on flag 'done'"):
         dog.check("barrier()")
     dog.close()
+    # the waiting rank is the watchdog's own, whatever rank word the kernel wrote (read from the
+    # table it was passed), and the peer of two follows it
+    dog = Watchdog(rank=1, world_size=2, device=torch.device("cpu"), timeout_s=0)
+    dog.record.copy_(torch.tensor(words(1, "iris.collectives.device_barrier", "arrivals", 0, -1, 0, 1, 2, 10**9)))
+    assert dog.report().startswith("iris watchdog: rank 1 waited 1.0 s") and "still missing: peer 0" in dog.report()
+    dog.close()
+
+
+def test_watchdog_report_names_the_tag_of_a_message_and_a_size_mismatch():
+    from iris.device import _watchdog as device_watchdog
+    from iris.runtime._watchdog import describe
+
+    def words(state, call, flag, rank, peer, index, seen, target):
+        return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
+                index, seen, target, 3 * 10**9, 0]
+
+    recv = describe(words(1, "iris.collectives.ccl.recv", "ready", 2, 1, 5, 0, 1), world_size=4, timeout_s=3)
+    for text in ("rank 2 waited 3.0 s in iris.collectives.ccl.recv on flag 'ready' of tag 5", "still missing: peer 1",
+                 "Rank 1 did not make the matching send to rank 2 with tag 5", "IRIS_TIMEOUT_S"):
+        assert text in recv, (text, recv)
+    send = describe(words(1, "iris.collectives.ccl.send", "credit", 0, 3, 0, 2, 3), world_size=4, timeout_s=3)
+    assert "Rank 3 did not make the matching recv from rank 0 with tag 0" in send, send
+    sent = device_watchdog.message_header(10, "bfloat16")
+    expected = device_watchdog.message_header(12, "float32")
+    mismatch = describe(words(device_watchdog.STATE_SIZE_MISMATCH, "iris.collectives.ccl.recv", "message size", 1, 0,
+                              3, sent, expected), world_size=2, timeout_s=3)
+    for text in ("iris watchdog: iris.collectives.ccl.recv: rank 1 received a message from rank 0 with tag 3 of "
+                 "10 x bfloat16, but this call expects 12 x float32", "same number of elements and dtype",
+                 "Ending the job"):
+        assert text in mismatch, (text, mismatch)
 
 
 @pytest.mark.skipif(not os.path.isdir(testing.SHM_DIR), reason="no /dev/shm here: MPICH keeps no segments there")
@@ -325,3 +355,63 @@ def test_an_interrupted_job_says_how_far_it_got(monkeypatch):
         timer.cancel()
     text = shown.getvalue()
     assert "interrupted after" in text and "PASS first_scenario" in text and "still working" in text, text
+
+
+def test_gpu_ranks_override_of_the_residency_rule(monkeypatch):
+    from iris.runtime._residency import gpu_sharers, waiting_programs_limit
+
+    monkeypatch.delenv("IRIS_GPU_RANKS", raising=False)
+    assert gpu_sharers() == 0
+    monkeypatch.setenv("IRIS_GPU_RANKS", "16")
+    assert gpu_sharers() == 16
+    # 132 SMs shared by the 16 ranks of every job: 8 waiting programs per rank, 128 in all
+    assert waiting_programs_limit(4, 132, max(4, gpu_sharers())) == 8
+    for bad in ("-2", "four", "1.5"):
+        monkeypatch.setenv("IRIS_GPU_RANKS", bad)
+        with pytest.raises(IrisUsageError, match=r"IRIS_GPU_RANKS='.*': set the number of ranks"):
+            gpu_sharers()
+
+
+def test_compile_lock_lets_one_process_compile_a_kernel_while_the_others_wait(tmp_path, monkeypatch):
+    """IRIS_COMPILE_LOCK: a compilation holds the kernel's lock, so a second process asking for the
+    same kernel at once waits for it (and then finds it in Triton's cache) instead of compiling
+    it again; another kernel does not wait."""
+    import fcntl
+
+    from iris.runtime import _compile_lock
+
+    monkeypatch.setattr(_compile_lock, "lock_folder", lambda: str(tmp_path))
+
+    class Source:
+        def __init__(self, text):
+            self.text = text
+
+        def hash(self):
+            return self.text
+
+    held = []
+
+    def fake_compile(src, target=None, options=None, _env_vars=None):
+        path = tmp_path / _compile_lock.lock_key(src, target, options)
+        fd = os.open(path, os.O_RDWR)
+        try:  # another open file description of the same file cannot lock it while we hold it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        finally:
+            os.close(fd)
+        return src.text
+
+    import triton.compiler
+
+    monkeypatch.setattr(triton.compiler, "compile", fake_compile)
+    monkeypatch.setattr(_compile_lock, "_INSTALLED", False)
+    assert _compile_lock.install_from_env("cuda") is False  # off unless asked
+    monkeypatch.setenv("IRIS_COMPILE_LOCK", "1")
+    assert _compile_lock.install_from_env("cpu") is False  # the interpreter compiles nothing
+    assert _compile_lock.install_from_env("cuda") is True
+    assert triton.compiler.compile(Source("k1"), target="sm90", options={"num_warps": 4}) == "k1"
+    assert held == [True]  # compiled under the kernel's lock
+    keys = {_compile_lock.lock_key(Source(s), "sm90", {"num_warps": w}) for s in ("k1", "k2") for w in (4, 8)}
+    assert len(keys) == 4  # another source or other options: another lock

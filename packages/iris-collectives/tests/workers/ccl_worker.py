@@ -22,7 +22,7 @@ import torch
 
 import iris.device
 import iris.runtime.testing
-from iris.collectives import _workspace, ccl
+from iris.collectives import IrisMessageSizeError, _workspace, ccl
 from iris.collectives._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
@@ -588,6 +588,15 @@ def scenario_argument_errors(ctx):
                  "must be an iris.collectives.ccl.Config")
     meta = torch.zeros(8, dtype=torch.float32, device="meta")
     expect_error(lambda: ccl.all_reduce(ctx, meta, meta), IrisUsageError, ar, "inp is on meta", f"runs on {dev}")
+    # a cached plan is never run for a non-contiguous view of the same memory and shape: the key
+    # holds each tensor's contiguity, so the view misses and its checks refuse it
+    square, result = torch.zeros(4, 4, **f32), torch.zeros(4, 4, **f32)
+    ccl.all_reduce(ctx, result, square)
+    expect_error(lambda: ccl.all_reduce(ctx, result, square.t()), IrisUsageError, ar, "inp (shape (4, 4), "
+                 "strides (1, 4)) is not contiguous")
+    ccl.all_reduce(ctx, result, square)
+    expect_error(lambda: ccl.all_reduce(ctx, result.t(), square), IrisUsageError, ar, "out (shape (4, 4), "
+                 "strides (1, 4)) is not contiguous")
     ag = "iris.collectives.ccl.all_gather"
     expect_error(lambda: ccl.all_gather(ctx, torch.zeros(8 * W + 1, **f32), x), IrisUsageError, ag,
                  f"out has shape ({8 * W + 1},)", f"({8 * W},)")
@@ -595,11 +604,234 @@ def scenario_argument_errors(ctx):
     expect_error(lambda: ccl.reduce_scatter(ctx, torch.zeros(3, **f32), torch.zeros(3 * W + 1, **f32)),
                  IrisUsageError, rs, "inp has shape", f"{W} x out's elements")
     if W > 1:
+        # the right number of elements in the wrong rows: filled in flat order it would hold the
+        # ranks' rows side by side, not one under the other
+        rows = torch.zeros(4, 2, **f32)
+        expect_error(lambda: ccl.all_gather(ctx, torch.zeros(4, 2 * W, **f32), rows), IrisUsageError, ag,
+                     f"out has shape (4, {2 * W})", f"{W} x its rows along dim 0", f"({4 * W}, 2)")
+        expect_error(lambda: ccl.reduce_scatter(ctx, torch.zeros(4, 2, **f32), torch.zeros(4, 2 * W, **f32)),
+                     IrisUsageError, rs, f"inp has shape (4, {2 * W})", f"({4 * W}, 2)")
         a2a = "iris.collectives.ccl.all_to_all"
         odd = torch.zeros(W + 1, **f32)
         expect_error(lambda: ccl.all_to_all(ctx, odd.clone(), odd), IrisUsageError, a2a, f"({W + 1},)",
                      f"multiple of {W}")
+        # an out shorter than inp would be written past its end
+        expect_error(lambda: ccl.all_to_all(ctx, torch.zeros(W, **f32), torch.zeros(2 * W, **f32)), IrisUsageError,
+                     a2a, f"out has shape ({W},) but inp ({2 * W},)", "an out of inp's shape")
     expect_error(lambda: ccl.broadcast(ctx, x, W), RankError, "broadcast", f"rank {W} is outside")
+    expect_error(lambda: ccl.broadcast(ctx, x, -1), RankError, "broadcast", f"rank -1 is outside [0, {W})")
+
+
+# --- point to point ---------------------------------------------------------------------------------------
+
+#: Mailboxes small enough that the scenarios' messages take several tiles, programs and chunks: an
+#: inbox of 2 chunks of 1 KiB (256 fp32), tiles of 128 B.
+P2P = dict(tags=4, slots=2, chunk_bytes=1024, block_bytes=128)
+
+
+def message(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """What a rank sends (small integers, exact in every dtype), the same wherever generated."""
+    return data(n, dtype, seed, -100, 100)
+
+
+def scenario_p2p_ring(ctx):
+    # Every rank sends to the next and receives from the one before, every dtype, 1 element to
+    # several chunks (a message 4x the inbox flows through it: the sender waits for the receiver's
+    # credits), plain tensors and heap tensors on either side; back to back with no barrier.
+    ccl.init_p2p(ctx, **P2P)
+    W, r = ctx.world_size, ctx.rank
+    if W == 1:
+        return
+    nxt, prev = (r + 1) % W, (r - 1) % W
+    cases = [(1, torch.float32), (37, torch.bfloat16), (300, torch.float16), (2048, torch.float32),
+             (129, torch.int32), (520, torch.int64), (70, torch.float64)]
+    for i, (n, dtype) in enumerate(cases):
+        heap_send, heap_recv = i % 3 == 1, i % 3 == 2
+        out = poison(place(ctx, torch.empty(n, dtype=dtype), heap_recv))
+        x = place(ctx, message(n, dtype, 100 * i + r), heap_send)
+        # even ranks send first, odd ranks receive first: no cycle of senders waiting for credits
+        if r % 2 == 0:
+            ccl.send(ctx, x, nxt)
+            ccl.recv(ctx, out, prev)
+        else:
+            ccl.recv(ctx, out, prev)
+            ccl.send(ctx, x, nxt)
+        check(out, message(n, dtype, 100 * i + prev), f"ring recv of {n} x {dtype}, heap {heap_send}/{heap_recv}")
+    # non-blocking, 2-D tensors (only the element count matters), back to back on one channel with
+    # sizes alternating (the counters pair chunks across messages)
+    for k in range(6):
+        n = (5, 700)[k % 2]
+        out = poison(torch.empty(n // 5, 5, device=ctx.device))
+        x = message(n, torch.float32, 900 + k + r).reshape(n // 5, 5).to(ctx.device)
+        if r % 2 == 0:  # on the cpu backend each call runs at once: the same order as above
+            works = [ccl.isend(ctx, x, nxt, tag=1), ccl.irecv(ctx, out, prev, tag=1)]
+        else:
+            works = [ccl.irecv(ctx, out, prev, tag=1), ccl.isend(ctx, x, nxt, tag=1)]
+        for work in works:
+            work.wait()
+        check(out.flatten(), message(n, torch.float32, 900 + k + prev), f"back-to-back message {k} ({n})")
+
+
+def scenario_p2p_order_and_tags(ctx):
+    # Between ranks 0 and 1 (the others only pass): the receive posted first and the send late,
+    # and the other way round (a message larger than the inbox waits for the receiver); several
+    # tags in flight, received in the reverse order; non-blocking forms; an exchange of messages
+    # larger than the inbox in both directions at once (batch_isend_irecv, the two ranks listing
+    # their operations in different orders).
+    ccl.init_p2p(ctx, **P2P)
+    r = ctx.rank
+    if ctx.world_size == 1 or r > 1:
+        return
+    peer = 1 - r
+    for late, n in ((0, 40), (1, 40), (1, 1500)):
+        if r == late:
+            iris.runtime.testing.busy_stream(ctx, 0.3)
+        if r == 0:
+            ccl.send(ctx, message(n, torch.float32, 50 + late).to(ctx.device), 1, tag=2)
+        else:
+            out = poison(torch.empty(n, device=ctx.device))
+            ccl.recv(ctx, out, 0, tag=2)
+            check(out, message(n, torch.float32, 50 + late), f"late rank {late}, {n} elements")
+    tags = range(P2P["tags"])
+    if r == 0:  # every tag's message sits in its inbox until rank 1 asks for it
+        for tag in tags:
+            ccl.send(ctx, message(30 + tag, torch.bfloat16, 70 + tag).to(ctx.device), 1, tag=tag)
+    else:
+        for tag in reversed(tags):
+            out = poison(torch.empty(30 + tag, dtype=torch.bfloat16, device=ctx.device))
+            work = ccl.irecv(ctx, out, 0, tag=tag)
+            assert work.wait() and (ctx.device.type == "cuda" or work.is_completed())
+            check(out, message(30 + tag, torch.bfloat16, 70 + tag), f"tag {tag}, received last-first")
+    if ctx.device.type == "cuda":  # the send on a stream of the user's, its recv on the current stream
+        stream = torch.cuda.Stream(ctx.device)
+        out = poison(torch.empty(500, device=ctx.device))
+        x = message(500, torch.float32, 60).to(ctx.device)
+        if r == 0:
+            iris.runtime.testing.busy_stream(ctx, 0.1)  # the current stream busy: the side stream is not
+            with torch.cuda.stream(stream):
+                ccl.send(ctx, x, 1, tag=3)
+        else:
+            ccl.recv(ctx, out, 0, tag=3)
+            check(out, message(500, torch.float32, 60), "a send on another stream")
+        torch.cuda.synchronize(ctx.device)
+    n = 1300  # 5 chunks of fp32 each way: the exchange needs both directions to progress together
+    mine = message(n, torch.float32, 80 + r).to(ctx.device)
+    theirs = poison(torch.empty(n, device=ctx.device))
+    ops = [ccl.P2POp(ccl.isend, mine, peer), ccl.P2POp(ccl.irecv, theirs, peer)]
+    works = ccl.batch_isend_irecv(ctx, ops if r == 0 else ops[::-1])
+    for work in works:
+        work.wait()
+    check(theirs, message(n, torch.float32, 80 + peer), "batch exchange larger than the inbox")
+
+
+def scenario_p2p_errors(ctx):
+    # Argument errors name the call, the values and the fix; a message of another size than its
+    # receive fails on the receiver (on the cpu backend an exception: on the GPU the watchdog ends
+    # the job, see docs/ccl.md) and the channel still works afterwards.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    x = torch.zeros(8, device=dev)
+    ctx.barrier()
+    ccl.clear_workspaces(ctx)
+    expect_error(lambda: ccl.send(ctx, x, (r + 1) % W), IrisUsageError, "iris.collectives.ccl.send",
+                 "no point-to-point mailboxes", "init_p2p(ctx)")
+    init = "iris.collectives.ccl.init_p2p"
+    expect_error(lambda: ccl.init_p2p(ctx, tags=0), IrisUsageError, init, "tags=0", "positive")
+    expect_error(lambda: ccl.init_p2p(ctx, chunk_bytes=1000), IrisUsageError, init, "chunk_bytes=1000",
+                 "power of two")
+    expect_error(lambda: ccl.init_p2p(ctx, chunk_bytes=256, block_bytes=512), IrisUsageError, init,
+                 "block_bytes=512", "chunk_bytes=256")
+    if W > 1:  # every rank raises, naming the odd one
+        expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, tags=2 + (r == W - 1))), IrisUsageError, init,
+                     f"rank {W - 1} tags=3", "same settings on every rank")
+    settings = ccl.init_p2p(ctx, **P2P)
+    assert settings.heap_bytes(W) == (W - 1) * 4 * (2 * 1024 + 8 * 2 * settings.grid + 16 * settings.grid)
+    send, recv = "iris.collectives.ccl.send", "iris.collectives.ccl.recv"
+    expect_error(lambda: ccl.send(ctx, x, r), IrisUsageError, send, f"dst={r} is this rank", "another rank")
+    expect_error(lambda: ccl.recv(ctx, x, W), RankError, recv, f"rank {W} is outside", f"0 .. {W - 1}")
+    expect_error(lambda: ccl.send(ctx, x, -1), RankError, f"{send}(dst=...)", "rank -1")
+    if W > 1:
+        peer = (r + 1) % W
+        expect_error(lambda: ccl.send(ctx, x, peer, tag=4), IrisUsageError, send, "tag=4", "0 .. 3",
+                     "init_p2p(ctx, tags=...)")
+        expect_error(lambda: ccl.recv(ctx, torch.zeros(8, 2, device=dev)[:, 0], peer), IrisUsageError, recv,
+                     "not contiguous", ".contiguous()")
+        expect_error(lambda: ccl.send(ctx, torch.zeros(8, dtype=torch.uint8, device=dev), peer),
+                     UnsupportedDtypeError, send, "torch.uint8")
+        expect_error(lambda: ccl.batch_isend_irecv(ctx, [ccl.P2POp("put", x, peer)]), IrisUsageError,
+                     "batch_isend_irecv", "ops[0]", "ccl.isend or ccl.irecv")
+        expect_error(lambda: ccl.batch_isend_irecv(ctx, []), IrisUsageError, "batch_isend_irecv", "non-empty")
+    if W > 1 and r <= 1 and ctx.device.type != "cuda":
+        # 10 sent, 12 expected (one chunk, one program on both ends): the receiver says so, and
+        # credits the chunk, so the next message of the channel arrives intact
+        if r == 0:
+            ccl.send(ctx, message(10, torch.float32, 60).to(dev), 1, tag=3)
+            ccl.send(ctx, message(12, torch.float32, 61).to(dev), 1, tag=3)
+        else:
+            out = poison(torch.empty(12, device=dev))
+            expect_error(lambda: ccl.recv(ctx, out, 0, tag=3), IrisMessageSizeError, recv,
+                         "rank 1 received a message from rank 0 with tag 3 of 10 x float32",
+                         "expects 12 x float32", "same number of elements and dtype")
+            ccl.recv(ctx, out, 0, tag=3)
+            check(out, message(12, torch.float32, 61), "the channel after a mismatch")
+
+
+def scenario_rooted_collectives(ctx):
+    # reduce, gather and scatter at every root: every op, several dtypes, heap and plain tensors,
+    # in rounds through the staging buffer; results exact (reduce in rank order: the all-reduce's
+    # bits); the other ranks' out (reduce, gather) and inp (scatter) may be None and are untouched
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    for root in range(W):
+        for i, (dtype, op) in enumerate(((torch.float32, "sum"), (torch.bfloat16, "avg"), (torch.int32, "max"),
+                                         (torch.float16, "min"), (torch.int64, "prod"))):
+            n = (37, 150, 5, 64, 20)[i]
+            low, high = (-2, 3) if op == "prod" else (-4, 5)
+            seed = 10_000 + 100 * root + 10 * i
+            inp = place(ctx, data(n, dtype, seed + r, low, high), heap=i == 1)
+            out = poison(torch.empty(n, dtype=dtype, device=dev)) if r == root or i % 2 else None
+            before = None if out is None else out.clone()
+            result = ccl.reduce(ctx, out, inp, root, op=op, config=SMALL)
+            if r == root:
+                assert result is out
+                check(out, reference(op, [data(n, dtype, seed + q, low, high) for q in range(W)], dtype),
+                      f"reduce to {root}, {dtype}, {op}")
+            else:
+                assert result is None and (out is None or torch.equal(out.view(-1).view(torch.uint8),
+                                                                      before.view(-1).view(torch.uint8)))
+        m = 45
+        inp = place(ctx, data(m, torch.bfloat16, 11_000 + root + r).reshape(9, 5), heap=root % 2 == 1)
+        out = poison(torch.empty(9 * W, 5, dtype=torch.bfloat16, device=dev)) if r == root else None
+        assert ccl.gather(ctx, out, inp, root, config=SMALL) is out
+        if r == root:
+            check(out, torch.cat([data(m, torch.bfloat16, 11_000 + root + q) for q in range(W)]), f"gather to {root}")
+        full = data(W * m, torch.float32, 12_000 + root).reshape(3 * W, 15)
+        part = poison(torch.empty(3, 15, device=dev))
+        assert ccl.scatter(ctx, part, full.to(dev) if r == root else None, root, config=SMALL) is part
+        check(part, full[3 * r:3 * r + 3], f"scatter from {root}")
+    # rounds: chunk of 2 tiles, tensors off the heap
+    rounds = ccl.Config(block=64, width=16, chunk=128)
+    inp = data(450, torch.float32, 13_000 + r).to(dev)
+    out = poison(torch.empty(450, device=dev))
+    ccl.reduce(ctx, out, inp, W - 1, config=rounds)
+    if r == W - 1:
+        check(out, reference("sum", [data(450, torch.float32, 13_000 + q) for q in range(W)], torch.float32),
+              "reduce in rounds")
+    gathered = poison(torch.empty(450 * W, device=dev))
+    ccl.gather(ctx, gathered, inp, 0, config=rounds)
+    if r == 0:
+        check(gathered, torch.cat([data(450, torch.float32, 13_000 + q) for q in range(W)]), "gather in rounds")
+    ccl.scatter(ctx, out, gathered if r == 0 else None, 0, config=rounds)
+    check(out, data(450, torch.float32, 13_000 + r), "scatter in rounds")
+    # errors name the call, the values and the fix
+    x = torch.zeros(8, device=dev)
+    expect_error(lambda: ccl.reduce(ctx, x, x, W), RankError, "iris.collectives.ccl.reduce(dst=...)",
+                 f"rank {W} is outside")
+    expect_error(lambda: ccl.reduce(ctx, torch.zeros(9, device=dev), x, r), IrisUsageError, "ccl.reduce",
+                 "out has shape (9,)", "on the root")
+    expect_error(lambda: ccl.gather(ctx, torch.zeros(8 * W + 1, device=dev), x, r), IrisUsageError, "ccl.gather",
+                 f"out has shape ({8 * W + 1},)")
+    expect_error(lambda: ccl.scatter(ctx, x, torch.zeros(8 * W + 2, device=dev), r), IrisUsageError, "ccl.scatter",
+                 "inp has shape", f"{W} x out's elements")
+    expect_error(lambda: ccl.scatter(ctx, x, None, -1), RankError, "ccl.scatter(src=...)", "rank -1")
 
 
 def scenario_calls_agree(ctx):
@@ -708,6 +940,9 @@ def scenario_cuda_graph(ctx):
     z = torch.empty(n, device=dev)
     h = torch.empty(W * n, device=dev)
     u = torch.empty(n, device=dev)  # plain tensors registered on the fly in the warm-up
+    p, q = torch.empty(n, device=dev), torch.empty(n, device=dev)  # received point to point
+    ccl.init_p2p(ctx, tags=2)
+    nxt, prev = (r + 1) % W, (r - 1) % W
     stream = torch.cuda.Stream(dev)
 
     def sequence():
@@ -720,6 +955,15 @@ def scenario_cuda_graph(ctx):
         ccl.all_reduce(ctx, z, z, config=ccl.Config(variant="one_shot_buffered"))
         ccl.all_gather(ctx, h, x, config=ccl.Config(variant="pull_buffered"))
         ccl.all_reduce(ctx, u, x, config=ccl.Config(variant="two_shot", register=True))
+        if W > 1:  # a ring on the stream, then one through the side streams, joined back with wait()
+            if r % 2 == 0:
+                ccl.send(ctx, x, nxt)
+                ccl.recv(ctx, p, prev)
+            else:
+                ccl.recv(ctx, p, prev)
+                ccl.send(ctx, x, nxt)
+            for work in (ccl.isend(ctx, x, nxt, tag=1), ccl.irecv(ctx, q, prev, tag=1)):
+                work.wait()
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
@@ -746,6 +990,10 @@ def scenario_cuda_graph(ctx):
         check(h, torch.cat([torch.arange(n, dtype=torch.float32) + k + q for q in range(W)]),
               f"graph replay {k}: pull_buffered all_gather")
         check(u, expected, f"graph replay {k}: all_reduce of tensors registered on the fly")
+        if W > 1:
+            sent = torch.arange(n, dtype=torch.float32) + k + prev
+            check(p, sent, f"graph replay {k}: recv")
+            check(q, sent, f"graph replay {k}: irecv")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,38 @@ def all_reduce_kernel(context, inp, src, dst, locks, M, N, stride_in, stride_src
 
 
 @triton.jit
+def all_reduce_rmsnorm_kernel(context, src, residual, weight, dst, res_out, scale, locks, M, N, eps,
+                              rank: tl.constexpr, world_size: tl.constexpr, TWO_SHOT: tl.constexpr,
+                              RANGE: tl.constexpr, BOUND: tl.constexpr, ROW_SCALES: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``all_reduce_rmsnorm`` of ``src`` (M x N, symmetric) with ``residual`` into ``dst`` and
+    ``res_out`` (in place when it is ``residual``; symmetric for two-shot), tiles of whole rows
+    (``BLOCK_N >= N``): one call per tile, or with ``RANGE`` one per program on its range. ``scale``
+    (fp8 ``dst`` only): the per-tensor scale, or with ``ROW_SCALES`` where the rows' scales go."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    src_view, residual_view = ic.TensorView(src, M, N, N, 1), ic.TensorView(residual, M, N, N, 1)
+    dst_view, res_view = ic.TensorView(dst, M, N, N, 1), ic.TensorView(res_out, M, N, N, 1)
+    tiles = ic.cdiv(M, BLOCK_M)
+    if RANGE:
+        rows = ic.TileRange(tl.program_id(0), tiles, tl.num_programs(0), 1, BLOCK_M, BLOCK_N)
+        if BOUND:
+            ctx.all_reduce_rmsnorm(rows, src_view, dst_view, locks, weight, eps, residual_view, res_view,
+                                   scale, ROW_SCALES, TWO_SHOT)
+        else:
+            ic.all_reduce_rmsnorm(ctx, rows, src_view, dst_view, locks, weight, eps, residual_view, res_view,
+                                  scale, ROW_SCALES, TWO_SHOT)
+    else:
+        for t in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            view = ic.TileView(t, 0, BLOCK_M, BLOCK_N)
+            if BOUND:
+                ctx.all_reduce_rmsnorm(view, src_view, dst_view, locks, weight, eps, residual_view, res_view,
+                                       scale, ROW_SCALES, TWO_SHOT)
+            else:
+                ic.all_reduce_rmsnorm(ctx, view, src_view, dst_view, locks, weight, eps, residual_view, res_view,
+                                      scale, ROW_SCALES, TWO_SHOT)
+
+
+@triton.jit
 def all_gather_kernel(context, inp, dst, flags, out, M_local, N_local, M, N, stride_in, stride_dst, stride_out,
                       rank: tl.constexpr, world_size: tl.constexpr, DIM: tl.constexpr, BOUND: tl.constexpr,
                       BARRIER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -282,3 +314,22 @@ def barrier_exchange_kernel(context, buf, flags, out, value, epoch, rank: tl.con
     width = tl.num_programs(0) * BLOCK
     for q in tl.static_range(world_size):
         tl.store(out + q * width + offs, load(buf + offs, rank, q, ctx.heap_bases))
+
+
+@triton.jit
+def message_ring_kernel(context, x, inbox, flags, out, n, rounds, before, rank: tl.constexpr,
+                        world_size: tl.constexpr, BLOCK: tl.constexpr):
+    """``rounds`` messages of ``n`` elements to the next rank with ``put_with_signal`` (message k
+    from ``x + k * BLOCK`` into the next rank's ``inbox + k * BLOCK``, one counter for all), then
+    ``wait_signal`` for each from the rank before (the counter's ``before + k + 1``-th signal) and
+    a copy of it into ``out``. One program."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    nxt = (rank + 1) % world_size
+    for k in range(rounds):
+        ic.put_with_signal(x + k * BLOCK + offs, inbox + k * BLOCK + offs, flags, rank, nxt, ctx.heap_bases,
+                           mask=mask)
+    for k in range(rounds):
+        ic.wait_signal(flags, before + k + 1, ctx.heap_bases, peer=(rank + world_size - 1) % world_size, index=0)
+        tl.store(out + k * BLOCK + offs, tl.load(inbox + k * BLOCK + offs, mask=mask), mask=mask)

@@ -20,6 +20,7 @@ import tempfile
 import time
 
 import torch
+import triton
 
 import iris.collectives as ic  # imports iris.runtime first, which picks the backend
 import iris.runtime.testing
@@ -228,6 +229,57 @@ def scenario_back_to_back(ctx):
         ctx.barrier()
         for t in (locks, dst, src):
             ctx.free(t)
+
+
+def small_ints(shape, dtype, seed: int) -> torch.Tensor:
+    """Integers in [-4, 4] as ``dtype`` (CPU generator): sums and sums of squares of a few of them are
+    exact in fp32 in any order, so a norm of them must match torch's fp32 norm bit for bit."""
+    return torch.randint(-4, 5, shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def run_all_reduce_rmsnorm(ctx, M, N, BM, dtype, seed, *, two_shot, range_form, bound, calls=2, grid=2):
+    """The tile collective ``all_reduce_rmsnorm`` on heap buffers (two-shot writes every rank's
+    outputs), ``calls`` launches back to back with new data, the residual updated in place, each
+    result bit for bit against torch: the fp32 sum plus the residual rounded once, and
+    ``rms_norm`` of the fp32 rows with fp32 weights rounded once."""
+    W, dev, BN = ctx.world_size, ctx.device, triton.next_power_of_2(N)
+    eps = 1e-5
+    weight = torch.randn(N, generator=torch.Generator().manual_seed(seed)).to(dev)
+    src, residual = ctx.zeros(M, N, dtype=dtype), ctx.zeros(M, N, dtype=dtype)
+    dst = ctx.full((M, N), float("nan"), dtype=dtype)
+    locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    stream = small_ints((M, N), dtype, seed + 99)  # the residual, the same on every rank
+    residual.copy_(stream.to(dev))
+    ctx.barrier()
+    what = (f"all_reduce_rmsnorm {'two' if two_shot else 'one'}-shot {'range' if range_form else 'tiles'} "
+            f"{M}x{N} {dtype} rows {BM} rank {ctx.rank}/{W}")
+    for k in range(calls):
+        inputs = [small_ints((M, N), dtype, seed + 10 * k + r) for r in range(W)]
+        src.copy_(inputs[ctx.rank].to(dev))  # no peer reads the last call's any more
+        dst.fill_(float("nan"))  # peers write their shares into it only once this rank is in the call
+        K.all_reduce_rmsnorm_kernel[(grid,)](ctx.get_device_context(), src, residual, weight, dst, residual, weight,
+                                             locks, M, N, eps, rank=ctx.rank, world_size=W, TWO_SHOT=two_shot,
+                                             RANGE=range_form, BOUND=bound, ROW_SCALES=False, BLOCK_M=BM,
+                                             BLOCK_N=BN)
+        h = sum(x.float() for x in inputs) + stream.float()
+        check(dst, torch.nn.functional.rms_norm(h, (N,), weight.cpu(), eps).to(dtype), f"{what} call {k}: out")
+        stream = h.to(dtype)
+        check(residual, stream, f"{what} call {k}: residual")
+        same_on_every_rank(ctx, dst, what)
+    ctx.barrier()
+    for t in (locks, dst, residual, src):
+        ctx.free(t)
+
+
+def scenario_all_reduce_rmsnorm(ctx):
+    """The tile collective all-reduce + residual + RMSNorm: one-shot and two-shot, per tile and per
+    program range, bound and free, fp32/bf16/fp16, ragged rows and columns (two-shot with 3 ranks:
+    ragged shares), two launches back to back with the residual in place."""
+    rows = triton.next_power_of_2(ctx.world_size)  # two-shot: one row per rank and tile
+    run_all_reduce_rmsnorm(ctx, 5, 24, 2, torch.float32, 1500, two_shot=False, range_form=False, bound=True)
+    run_all_reduce_rmsnorm(ctx, 5, 40, 2, torch.bfloat16, 1600, two_shot=False, range_form=True, bound=False)
+    run_all_reduce_rmsnorm(ctx, 6, 24, rows, torch.float16, 1700, two_shot=True, range_form=False, bound=False)
+    run_all_reduce_rmsnorm(ctx, 7, 40, rows, torch.bfloat16, 1800, two_shot=True, range_form=True, bound=True)
 
 
 def scenario_tracing_records_one_event_per_tile(ctx):
@@ -590,6 +642,29 @@ def scenario_device_barrier_waits_for_late_ranks(ctx):
     assert arrivals == [launches * ctx.world_size] * BARRIER_PROGRAMS, arrivals
 
 
+def scenario_put_with_signal_ring(ctx):
+    """Messages between kernels: every rank puts 3 blocks into the next rank's inbox with
+    put_with_signal (one counter), the next waits for each with wait_signal and reads it; twice,
+    back to back, the counter never reset."""
+    W, r, n, block, rounds = ctx.world_size, ctx.rank, 100, 128, 3
+    inbox = ctx.zeros(rounds * block, dtype=torch.float32)
+    flags = ctx.zeros(1, dtype=torch.int32)
+    out = torch.zeros(rounds * block, device=ctx.device)
+    ctx.barrier()
+    prev = (r - 1) % W
+    for launch in range(2):
+        x = (torch.arange(rounds * block, dtype=torch.float32) + 1000 * r + 100 * launch).to(ctx.device)
+        K.message_ring_kernel[(1,)](ctx.get_device_context(), x, inbox, flags, out, n, rounds, launch * rounds, r, W,
+                                    block)
+        ctx.barrier()  # the next launch overwrites the inboxes
+        expected = torch.arange(rounds * block, dtype=torch.float32) + 1000 * prev + 100 * launch
+        got = out.cpu().view(rounds, block)[:, :n]
+        assert torch.equal(got, expected.view(rounds, block)[:, :n]), (launch, got[:, :4])
+    assert int(flags.item()) == 2 * rounds
+    for t in (inbox, flags):
+        ctx.free(t)
+
+
 # --- tracing -------------------------------------------------------------------------------------
 
 COLLECTIVE_EVENT, BARRIER_EVENT = EVENT_IDS["collective"], EVENT_IDS["barrier"]
@@ -752,6 +827,20 @@ def scenario_debug_mode_collectives(ctx):
     assert ic._sync.DEBUG, "run with IRIS_DEBUG=1"
     for variant in LOCKING:
         run_all_reduce(ctx, variant, torch.float32, 12, 20, 8, 16, seed=800 + variant)
+    for two_shot in (False, True):
+        run_all_reduce_rmsnorm(ctx, 5, 24, 4, torch.float32, 900, two_shot=two_shot, range_form=True, bound=False)
+    # the host op built on it, every strategy (buffered: its "done" wait is debug mode's alone)
+    from iris.collectives import ops
+    from iris.collectives.ops._norm_config import VARIANTS
+
+    W, dev = ctx.world_size, ctx.device
+    weight = torch.randn(24, generator=torch.Generator().manual_seed(5)).to(dev)
+    for i, variant in enumerate(VARIANTS):
+        parts = [small_ints((5, 24), torch.float32, 950 + 10 * i + r) for r in range(W)]
+        out = torch.full((5, 24), float("nan"), device=dev)
+        ops.all_reduce_residual_rmsnorm(ctx, out, None, parts[ctx.rank].to(dev), None, weight,
+                                        config=ops.Config(variant=variant))
+        check(out, torch.nn.functional.rms_norm(sum(parts), (24,), weight.cpu(), 1e-6), f"debug-mode {variant}")
 
 
 DEBUG_ONLY = ("debug_wait_times_out", "debug_mode_collectives")

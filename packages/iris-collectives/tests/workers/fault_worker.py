@@ -4,6 +4,8 @@
     mpiexec -n 2 python -m mpi4py fault_worker.py kill   # the last rank is SIGKILLed while the others wait
     mpiexec -n 2 python -m mpi4py fault_worker.py raise  # the last rank raises between two launches
     ... exhaust | double_free | foreign | bad_pointer      # the last rank misuses the heap (below)
+    ... recv_without_send   # rank 0 receives from the last rank, which never sends (ccl.recv)
+    ... message_size        # GPU: the last rank receives 12 elements where rank 0 sends 10
     ... mismatch_collective | mismatch_tiles | mismatch_shape | mismatch_grid
                         # IRIS_DEBUG=1: the last rank makes another call on the same lock array
     mpiexec -n 2 python -m mpi4py fault_worker.py matched  # IRIS_DEBUG=1: matched calls pass
@@ -26,6 +28,7 @@ import torch
 
 import iris.collectives as ic  # first: picks the backend and switches Triton's interpreter on for cpu
 import iris.runtime.testing
+from iris.collectives import ccl
 
 # isort: split
 import triton
@@ -88,6 +91,34 @@ def scenario_kill(ctx):
         fault_at(f"rank {last} kills itself")
         os.kill(os.getpid(), signal.SIGKILL)
     launch(ctx, inp, dst, locks)
+    ctx.barrier()
+    print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
+
+
+def scenario_recv_without_send(ctx):
+    """Rank 0 receives from the last rank, which never sends: the watchdog names the recv, the
+    rank, the peer and the tag instead of a hang."""
+    setup(ctx)
+    ccl.init_p2p(ctx, tags=2)
+    last = ctx.world_size - 1
+    if ctx.rank == 0:
+        fault_at(f"rank 0 receives from rank {last}, which never sends")
+        ccl.recv(ctx, torch.empty(100, device=ctx.device), last, tag=1)
+    ctx.barrier()
+    print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
+
+
+def scenario_message_size(ctx):
+    """The last rank receives 12 elements where rank 0 sends 10 (GPU: the watchdog reports it and
+    ends the job; the cpu backend's IrisMessageSizeError is tested in ccl_worker.py p2p_errors)."""
+    setup(ctx)
+    ccl.init_p2p(ctx, tags=1)
+    last = ctx.world_size - 1
+    if ctx.rank == 0:
+        ccl.send(ctx, torch.ones(10, device=ctx.device), last)
+    elif ctx.rank == last:
+        fault_at(f"rank {last} receives 12 elements where rank 0 sends 10")
+        ccl.recv(ctx, torch.empty(12, device=ctx.device), 0)
     ctx.barrier()
     print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
 
@@ -163,7 +194,8 @@ def remote_store_kernel(context, target, peer, rank: tl.constexpr, world_size: t
 
 
 def scenario_bad_pointer(ctx):
-    """IRIS_DEBUG=1: a remote store through a pointer that is not on the heap."""
+    """A remote store through a pointer that is not on the heap (a plain torch tensor): refused by
+    default on the cpu backend; on the GPU with IRIS_DEBUG=1 (a device assert)."""
     def act():
         off_heap = torch.zeros(16, dtype=torch.float32, device=ctx.device)
         remote_store_kernel[(1,)](ctx.get_device_context(), off_heap, 0, ctx.rank, ctx.world_size)

@@ -1,4 +1,5 @@
-"""CUDA-graph capture of every fused op (run by test_ops_multirank.py on the cuda backend only).
+"""CUDA-graph capture of every fused op and of ``all_reduce_residual_rmsnorm`` (run by
+test_ops_multirank.py on the cuda backend only).
 
 Each op (and each strategy) is called once eagerly (that compiles the kernel, allocates its cached
 workspace and sizes its grid: collective steps that cannot run inside a capture), then captured
@@ -74,6 +75,46 @@ def graph_case(ctx, op: str, config) -> None:
         ow.check(out, reference(ctx, op, M, N, K, 7000 + i), f"{op} {config.variant} replay {i}")
 
 
+def rmsnorm_graph_case(ctx, variant: str, fp8: bool) -> None:
+    """``all_reduce_residual_rmsnorm`` captured once, new partials and residuals copied in before
+    each replay; out (bf16, or fp8 with row scales written) and the new residual checked bit for
+    bit after each replay (small integers: exact sums of squares, see ops_worker.ref_rmsnorm)."""
+    W, dev = ctx.world_size, ctx.device
+    shape = (3 * W + 1, 200)
+    _, _, weight = ow.ref_rmsnorm(1, shape, BF16, 0)
+    partial, residual = ow.ints(shape, BF16, 10 * ctx.rank).to(dev), ow.ints(shape, BF16, 7).to(dev)
+    weight, new = weight.to(dev), torch.empty(shape, dtype=BF16, device=dev)
+    out = torch.empty(shape, dtype=torch.float8_e4m3fn if fp8 else BF16, device=dev)
+    scales = torch.empty(shape[0], 1, device=dev) if fp8 else None
+    cfg = ops.Config(variant=variant)
+
+    def call():
+        ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, residual, weight, scale=scales, config=cfg)
+
+    def check(i, seed):
+        h = sum(ow.ints(shape, BF16, seed + 10 * r).float() for r in range(W)) + ow.ints(shape, BF16, seed + 7).float()
+        y = torch.nn.functional.rms_norm(h, (shape[1],), weight.cpu(), 1e-6)
+        if fp8:
+            expected_scales = torch.clamp(y.abs().amax(-1, keepdim=True) / 448.0, min=1.0 / (448.0 * 512.0))
+            ow.check(scales, expected_scales, f"rmsnorm {variant} fp8 replay {i}: scales")
+            y = (y / expected_scales).clamp(-448, 448).to(torch.float8_e4m3fn)
+        ow.check(out, y if fp8 else y.to(BF16), f"rmsnorm {variant} replay {i}: out")
+        ow.check(new, h.to(BF16), f"rmsnorm {variant} replay {i}: residual_out")
+
+    call()  # eager: compile, workspace, grid
+    torch.cuda.synchronize()
+    check(0, 0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):
+        call()
+    for i in range(1, replays() + 1):
+        partial.copy_(ow.ints(shape, BF16, 100 * i + 10 * ctx.rank).to(dev))
+        residual.copy_(ow.ints(shape, BF16, 100 * i + 7).to(dev))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(i, 100 * i)
+
+
 def scenario_graph_replays(ctx):
     """Every op and strategy: capture once, replay with new data, each result exact."""
     if ctx.device.type != "cuda":
@@ -83,6 +124,12 @@ def scenario_graph_replays(ctx):
             graph_case(ctx, op, ops.Config(**{**CFG.__dict__, "variant": variant}))
             if ctx.rank == 0:
                 print(f"  {op} {variant}: {replays()} replays exact", flush=True)
+    # every strategy, and fp8 with row scales where its outputs take the most paths (two-shot's copy-out)
+    for variant, fp8 in (("one_shot", False), ("one_shot_buffered", False), ("two_shot", False), ("two_shot", True)):
+        rmsnorm_graph_case(ctx, variant, fp8)
+        if ctx.rank == 0:
+            print(f"  all_reduce_residual_rmsnorm {variant}{' fp8' if fp8 else ''}: {replays()} replays exact",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     """Bit for bit (NaN poison included)."""
     actual = actual.cpu()
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
-    bits = {2: torch.int16, 4: torch.int32}[expected.element_size()]
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[expected.element_size()]
     differ = actual.contiguous().view(bits) != expected.contiguous().view(bits)
     count = int(differ.sum())
     if count:
@@ -535,6 +535,245 @@ def scenario_calls_agree(ctx):
     check(out, torch.full((16, 16), 4.0 * W), "matmul_all_reduce after the mismatch")
 
 
+# --- all_reduce_residual_rmsnorm -------------------------------------------------------------------
+
+def ref_rmsnorm(W, shape, dtype, seed, residual=True, weight_dtype=torch.float32, eps=1e-6):
+    """``(out, residual_out, weight)``: the unfused sequence in fp32, each output rounded once: the
+    rank-order sum of every rank's partial, plus the residual, and torch's ``rms_norm`` of those fp32
+    rows with the weight in fp32. Small integers: every sum of squares is exact, so the op's must
+    match bit for bit."""
+    h = torch.zeros(shape)
+    for r in range(W):
+        h = h + ints(shape, dtype, seed + 10 * r).float()
+    if residual:
+        h = h + ints(shape, dtype, seed + 7).float()
+    weight = torch.randn(shape[-1], generator=torch.Generator().manual_seed(seed + 8)).to(weight_dtype)
+    out = torch.nn.functional.rms_norm(h, (shape[-1],), weight.float(), eps)
+    return out.to(dtype), h.to(dtype), weight
+
+
+def run_rmsnorm(ctx, shape, dtype, seed, config, residual=True, residual_out="new", weight_dtype=torch.float32,
+                eps=1e-6):
+    """One call on this rank's partial (seeded like :func:`ref_rmsnorm`); ``residual_out``: ``"new"``
+    (a tensor of its own), ``"in_place"`` (the residual) or None. Returns (out, residual_out)."""
+    dev = ctx.device
+    partial = ints(shape, dtype, seed + 10 * ctx.rank).to(dev)
+    res = ints(shape, dtype, seed + 7).to(dev) if residual else None
+    weight = ref_rmsnorm(1, shape, dtype, seed, residual, weight_dtype)[2].to(dev)
+    new = {"new": poisoned(shape, dtype, dev), "in_place": res, None: None}[residual_out]
+    out = poisoned(shape, dtype, dev)
+    returned = ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, res, weight, eps, config=config)
+    assert returned is out
+    return out, new
+
+
+def scenario_all_reduce_residual_rmsnorm(ctx):
+    """Every strategy, fp32/fp16/bf16, ragged rows (one row; fewer rows than ranks; rows not a
+    multiple of the ranks; 3-D activations) and ragged hidden sizes, the residual new, in place or
+    not written, no residual, a bf16 weight, a tile of several rows: each output bit for bit
+    against the unfused sequence in fp32 rounded once, and the same bits on every rank."""
+    W = ctx.world_size
+    one, buffered, two = "one_shot", "one_shot_buffered", "two_shot"
+    cases = [((1, 40), "bf16", {}, (one, buffered, two)), ((W + 1, 24), "fp16", {}, (buffered, two)),
+             ((2 * W + 3, 100), "fp32", {}, (one, two)),
+             ((2, 3, 36), "bf16", dict(residual_out="in_place"), (buffered, two)),
+             ((5, 24), "fp16", dict(residual_out=None), (one, two)),
+             ((3, 24), "bf16", dict(residual=False, weight_dtype=torch.bfloat16), (buffered, two))]
+    for i, (shape, dt, extra, variants) in enumerate(cases):
+        for variant in variants:
+            seed = 4000 + 100 * i
+            out, new = run_rmsnorm(ctx, shape, DTYPES[dt], seed, ops.Config(variant=variant), **extra)
+            ref_out, ref_res, _ = ref_rmsnorm(W, shape, DTYPES[dt], seed, extra.get("residual", True),
+                                              extra.get("weight_dtype", torch.float32))
+            what = f"all_reduce_residual_rmsnorm {variant} {shape} {dt} {extra}"
+            check(out, ref_out, f"{what}: out")
+            if new is not None:
+                check(new, ref_res, f"{what}: residual_out")
+            for name, t in (("out", out), ("residual_out", new)):
+                if t is not None:
+                    bits = t.cpu().view(torch.int16 if t.element_size() == 2 else torch.int32)
+                    assert all(torch.equal(x, bits) for x in ctx.comm.allgather(bits)), f"{what}: {name} differs"
+    # sums that bf16 cannot hold (a residual of even integers up to 254 plus partials in quarters: ten
+    # significant bits), so that rounding the new residual before the norm would change the output
+    # (the data must show it, or the check proves nothing); twelve columns: their sums of squares
+    # stay exact in fp32
+    shape, dev = (8, 12), ctx.device
+    quarters = [torch.randint(-5, 6, shape, generator=torch.Generator().manual_seed(4800 + p)) / 4 for p in range(W)]
+    quarters.append(torch.randint(-127, 128, shape, generator=torch.Generator().manual_seed(4890)) * 2.0)
+    h = sum(q.float() for q in quarters)
+    weight = torch.randn(shape[1], generator=torch.Generator().manual_seed(4899))
+    once = torch.nn.functional.rms_norm(h, shape[1:], weight, 1e-6).to(torch.bfloat16)
+    twice = torch.nn.functional.rms_norm(h.to(torch.bfloat16).float(), shape[1:], weight, 1e-6).to(torch.bfloat16)
+    assert bool((once != twice).any()), "these sums round the same once or twice"
+    for variant in (one, two):
+        out = poisoned(shape, torch.bfloat16, dev)
+        ops.all_reduce_residual_rmsnorm(ctx, out, None, quarters[ctx.rank].to(torch.bfloat16).to(dev),
+                                        quarters[W].to(torch.bfloat16).to(dev), weight.to(dev),
+                                        config=ops.Config(variant=variant))
+        check(out, once, f"{variant}: the norm of the fp32 sum, not of the rounded residual")
+    # tiles of several rows (one-shot) and of more rows than the default (two-shot), a small grid
+    for variant, block_m in (("one_shot", 4), ("two_shot", 8)):
+        cfg = ops.Config(variant=variant, block_m=block_m, grid=2)
+        out, new = run_rmsnorm(ctx, (13, 24), torch.bfloat16, 4900, cfg)
+        ref_out, ref_res, _ = ref_rmsnorm(W, (13, 24), torch.bfloat16, 4900)
+        check(out, ref_out, f"{variant} block_m={block_m}: out")
+        check(new, ref_res, f"{variant} block_m={block_m}: residual_out")
+
+
+def scenario_rmsnorm_back_to_back(ctx):
+    """A residual stream through ``IRIS_TEST_REPEATS / 2`` layers (at least 3) per strategy: each
+    call's residual_out is the residual, in place, the next call's partial new, the rows changing
+    between calls (the calls share one workspace: one_shot_buffered's grid is fixed per workspace),
+    no barrier in between; every output checked against the chained reference."""
+    W, dev, calls = ctx.world_size, ctx.device, max(3, repeats(ctx) // 2)
+    H = 40
+    weight = torch.randn(H, generator=torch.Generator().manual_seed(5100)).to(dev)
+    for v, variant in enumerate(("one_shot", "one_shot_buffered", "two_shot")):
+        cfg = ops.Config(variant=variant)
+        stream = ints((W + 5, H), torch.bfloat16, 5000 + v)  # the longest rows; each call takes a prefix
+        residual = stream.clone().to(dev)  # (a copy on the cpu backend too)
+        outs = []
+        for k in range(calls):
+            M = (W + 5, W + 2, 3)[k % 3]
+            partial = ints((M, H), torch.bfloat16, 5200 + 100 * v + 10 * k + ctx.rank).to(dev)
+            out = poisoned((M, H), torch.bfloat16, dev)
+            ops.all_reduce_residual_rmsnorm(ctx, out, residual[:M], partial, residual[:M], weight, config=cfg)
+            outs.append(out.clone())
+        for k, got in enumerate(outs):
+            M = (W + 5, W + 2, 3)[k % 3]
+            h = stream[:M].float() + sum(ints((M, H), torch.bfloat16, 5200 + 100 * v + 10 * k + r).float()
+                                         for r in range(W))
+            check(got, torch.nn.functional.rms_norm(h, (H,), weight.cpu(), 1e-6).to(torch.bfloat16),
+                  f"{variant} call {k}: out")
+            stream[:M] = h.to(torch.bfloat16)
+        check(residual, stream, f"{variant}: the residual after {calls} calls")
+
+
+def scenario_rmsnorm_heap_tensors(ctx):
+    """Tensors on the symmetric heap: the peers read partial where it is (no staging) and two-shot
+    writes every rank's outputs in place (no result buffers), the residual in place too; then a
+    mix (out on the heap, residual_out not), which goes through the heap buffers."""
+    from iris.collectives import _workspace
+
+    W, dev, H = ctx.world_size, ctx.device, 24
+    M = 2 * W + 1
+    weight = torch.randn(H, generator=torch.Generator().manual_seed(5300)).to(dev)
+    ops.clear_workspaces(ctx)
+    for variant in ("one_shot", "two_shot"):
+        partial = ctx.zeros(M, H, dtype=torch.bfloat16).copy_(ints((M, H), torch.bfloat16, 5400 + ctx.rank).to(dev))
+        residual = ctx.zeros(M, H, dtype=torch.bfloat16).copy_(ints((M, H), torch.bfloat16, 5407).to(dev))
+        out = ctx.full((M, H), float("nan"), dtype=torch.bfloat16)
+        ctx.barrier()  # every rank's out poisoned before a peer writes into it
+        ops.all_reduce_residual_rmsnorm(ctx, out, residual, partial, residual, weight,
+                                        config=ops.Config(variant=variant))
+        h = sum(ints((M, H), torch.bfloat16, 5400 + r).float() for r in range(W)) + \
+            ints((M, H), torch.bfloat16, 5407).float()
+        check(out, torch.nn.functional.rms_norm(h, (H,), weight.cpu(), 1e-6).to(torch.bfloat16), f"heap {variant}")
+        check(residual, h.to(torch.bfloat16), f"heap {variant}: residual in place")
+        if variant == "two_shot":
+            mixed = poisoned((M, H), torch.bfloat16, dev)
+            residual.copy_(ints((M, H), torch.bfloat16, 5407).to(dev))
+            out.fill_(float("nan"))
+            ctx.barrier()
+            ops.all_reduce_residual_rmsnorm(ctx, out, mixed, partial, residual, weight,
+                                            config=ops.Config(variant=variant))
+            check(out, torch.nn.functional.rms_norm(h, (H,), weight.cpu(), 1e-6).to(torch.bfloat16), "mixed: out")
+            check(mixed, h.to(torch.bfloat16), "mixed: residual_out")
+        ctx.barrier()
+        for t in (out, residual, partial):
+            ctx.free(t)
+    keys = [k for k in _workspace._CACHES[ctx] if k[0] == "ops.all_reduce_residual_rmsnorm"]
+    if W > 1:  # (stage_in, copy_out) of each workspace: in place, then the mixed call through the heap
+        assert sorted(k[8:10] for k in keys) == [(False, False), (False, False), (False, True)], keys
+    ctx.barrier()
+    ops.clear_workspaces(ctx)
+
+
+def scenario_rmsnorm_fp8(ctx):
+    """fp8 (e4m3) output with per-row scales (written) and a per-tensor scale (read), every
+    strategy: on the GPU bit for bit against torch's e4m3 conversion of the clamped quotient; on
+    the cpu backend an UnsupportedDtypeError that says why (the interpreter's e4m3 conversion is
+    wrong) and what to do."""
+    W, dev, H = ctx.world_size, ctx.device, 40
+    shape = (2 * W + 1, H)
+    fp8 = torch.float8_e4m3fn
+    _, ref_res, weight = ref_rmsnorm(W, shape, torch.bfloat16, 5500)
+    partial = ints(shape, torch.bfloat16, 5500 + 10 * ctx.rank).to(dev)
+    residual = ints(shape, torch.bfloat16, 5507).to(dev)
+    y = torch.nn.functional.rms_norm(ref_res.float(), (H,), weight, 1e-6)  # the fp32 rows (h is exact in bf16)
+    out = torch.zeros(shape, dtype=fp8, device=dev)
+    if ctx.device.type != "cuda":
+        expect_error(lambda: ops.all_reduce_residual_rmsnorm(ctx, out, None, partial, residual, weight.to(dev),
+                                                             scale=torch.ones(1, device=dev)),
+                     UnsupportedDtypeError, "iris.collectives.ops.all_reduce_residual_rmsnorm", "GPU only",
+                     "interpreter", "subnormals", "pass an out of partial's dtype")
+        return
+    amax = y.abs().amax(-1, keepdim=True)
+    row_scales = torch.clamp(amax / 448.0, min=1.0 / (448.0 * 512.0))
+    expected_rows = (y / row_scales).clamp(-448, 448).to(fp8)
+    tensor_scale = torch.tensor([0.004])
+    expected_tensor = (y / tensor_scale).clamp(-448, 448).to(fp8)
+    assert bool((expected_tensor.float().abs() == 448).any()), "the per-tensor case must saturate somewhere"
+    for variant in ("one_shot", "one_shot_buffered", "two_shot"):
+        cfg = ops.Config(variant=variant)
+        scales = torch.full((shape[0], 1), float("nan"), device=dev)
+        new = poisoned(shape, torch.bfloat16, dev)
+        ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, residual, weight.to(dev), scale=scales, config=cfg)
+        check(scales, row_scales, f"fp8 {variant}: row scales")
+        check(out, expected_rows, f"fp8 {variant}: rows")
+        check(new, ref_res, f"fp8 {variant}: residual_out")
+        ops.all_reduce_residual_rmsnorm(ctx, out, None, partial, residual, weight.to(dev),
+                                        scale=tensor_scale.to(dev), config=cfg)
+        check(out, expected_tensor, f"fp8 {variant}: per-tensor scale")
+
+
+def scenario_rmsnorm_argument_errors(ctx):
+    """Bad shapes, dtypes, eps, scales, overlapping tensors and configs: an IrisError naming the
+    call, the values and the fix, before any allocation or launch."""
+    dev = ctx.device
+    call = "iris.collectives.ops.all_reduce_residual_rmsnorm"
+    bf = dict(dtype=torch.bfloat16, device=dev)
+    p, r, o, ro = (torch.zeros(4, 8, **bf) for _ in range(4))
+    w = torch.ones(8, device=dev)
+
+    def norm(out=o, residual_out=ro, partial=p, residual=r, weight=w, eps=1e-6, scale=None, config=None):
+        return lambda: ops.all_reduce_residual_rmsnorm(ctx, out, residual_out, partial, residual, weight, eps,
+                                                       scale=scale, config=config)
+
+    expect_error(norm(residual=torch.zeros(4, 9, **bf)), IrisUsageError, call, "residual has shape (4, 9)",
+                 "partial (4, 8)")
+    expect_error(norm(out=torch.zeros(3, 8, **bf)), IrisUsageError, call, "out has shape (3, 8)")
+    expect_error(norm(weight=torch.ones(9, device=dev)), IrisUsageError, call, "weight has shape (9,)", "(8,)")
+    expect_error(norm(residual=torch.zeros(4, 8, device=dev)), UnsupportedDtypeError, call,
+                 "residual is torch.float32 but partial is torch.bfloat16", "one dtype")
+    expect_error(norm(out=torch.zeros(4, 8, device=dev)), UnsupportedDtypeError, call,
+                 "out is torch.float32 but partial is torch.bfloat16", "float8_e4m3fn")
+    expect_error(norm(partial=torch.zeros(4, 8, dtype=torch.int32, device=dev)), UnsupportedDtypeError, call,
+                 "partial has dtype torch.int32", "torch.bfloat16")
+    expect_error(norm(partial=torch.zeros(4, 16, **bf)[:, ::2]), IrisUsageError, call, "not contiguous")
+    for eps in (-1e-6, float("nan"), "1e-6", True):
+        expect_error(norm(eps=eps), IrisUsageError, call, f"eps={eps!r}", "finite float >= 0")
+    expect_error(norm(scale=torch.ones(1, device=dev)), IrisUsageError, call, "scale= is for an fp8 out",
+                 "drop scale")
+    expect_error(norm(out=p), IrisUsageError, call, "partial and out overlap")
+    expect_error(norm(residual_out=p), IrisUsageError, call, "partial and residual_out overlap")
+    shifted = torch.zeros(5, 8, **bf)
+    expect_error(norm(residual=shifted[:4], residual_out=shifted[1:]), IrisUsageError, call,
+                 "residual and residual_out overlap", "residual_out=residual, in place")
+    expect_error(norm(config=ops.Config(variant="rotated")), IrisUsageError, call, "config.variant='rotated'",
+                 "one_shot_buffered")
+    expect_error(norm(config=ops.Config(block_k=32)), IrisUsageError, call, "config sets block_k=32",
+                 "GEMM ops only")
+    expect_error(norm(config=ops.Config(block_m=3)), IrisUsageError, call, "config.block_m=3", "power of two")
+    if dev.type == "cuda":
+        fp8 = torch.zeros(4, 8, dtype=torch.float8_e4m3fn, device=dev)
+        expect_error(norm(out=fp8), IrisUsageError, call, "an fp8 out needs scale=", "(4, 1)")
+        expect_error(norm(out=fp8, scale=torch.ones(4, device=dev)), IrisUsageError, call, "scale has shape (4,)",
+                     "(4, 1)")
+        expect_error(norm(out=fp8, scale=torch.ones(1, dtype=torch.float64, device=dev)), UnsupportedDtypeError,
+                     call, "scale has dtype torch.float64")
+
+
 def scenario_argument_errors(ctx):
     """Bad shapes, dtypes, devices, M not divisible by the world size, bad configs: an IrisError
     whose message names the call, the argument, the values and the fix. Checked before any
@@ -555,6 +794,13 @@ def scenario_argument_errors(ctx):
                  "shape (4,)")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, torch.zeros(5, **f32)), IrisUsageError, ar,
                  "bias must be a 1-D tensor of N=6 values", "(5,)")
+    # a strided bias (6 values, every other of 12): the kernels read the bias as contiguous
+    strided = torch.arange(12, **f32)[::2]
+    for op, call, op_out, op_a in ((ops.matmul_all_reduce, ar, out, a),
+                                  (ops.matmul_reduce_scatter, "iris.collectives.ops.matmul_reduce_scatter",
+                                   torch.zeros(4, 6, **f32), torch.zeros(W * 4, 4, **f32))):
+        expect_error(lambda op=op, op_out=op_out, op_a=op_a: op(ctx, op_out, op_a, b, strided), IrisUsageError, call,
+                     "bias must be contiguous (stride 1), got stride 2", "bias.contiguous()")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(variant="ring")), IrisUsageError,
                  ar, "config.variant='ring'", "one_shot", "two_shot")
     expect_error(lambda: ops.matmul_all_reduce(ctx, out, a, b, config=ops.Config(block_m=24)), IrisUsageError,

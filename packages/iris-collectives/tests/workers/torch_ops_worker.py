@@ -139,7 +139,10 @@ def scenario_operators_match_front_doors(ctx):
 
 def scenario_front_doors_compile_fullgraph(ctx):
     # the out= front doors inside torch.compile(fullgraph=True): one iris:: node each, no graph break
+    # (all_reduce_residual_rmsnorm's too, updating the residual in place, and its functional form)
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
+
+    weight = rand((3,), 95, torch.float32, dev)
 
     def model(x, a, b):
         s = torch.empty_like(x)
@@ -157,7 +160,12 @@ def scenario_front_doors_compile_fullgraph(ctx):
         ops.matmul_all_reduce(ctx, y, a, b, config=ops.Config(variant="two_shot"))
         z = torch.empty(W * a.shape[0], b.shape[1], device=dev)
         ops.all_gather_matmul(ctx, z, a, b)
-        return s * 2, x, g, part, t, y, z
+        # the residual stream updated in place by the front door, then the functional form
+        stream, normed = s.clone(), torch.empty_like(s)
+        ops.all_reduce_residual_rmsnorm(ctx, normed, stream, t, stream, weight, eps=1e-5)
+        again, stream2 = F.all_reduce_residual_rmsnorm(ctx, normed * 2, stream, weight,
+                                                       config=ops.Config(variant="two_shot"))
+        return s * 2, x, g, part, t, y, z, stream, normed, again, stream2
 
     def inputs():
         return ints((2 * W, 3), 70 + r, dev), ints((2 * W, 4), 80 + r, dev), ints((4, 5), 90 + r, dev)
@@ -177,6 +185,93 @@ def scenario_front_doors_compile_fullgraph(ctx):
     torch._dynamo.reset()
     torch.compile(model, backend=capture, fullgraph=True)(*inputs())
     assert len(codes) == 1 and f"({F.handle_of(ctx)}, " in codes[0], codes
+    assert codes[0].count("iris.all_reduce_residual_rmsnorm") == 2, codes
+
+
+def scenario_rmsnorm_operator(ctx):
+    # iris::all_reduce_residual_rmsnorm: the functional form against the front door and torch (exact),
+    # on the GPU under inductor and CUDA graphs, the fake implementation's fp8 shapes (compiled with
+    # aot_eager: scenario_front_doors_compile_fullgraph)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    partial, residual = ints((3, 8), 300 + r, dev), ints((3, 8), 310, dev)
+    weight = rand((8,), 320, torch.float32, dev)
+    out_f, residual_f = F.all_reduce_residual_rmsnorm(ctx, partial, residual, weight)
+    out, new = torch.empty_like(partial), torch.empty_like(partial)
+    ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, residual, weight)
+    same(out, out_f, "functional.all_reduce_residual_rmsnorm: out")
+    same(new, residual_f, "functional.all_reduce_residual_rmsnorm: residual_out")
+    h = sum(ints((3, 8), 300 + p) for p in range(W)) + ints((3, 8), 310)
+    same(torch.nn.functional.rms_norm(h, (8,), weight.cpu(), 1e-6), out, "all_reduce_residual_rmsnorm")
+
+    if ctx.device.type == "cuda":
+        # GPU only: inductor, plain and with CUDA graphs (mode="reduce-overhead"), against eager
+        from torch._dynamo.utils import counters
+
+        def block(x, residual, weight):
+            y, stream = F.all_reduce_residual_rmsnorm(ctx, x, residual, weight)
+            return F.all_reduce_residual_rmsnorm(ctx, y * 0.5, stream, weight)
+
+        expected = block(partial, residual, weight)
+        for mode in (None, "reduce-overhead"):
+            torch._dynamo.reset()
+            counters.clear()
+            step = torch.compile(block, fullgraph=True, mode=mode)
+            for _ in range(3):  # warm-up, recording, replay
+                got = [t.clone() for t in step(partial, residual, weight)]
+                torch.compiler.cudagraph_mark_step_begin()
+            for g, e in zip(got, expected):
+                same(e, g, f"all_reduce_residual_rmsnorm under inductor, mode={mode}")
+            assert not counters["graph_break"], dict(counters["graph_break"])
+    with FakeTensorMode():
+        fake = torch.empty(5, 16)
+        y, stream, scales = torch.ops.iris.all_reduce_residual_rmsnorm(F.handle_of(ctx), fake, None, torch.empty(16),
+                                                                       1e-6, None, torch.float8_e4m3fn)
+        assert (y.dtype, y.shape, stream.dtype, scales.shape) == (torch.float8_e4m3fn, (5, 16), torch.float32, (5, 1))
+
+
+def scenario_p2p_compiles_fullgraph(ctx):
+    # ccl.send / ccl.recv and functional.send / recv inside torch.compile(fullgraph=True): one
+    # iris:: node each, kept in the order traced, the messages right; a recv whose result goes
+    # unused still takes its message (a side effect), or the next call would get it
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    ccl.init_p2p(ctx, tags=2)
+    if W == 1:
+        return
+    nxt, prev = (r + 1) % W, (r - 1) % W
+
+    def exchange(send, recv):  # even ranks send first: no cycle of senders
+        if r % 2 == 0:
+            send()
+            return recv()
+        out = recv()
+        send()
+        return out
+
+    def model(x):
+        y = torch.empty_like(x)
+        exchange(lambda: ccl.send(ctx, x * 2, nxt), lambda: ccl.recv(ctx, y, prev))
+        z = exchange(lambda: F.send(ctx, y + 1, nxt, tag=1), lambda: F.recv(ctx, x.shape, x.dtype, prev, tag=1))
+        exchange(lambda: F.send(ctx, x[0, :2] + 0, nxt), lambda: F.recv(ctx, (2,), x.dtype, prev))  # unused
+        return y, z
+
+    def x_of(rank):
+        return ints((3, 4), 300 + rank, dev)
+
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    for fn in (model, torch.compile(model, backend="aot_eager", fullgraph=True),
+               torch.compile(model, backend=capture, fullgraph=True)):
+        y, z = fn(x_of(r))
+        same(2 * x_of(prev), y, "ccl.recv in a compiled model")
+        same(2 * x_of((prev - 1) % W) + 1, z, "functional.recv in a compiled model")
+    assert codes[0].count("iris.send") == 3 and codes[0].count("iris.recv") == 3, codes[0]
 
 
 def scenario_gradcheck_collectives(ctx):
@@ -185,6 +280,8 @@ def scenario_gradcheck_collectives(ctx):
     global_gradcheck(ctx, "all_reduce", lambda x: F.all_reduce(ctx, x), [("own", own)], "same")
     global_gradcheck(ctx, "all_reduce avg", lambda x: F.all_reduce(ctx, x, "avg"), [("own", own)], "same")
     global_gradcheck(ctx, "reduce_scatter", lambda x: F.reduce_scatter(ctx, x), [("own", own)], "own")
+    # the mean's gradient is the gathered gradient divided by the world size (W times too large without it)
+    global_gradcheck(ctx, "reduce_scatter avg", lambda x: F.reduce_scatter(ctx, x, "avg"), [("own", own)], "own")
     global_gradcheck(ctx, "all_gather", lambda x: F.all_gather(ctx, x), [("own", own)], "own")
     global_gradcheck(ctx, "all_to_all", lambda x: F.all_to_all(ctx, x), [("own", own)], "own")
     global_gradcheck(ctx, "broadcast", lambda x: F.broadcast(ctx, x, W - 1), [("own", own)], "own")

@@ -24,6 +24,10 @@ import triton.language as tl
 
 import iris.runtime  # first: picks the backend and switches Triton's interpreter on for cpu
 import iris.runtime.testing
+
+# isort: split
+import amd_iris_style
+
 from iris.device import DeviceContext, load, put, store
 from iris.device import _layout as layout
 from iris.runtime import (
@@ -160,7 +164,9 @@ def scenario_resident_grid(ctx):
         props = torch.cuda.get_device_properties(ctx.device)
         sms = props.multi_processor_count
         # one rank per GPU: every SM full; ranks sharing a GPU: one waiting program per SM in all
-        fits = programs_per_sm(compiled, ctx.device) * sms if ctx.ranks_on_device == 1 else sms // ctx.ranks_on_device
+        # (IRIS_GPU_RANKS: the ranks of every job that share it, when jobs run side by side)
+        sharers = max(ctx.ranks_on_device, int(os.environ.get("IRIS_GPU_RANKS") or 0))
+        fits = programs_per_sm(compiled, ctx.device) * sms if sharers == 1 else sms // sharers
         grid = ctx.resident_grid(10**6, compiled)
         assert grid == fits, (grid, fits, ctx.ranks_on_device)
         assert ctx.comm.allgather(grid) == [grid] * ctx.world_size, "ranks got different grids"
@@ -359,6 +365,13 @@ def scenario_factories(ctx):
     assert ctx.comm.allgather(ctx.heap_free_bytes) == [ctx.heap_free_bytes] * ctx.world_size
 
 
+def scenario_amd_iris_style(ctx):
+    """Kernels and host code written as AMD Iris's tests and docs write them (amd_iris_style.py):
+    every RMA call and atomic, free and bound, the free get in both rank orders, through
+    ``import iris.runtime.amd_iris as iris``; values checked on every rank."""
+    amd_iris_style.run()
+
+
 def scenario_free_reuse(ctx):
     with iris.runtime.iris(heap_size=1 << 20) as heap:
         total = heap.heap_free_bytes
@@ -502,6 +515,13 @@ def scenario_registered_tensors(ctx):
         assert [r.ident for r in reached] == [("registered", (registration.serial, 0)),
                                               ("registered", (registration.serial, 32))], reached
         assert all(r.in_place and r.bases.data_ptr() == registration.bases.data_ptr() for r in reached)
+        if W > 1:
+            # views of it at another place, or of another size, on each rank: no table reaches them
+            # (the registration's would give each peer this rank's offset: the wrong elements), so
+            # every rank stages them
+            moved, sized = mine[8 * rank:8 * rank + 8], mine[:8 * (rank + 1)]
+            assert [r.ident for r in ctx.reach([moved, sized])] == [("staged",), ("staged",)], (
+                "views at different offsets or of different sizes on different ranks must be staged")
         words = registration.table.cpu().tolist()
         assert words[layout.CUR_RANK] == rank and words[layout.NUM_RANKS] == W
         assert words[layout.HEAP_BASES:layout.HEAP_BASES + W] == registration.addresses

@@ -10,13 +10,18 @@ around it. Two forms of each:
   ``ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)``.
 
 Host-callable fused GEMM + communication built on them live in :mod:`iris.collectives.ops`
-(``matmul_all_reduce``, ``matmul_reduce_scatter``, ``all_gather_matmul``, ``matmul_all_gather``;
+(``matmul_all_reduce``, ``matmul_reduce_scatter``, ``all_gather_matmul``, ``matmul_all_gather``,
+and ``all_reduce_residual_rmsnorm``, built on :func:`all_reduce_rmsnorm`;
 ``from iris.collectives import ops``): host context first, output second, one persistent kernel
 per call on torch's current stream.
 
 Host-callable collectives on whole tensors live in :mod:`iris.collectives.ccl` (``all_reduce``,
-``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``barrier``;
+``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``reduce``, ``gather``, ``scatter``,
+``barrier``, and point to point ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``;
 ``from iris.collectives import ccl``), built on the same tile collectives and flags.
+
+Point-to-point messages inside a kernel: :func:`put_with_signal` on the sender, :func:`wait_signal`
+on the receiver.
 
 Example::
 
@@ -42,12 +47,14 @@ import iris.runtime  # noqa: F401
 # through _compiling, so they need not import functional themselves (no import circle).
 from . import functional  # noqa: F401
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
+from ._all_reduce_norm import all_reduce_rmsnorm, rms_norm_rows
 from ._context import CollectiveMethods, DeviceContext
-from ._errors import IrisCallMismatchError, IrisWaitTimeoutError
+from ._errors import IrisCallMismatchError, IrisMessageSizeError, IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
 from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
 from ._ring import RING_MAX_TILES, all_reduce_ring
+from ._signals import put_with_signal, wait_signal
 from ._sync import BARRIER_WORDS, LOCK_WORDS, device_barrier, signal, wait_at_least
 from ._version import __version__
 from ._views import TensorView, Tile, TileRange, TileView, cdiv, tile_coords, tile_id_of
@@ -59,6 +66,7 @@ __all__ = [
     "CollectiveMethods",
     "DeviceContext",
     "IrisCallMismatchError",
+    "IrisMessageSizeError",
     "IrisWaitTimeoutError",
     "TensorView",
     "Tile",
@@ -68,6 +76,7 @@ __all__ = [
     "all_gather",
     "all_reduce_atomic",
     "all_reduce_one_shot",
+    "all_reduce_rmsnorm",
     "all_reduce_ring",
     "all_reduce_spinlock",
     "all_reduce_two_shot",
@@ -78,12 +87,15 @@ __all__ = [
     "gather",
     "lock_words",
     "num_tiles",
+    "put_with_signal",
     "reduce_scatter",
     "reduce_scatter_owner",
     "reduce_scatter_tiles",
+    "rms_norm_rows",
     "signal",
     "tile_coords",
     "tile_id_of",
     "two_shot_rows",
     "wait_at_least",
+    "wait_signal",
 ]

@@ -2,7 +2,8 @@
 
 It has every method of :class:`iris.device.DeviceContext` (``load``, ``store``, atomics, ...)
 plus the nine collectives in the spec's bound form, ``ctx.all_reduce_one_shot(tile, src_view,
-dst_view, locks)``. Each bound method is the free function of the same name with ``ctx`` first.
+dst_view, locks)``, and this library's ``ctx.all_reduce_rmsnorm(...)``. Each bound method is the
+free function of the same name with ``ctx`` first.
 """
 
 # No "from __future__ import annotations": aggregates check fields against real annotation types.
@@ -13,6 +14,7 @@ from iris.device import DeviceContextMethods, DeviceTracing, aggregate
 from iris.device._context import context_fields, context_parts
 
 from . import _all_reduce as ar
+from . import _all_reduce_norm as arn
 from . import _gather as ga
 from . import _reduce_scatter as rs
 from . import _ring as ring
@@ -47,6 +49,14 @@ class CollectiveMethods:
         ar.all_reduce_two_shot(self, tile, src_view, dst_view, locks)
 
     @triton.jit
+    def all_reduce_rmsnorm(self, tile, src_view, dst_view, locks, weight, eps, residual_view=None,
+                           residual_out_view=None, scale=None, ROW_SCALES: tl.constexpr = False,
+                           TWO_SHOT: tl.constexpr = False):
+        """Bound :func:`iris.collectives.all_reduce_rmsnorm` (not in the spec: this library's)."""
+        arn.all_reduce_rmsnorm(self, tile, src_view, dst_view, locks, weight, eps, residual_view, residual_out_view,
+                               scale, ROW_SCALES, TWO_SHOT)
+
+    @triton.jit
     def all_gather(self, tile, dst_view, dim: tl.constexpr):
         """Bound :func:`iris.collectives.all_gather`."""
         ga.all_gather(self, tile, dst_view, dim)
@@ -75,7 +85,8 @@ class DeviceContext(DeviceContextMethods, CollectiveMethods):
     Same fields as :class:`iris.device.DeviceContext` (``rank``, ``world_size``, ``heap_bases``,
     ``tracing``) and every one of its methods, plus ``all_reduce_atomic``,
     ``all_reduce_spinlock``, ``all_reduce_one_shot``, ``all_reduce_ring``,
-    ``all_reduce_two_shot``, ``all_gather``, ``gather``, ``all_to_all`` and ``reduce_scatter``.
+    ``all_reduce_two_shot``, ``all_gather``, ``gather``, ``all_to_all`` and ``reduce_scatter``
+    (and ``all_reduce_rmsnorm``).
     """
 
     rank: tl.constexpr

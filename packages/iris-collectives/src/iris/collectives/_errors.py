@@ -27,4 +27,14 @@ def unwrapped(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["IrisCallMismatchError", "IrisUnsupportedError", "IrisUsageError", "IrisWaitTimeoutError"]
+class IrisMessageSizeError(IrisUsageError):
+    """A point-to-point message arrived with another number of elements or dtype than the recv
+    that took it expects (``iris.collectives.ccl.recv``).
+
+    The message names the receiving rank, the sender, the tag and both sizes and dtypes. Raised
+    under Triton's interpreter; on the GPU the watchdog reports it and ends the job.
+    """
+
+
+__all__ = ["IrisCallMismatchError", "IrisMessageSizeError", "IrisUnsupportedError", "IrisUsageError",
+           "IrisWaitTimeoutError"]

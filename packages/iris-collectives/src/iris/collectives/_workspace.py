@@ -48,12 +48,14 @@ except ImportError:
 
 @dataclass
 class Workspace:
-    """Buffers of one op and shape on one context: ``buffers`` by name, and the launch grid
+    """Buffers of one op and shape on one context: ``buffers`` by name, the launch grid
     (programs per rank) of each compiled variant of the kernel once known (``grids``, keyed by
-    its compile-time arguments: bias or not, descriptors or pointers)."""
+    its compile-time arguments: bias or not, descriptors or pointers), and ``meta``: what the op
+    settled when it made the buffers (the point-to-point mailboxes' settings)."""
 
     buffers: dict[str, torch.Tensor] = field(default_factory=dict)
     grids: dict[tuple, int] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
 
 
 def workspace(ctx, key: tuple, make) -> Workspace:
@@ -79,6 +81,24 @@ def workspace(ctx, key: tuple, make) -> Workspace:
                 ctx.barrier()
         ws = per_ctx[key] = Workspace(buffers=buffers)
     return ws
+
+
+def lookup(ctx, key: tuple) -> Workspace | None:
+    """The workspace for ``key`` on ``ctx`` if one exists (no allocation)."""
+    return _CACHES.get(ctx, {}).get(key)
+
+
+def drop(ctx, key: tuple) -> None:
+    """Free the workspace for ``key`` on ``ctx``, if any (collective, as :func:`clear`: every rank,
+    once no kernel uses it). Launch plans derived from it go too."""
+    global generation
+    ws = _CACHES.get(ctx, {}).pop(key, None)
+    if ws is None:
+        return
+    generation += 1
+    for t in ws.buffers.values():
+        if ctx.is_symmetric(t):
+            ctx.free(t)
 
 
 def clear(ctx) -> None:

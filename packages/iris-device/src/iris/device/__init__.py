@@ -30,12 +30,13 @@ from ._atomics import (
 )
 from ._context import DeviceContext, DeviceContextMethods
 from ._debug import DEBUG, debug_enabled
-from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
+from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError, NotOnHeapError
 from ._interpreter import (
     INTERPRETER,
     interpreter_enabled,
     patch_nested_calls_once,
     skip_overflow_checks_that_cannot_fire,
+    surface_iris_errors,
 )
 from ._memory import copy, get, load, put, store
 from ._rounding import round_to
@@ -47,6 +48,7 @@ from ._version import __version__
 if interpreter_enabled():
     patch_nested_calls_once()  # CPU time: see its docstring
     skip_overflow_checks_that_cannot_fire()  # CPU time: see its docstring
+    surface_iris_errors()  # an IrisError raised in a kernel reaches the caller as itself
 
 __all__ = [
     "DEBUG",
@@ -60,6 +62,7 @@ __all__ = [
     "IrisError",
     "IrisUnsupportedError",
     "IrisUsageError",
+    "NotOnHeapError",
     "TraceEvent",
     "__version__",
     "aggregate",

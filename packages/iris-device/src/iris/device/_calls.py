@@ -20,7 +20,7 @@ argument, so that new calls compile nothing), and its program 0:
   of the call being compared while a peer already enters the next one.
 
 A rank that finds a mismatch ends the job: on the GPU program 0 writes a report into the
-watchdog's host record (``STATE_MISMATCH``) and waits there until the host has printed both calls
+watchdog's host record (``STATE_CALL_MISMATCH``) and waits there until the host has printed both calls
 and is ending the job, so the wrong result is never used; under the interpreter (the ``cpu``
 backend) it raises ``IrisCallMismatchError`` at once, through the describer the runtime registers
 for the context (:data:`DESCRIBERS`), which names both calls. Only a word of a rank whose
@@ -48,15 +48,15 @@ from ._layout import (
     CALL_CHECK_MAX_RANKS,
     CALL_COUNTER_AT,
     CALL_SLOTS_AT,
+    CUR_RANK_AT_C,
     HEAP_SIZE_C,
     PAD_RESERVED_BYTES,
     SIGNAL_PAD_BYTES,
     WATCHDOG_RECORD_C,
 )
-from ._layout import CUR_RANK as _CUR_RANK
 from ._layout import HEAP_BASES as _HEAP_BASES
 from ._layout import NUM_RANKS as _NUM_RANKS
-from ._watchdog import WATCHDOG, watchdog_report_mismatch
+from ._watchdog import WATCHDOG, watchdog_report_call_mismatch
 
 
 def calls_check_from_env() -> bool:
@@ -72,7 +72,6 @@ COUNTER_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_COUNTER_AT
 SLOTS_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_SLOTS_AT
 _COUNTER_C: tl.constexpr = tl.constexpr(COUNTER_OFFSET)
 _SLOTS_C: tl.constexpr = tl.constexpr(SLOTS_OFFSET)
-_CUR_RANK_AT: tl.constexpr = tl.constexpr(_CUR_RANK - _HEAP_BASES)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_NUM_RANKS - _HEAP_BASES)
 
 #: The fingerprints are 31-bit (a non-negative int32 kernel argument) and never 0 (an empty slot).
@@ -170,7 +169,7 @@ def call_check(heap_bases, fingerprint, count, rank: tl.constexpr, world_size: t
     the peers' stores reached before their signals that this program acquired. Scope: the job."""
     if checked(world_size):
         if _first_program():
-            me = tl.load(heap_bases + _CUR_RANK_AT)
+            me = tl.load(heap_bases + CUR_RANK_AT_C)
             own = _pad(heap_bases, me)
             slots = tl.cast(own + _SLOTS_C + ((count % 2) * world_size).to(tl.int64) * 8, tl.pointer_type(tl.int64))
             q = tl.arange(0, _pow2(world_size))
@@ -184,4 +183,4 @@ def call_check(heap_bases, fingerprint, count, rank: tl.constexpr, world_size: t
                     _raise_mismatch(tl.load(trailer + WATCHDOG_RECORD_C), me, peer, count, fingerprint, other)
                 else:
                     if WATCHDOG:
-                        watchdog_report_mismatch(heap_bases, peer, count, other, fingerprint)
+                        watchdog_report_call_mismatch(heap_bases, peer, count, other, fingerprint)

@@ -56,12 +56,12 @@ class DeviceContextMethods:
             store_cache_modifier: tl.constexpr = None, hint: tl.constexpr = None):
         """Copy ``from_rank``'s data at ``from_ptr`` into this rank's ``to_ptr``.
 
-        Same as :func:`iris.device.get`. Per element; weak load and store.
-        Example: ``ctx.get(buf + offs, local + offs, from_rank=1, mask=m)``.
+        Same as :func:`iris.device.get` with ``to_rank`` = this rank. Per element; weak load and
+        store. Example: ``ctx.get(buf + offs, local + offs, from_rank=1, mask=m)``.
         """
         handle = self.tracing.record_event_start(TraceEvent().get, from_rank, from_ptr, -1, -1, mask)
-        memory.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask, other, load_cache_modifier,
-                   store_cache_modifier, hint)
+        memory.get_from(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask, other, load_cache_modifier,
+                        store_cache_modifier, hint)
         self.tracing.record_event_end(handle)
 
     @triton.jit

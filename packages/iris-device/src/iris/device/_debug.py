@@ -64,7 +64,8 @@ def _rank_message(call):
 @triton.constexpr_function
 def _address_message(call):
     return (f"iris debug: {_call_name(call)}: a pointer is not inside the symmetric heap; the line printed "
-            f"above names rank, peer and heap offset; allocate the buffer with the iris.runtime factories")
+            f"above names rank, peer and heap offset; allocate the tensor with ctx.zeros() (or another factory "
+            f"of the Iris context)")
 
 
 @triton.constexpr_function
@@ -76,20 +77,21 @@ def _print_prefix(call, what):
 def _raise_rank_error(ok, call, rank, peer, num_ranks):
     # Interpreter only: the arguments are concrete there.
     if not host_scalar(ok):
-        raise IrisUsageError(
-            f"iris debug: {_call_name(call)}: rank {host_scalar(rank)}, peer {host_scalar(peer)}: a rank is outside "
-            f"[0, {host_scalar(num_ranks)}); pass ranks in range (iris.rank, iris.world_size)")
+        from ._heap_check import rank_message  # host code: in the body, out of the compiler's sight
+
+        raise IrisUsageError(rank_message(call, host_scalar(rank), host_scalar(peer), host_scalar(num_ranks),
+                                          debug=True))
 
 
 @triton.constexpr_function
-def _raise_address_error(n_bad, call, rank, peer, offset, heap_size):
-    # Interpreter only: the arguments are concrete there.
+def _raise_address_error(n_bad, call, rank, peer, offset, heap_size, base):
+    # Interpreter only: the arguments are concrete there. The same error as the default check's
+    # (iris.device._heap_check), so the launch names the kernel argument the address lies in.
     if host_scalar(n_bad):
-        raise IrisUsageError(
-            f"iris debug: {_call_name(call)}: rank {host_scalar(rank)}, peer {host_scalar(peer)}: "
-            f"{host_scalar(n_bad)} address(es) outside the symmetric heap, first at heap offset "
-            f"{host_scalar(offset)} (heap_size {host_scalar(heap_size)}); "
-            f"allocate the buffer with the iris.runtime factories (iris.zeros(), ...)")
+        from ._heap_check import off_heap_error  # host code: in the body, out of the compiler's sight
+
+        raise off_heap_error(call, host_scalar(rank), host_scalar(peer), host_scalar(n_bad), host_scalar(offset),
+                             host_scalar(heap_size), host_scalar(base) + host_scalar(offset), debug=True)
 
 
 @triton.jit
@@ -125,7 +127,7 @@ def check_address(pointer, from_rank, to_rank, heap_bases, mask, call: tl.conste
     n_bad = tl.sum(outside.to(tl.int32), axis=None)
     first = tl.min(tl.where(outside, offset, 0x7FFFFFFFFFFFFFFF), axis=None)
     if INTERPRETER:
-        _raise_address_error(n_bad, call, from_rank, to_rank, first, heap_size)
+        _raise_address_error(n_bad, call, from_rank, to_rank, first, heap_size, base)
     else:
         if n_bad > 0:
             tl.device_print(_print_prefix(call, "rank, peer, heap offset, heap_size"), from_rank, to_rank, first,

@@ -17,6 +17,12 @@ class IrisUsageError(IrisError, ValueError):
     """A call was given an argument it cannot accept (a bad rank, option or dtype)."""
 
 
+class NotOnHeapError(IrisUsageError):
+    """Memory that must be on the symmetric heap is not: a tensor passed where the heap is needed
+    (on the host), or a pointer outside the heap through which a kernel reaches another rank
+    (under Triton's interpreter, checked on every remote access; see ``iris.device._heap_check``)."""
+
+
 class IrisBackendError(IrisError, RuntimeError):
     """A backend cannot run what was asked of it (no GPU, interpreter mode mismatch, ...)."""
 

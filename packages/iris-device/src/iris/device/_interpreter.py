@@ -111,3 +111,78 @@ def skip_overflow_checks_that_cannot_fire() -> bool:
     except (AttributeError, TypeError):
         return False
     return True
+
+
+def surface_iris_errors() -> bool:
+    """Make an :class:`~iris.device.IrisError` that a kernel raises under Triton's interpreter reach
+    the caller of the launch as itself, with its one-line message. Returns whether it could (False
+    where the interpreter's internals are not the ones this was written against: nothing is
+    changed then).
+
+    Why: the interpreter wraps whatever a kernel raises in an ``InterpreterError`` carrying the
+    ``repr`` of the error, once for the launch and once more for every ``@triton.jit`` function it
+    went through, so a message of one line came out as seven nested reprs. Now the launch re-raises
+    the innermost IrisError (its traceback still runs down into the kernel); anything else is
+    wrapped as Triton wraps it. An error of the heap check (``iris.device._heap_check``) is also
+    told which kernel argument its address lies in, so that it names the tensor.
+    """
+    try:
+        from triton.runtime import interpreter as ti
+        from triton.runtime.errors import InterpreterError
+
+        original = ti.GridExecutor.__call__
+    except (ImportError, AttributeError):
+        return False
+    if getattr(original, "_iris_surfaces", False):
+        return True
+    from ._errors import IrisError
+
+    def launch(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except InterpreterError as wrapped:
+            error = _innermost(wrapped, IrisError)
+            if error is None:
+                raise
+            _name_the_tensor(error, self, args, kwargs)
+            raise error from None
+
+    launch._iris_surfaces = True
+    ti.GridExecutor.__call__ = launch
+    return True
+
+
+def _innermost(exc: BaseException, kind: type):
+    # The innermost exception of ``exc``'s chain of causes that is a ``kind``, or None.
+    found, seen = None, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, kind):
+            found = exc
+        exc = exc.__cause__
+    return found
+
+
+def _name_the_tensor(error: BaseException, executor, args: tuple, kwargs: dict) -> None:
+    # A heap-check error whose address lies in a tensor argument that is not on the heap (a plain
+    # torch tensor): its message names that argument instead of a heap offset.
+    facts = getattr(error, "iris_off_heap", None)
+    names = getattr(executor, "arg_names", None)
+    if facts is None or names is None:
+        return
+    from ._heap_check import off_heap_message
+    from ._layout import SIGNAL_PAD_BYTES
+
+    address = facts["address"]
+    heap = range(address - facts["offset"], address - facts["offset"] + facts["heap_size"] + SIGNAL_PAD_BYTES)
+    for name, value in [*zip(names, args), *kwargs.items()]:
+        if not (hasattr(value, "data_ptr") and hasattr(value, "untyped_storage")):
+            continue  # not a tensor (duck-typed: iris.device does not import torch)
+        storage = value.untyped_storage()
+        start = storage.data_ptr()
+        if start <= address < start + storage.nbytes() and value.data_ptr() not in heap:
+            dtype = str(value.dtype).removeprefix("torch.")
+            tensor = (f"argument '{name}' of {getattr(executor.fn, '__name__', 'the kernel')} (a {dtype} tensor of "
+                      f"shape {tuple(value.shape)})")
+            error.args = (off_heap_message(**{k: v for k, v in facts.items() if k != "address"}, tensor=tensor),)
+            return

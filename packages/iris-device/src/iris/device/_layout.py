@@ -76,6 +76,9 @@ WATCHDOG_WORDS_AT = CALL_WORDS_BYTES + 64
 
 # The same numbers as compile-time constants for @triton.jit code.
 HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)
+#: Where the current rank's word sits counted from ``heap_bases`` (the header just before the bases):
+#: device code that holds only ``heap_bases`` reads the calling rank as ``heap_bases[CUR_RANK_AT_C]``.
+CUR_RANK_AT_C: tl.constexpr = tl.constexpr(CUR_RANK - HEAP_BASES)
 TRACE_ENABLED_C: tl.constexpr = tl.constexpr(TRACE_ENABLED)
 TRACE_MAX_EVENTS_C: tl.constexpr = tl.constexpr(TRACE_MAX_EVENTS)
 TRACE_COUNTER_PTR_C: tl.constexpr = tl.constexpr(TRACE_COUNTER_PTR)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._layout import CUR_RANK_AT_C
 from ._nvshmem import NVSHMEM, network_load, network_store, refusal, refuse_if_unmapped, rma_supported, unmapped
 from ._options import ld_modifier, ld_volatile, st_modifier
 from ._translate import translate_masked
@@ -107,9 +108,16 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
 def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
         load_cache_modifier: tl.constexpr = None, store_cache_modifier: tl.constexpr = None,
         hint: tl.constexpr = None):
-    """Copy ``from_rank``'s data at ``from_ptr`` into the current rank's (``to_rank``) ``to_ptr``.
+    """Copy the other rank's data at ``from_ptr`` into the current rank's ``to_ptr``.
 
-    ``from_ptr`` is in the current rank's address space and is translated to ``from_rank``'s;
+    A get always lands in the current rank, so of ``from_rank`` and ``to_rank`` the one that is
+    not the current rank is the source: ``get(buf, local, peer, cur_rank, ...)`` (the spec's
+    order) and ``get(buf, local, cur_rank, peer, ...)`` (AMD Iris's tests) both read ``peer``.
+    The current rank should be one of the two (the spec leaves anything else undefined). It is
+    read from the context header just before ``heap_bases`` (one scalar load per call), so
+    ``heap_bases`` must be ``Iris.get_heap_bases()`` or ``DeviceContext.heap_bases``.
+
+    ``from_ptr`` is in the current rank's address space and is translated to the source's;
     ``to_ptr`` is local. Granularity: per element of the block. Memory semantics: weak load then
     weak store, no ordering. ``mask`` applies to both; ``other`` fills masked-out loads.
 
@@ -117,9 +125,20 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None,
 
         iris.device.get(buf + offs, local + offs, peer, cur_rank, heap_bases, mask=m)
     """
+    cur_rank = tl.load(heap_bases + CUR_RANK_AT_C)
+    source = tl.where(from_rank == cur_rank, to_rank, from_rank)
+    get_from(from_ptr, to_ptr, source, cur_rank, heap_bases, mask, other, load_cache_modifier, store_cache_modifier,
+             hint)
+
+
+@triton.jit
+def get_from(from_ptr, to_ptr, source, cur_rank, heap_bases, mask, other, load_cache_modifier: tl.constexpr,
+             store_cache_modifier: tl.constexpr, hint: tl.constexpr):
+    """The get itself, the source rank already chosen: the free :func:`get` and
+    ``DeviceContext.get`` (which knows the current rank at compile time) both end here."""
     load_modifier: tl.constexpr = ld_modifier("iris.device.get", load_cache_modifier, False, "load_cache_modifier")
     store_modifier: tl.constexpr = st_modifier("iris.device.get", store_cache_modifier, "store_cache_modifier")
-    data = _load_from(from_ptr, to_rank, from_rank, heap_bases, mask, other, load_modifier,
+    data = _load_from(from_ptr, cur_rank, source, heap_bases, mask, other, load_modifier,
                       ld_volatile(load_cache_modifier, False), hint, "iris.device.get")
     tl.store(to_ptr, data, mask=mask, cache_modifier=store_modifier)
 

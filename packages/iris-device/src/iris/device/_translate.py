@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from ._debug import DEBUG, check_address, check_ranks
+from ._interpreter import INTERPRETER
 from ._layout import HEAP_BASE_ALIGNMENT
 
 
@@ -27,17 +28,30 @@ def _delta_divisibility(pointer_ty):
     return max(HEAP_BASE_ALIGNMENT // max(pointer_ty.element_ty.primitive_bitwidth // 8, 1), 1)
 
 
+@triton.constexpr_function
+def _check_reach(pointer, from_rank, to_rank, heap_bases, mask, call):
+    # Interpreter only (concrete values): iris.device._heap_check.check_reach. Host code, imported
+    # in the body: Triton's compiler scans what a kernel references and refuses plain functions.
+    from ._heap_check import check_reach
+
+    check_reach(pointer, from_rank, to_rank, heap_bases, mask, call)
+
+
 @triton.jit
 def translate_masked(pointer, from_rank, to_rank, heap_bases, mask, hint: tl.constexpr = None,
                      call: tl.constexpr = None):
     """:func:`translate` with the mask of the access, so debug checks skip masked-out lanes.
 
     Every remote access of the package goes through here. ``call`` (a string) names the public
-    function in ``IRIS_DEBUG=1`` messages.
+    function in error messages. Under Triton's interpreter the ranks and, for another rank, the
+    unmasked addresses are checked by default (``iris.device._heap_check``: host code, cheap);
+    ``IRIS_DEBUG=1`` checks more, on the GPU too.
     """
     if DEBUG:
         check_ranks(from_rank, to_rank, heap_bases, call)
         check_address(pointer, from_rank, to_rank, heap_bases, mask, call)
+    elif INTERPRETER:
+        _check_reach(pointer, from_rank, to_rank, heap_bases, mask, call)
     from_base = tl.load(heap_bases + from_rank)
     to_base = tl.load(heap_bases + to_rank)
     elem_bytes: tl.constexpr = _pointee_bytes(pointer.dtype)
@@ -55,9 +69,10 @@ def translate(pointer, from_rank, to_rank, heap_bases, hint: tl.constexpr = None
 
     Granularity: per element of the pointer block (or one scalar pointer); no memory access but
     two loads of ``heap_bases`` (per program). Memory semantics and scope: none, it only
-    computes addresses. ``pointer`` must point into the symmetric heap (``IRIS_DEBUG=1`` checks
-    it). ``hint`` (int or tuple, one entry per dimension) adds ``tl.multiple_of`` and
-    ``tl.max_contiguous`` on the result; it is rarely needed, the alignment is kept anyway.
+    computes addresses. ``pointer`` must point into the symmetric heap (checked under Triton's
+    interpreter for another rank, and everywhere with ``IRIS_DEBUG=1``). ``hint`` (int or tuple,
+    one entry per dimension) adds ``tl.multiple_of`` and ``tl.max_contiguous`` on the result; it
+    is rarely needed, the alignment is kept anyway.
 
     Example::
 

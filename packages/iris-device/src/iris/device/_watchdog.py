@@ -45,7 +45,7 @@ import triton.language as tl
 
 from . import _layout
 from ._interpreter import INTERPRETER
-from ._layout import HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_C
+from ._layout import CUR_RANK_AT_C, HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_C
 from ._tracing import device_clock_ns
 from ._vote import cta_any
 
@@ -85,7 +85,7 @@ CHECK_POLLS: tl.constexpr = tl.constexpr(4 if INTERPRETER else 1024)
 #: ``calls`` is the address (in the reporting process) of that rank's int32 call counter for the
 #: tile, which every rank keeps at the same heap offset (0 when the wait has none): the host
 #: compares the ranks' counters to name the ranks that never made the call. A call mismatch
-#: (``STATE_MISMATCH``, see ``iris.device._calls``) has ``peer`` the rank whose call differs,
+#: (``STATE_CALL_MISMATCH``, see ``iris.device._calls``) has ``peer`` the rank whose call differs,
 #: ``index`` the call's number, ``seen`` the peer's fingerprint and ``target`` this rank's.
 #: ``ack`` is the host's: 1 once it lets the stopped waits go (see the module docstring).
 RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "calls", "ack")
@@ -94,11 +94,15 @@ STATE_TIMED_OUT = 1  #: this rank's wait ran out of time
 STATE_DRAINED = 2    #: this rank stopped waiting because another wait (maybe a peer's) ran out of time
 STATE_FAILED = 3     #: this rank stopped waiting because a rank failed (see the runtime's message)
 STATE_CALLS_DIFFER = 4  #: this rank stopped waiting because a rank found that the ranks' calls differ
-STATE_MISMATCH = 5   #: this rank found that a peer made another collective call than it (iris.device._calls)
+STATE_CALL_MISMATCH = 5  #: this rank found that a peer made another collective call than it (iris.device._calls)
+#: A point-to-point message arrived with another size or dtype than its receive expects (no wait
+#: ran out: the receiver saw it at once; ``seen`` and ``target`` hold both messages' headers, see
+#: :func:`message_header`). The runtime ends the job as after a timeout.
+STATE_SIZE_MISMATCH = 6
 #: Values of the drain word (the state a draining wait reports is ``1 + value``).
 DRAIN_TIMED_OUT = 1  #: a wait ran out of time somewhere (or a host-side wait did)
 DRAIN_FAILED = 2     #: a rank failed: it raised, or its process is gone
-DRAIN_MISMATCH = 3   #: a rank found that the ranks made different collective calls
+DRAIN_CALLS_DIFFER = 3  #: a rank found that the ranks made different collective calls
 _STATE: tl.constexpr = tl.constexpr(0)
 _CALL: tl.constexpr = tl.constexpr(1)
 _FLAG: tl.constexpr = tl.constexpr(2)
@@ -112,9 +116,9 @@ _CALLS: tl.constexpr = tl.constexpr(9)
 _ACK: tl.constexpr = tl.constexpr(10)
 ACK_INDEX = _ACK.value
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
-_MISMATCH: tl.constexpr = tl.constexpr(STATE_MISMATCH)
+_CALL_MISMATCH: tl.constexpr = tl.constexpr(STATE_CALL_MISMATCH)
+_SIZE_MISMATCH: tl.constexpr = tl.constexpr(STATE_SIZE_MISMATCH)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
-_CUR_RANK_AT: tl.constexpr = tl.constexpr(_layout.CUR_RANK - _layout.HEAP_BASES)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
 
 #: Byte offset in the signal pad of the drain word (int32; raised once, never lowered; by the host)
@@ -129,9 +133,43 @@ WAIT_CALLS = ("an iris wait", "iris.collectives.wait_at_least", "iris.collective
               "iris.collectives.device_barrier", "iris.collectives.all_gather", "iris.collectives.gather",
               "iris.collectives.all_to_all", "iris.collectives.all_reduce_atomic",
               "iris.collectives.ops.matmul_reduce_scatter", "iris.collectives.ops.all_gather_matmul",
-              "iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast")
+              "iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast",
+              "iris.collectives.ccl.send", "iris.collectives.ccl.recv", "iris.collectives.ccl.reduce",
+              "iris.collectives.ccl.gather", "iris.collectives.ccl.scatter", "iris.collectives.wait_signal",
+              "iris.collectives.all_reduce_rmsnorm")
 WAIT_FLAGS = ("flag", "arrivals", "ready", "done", "entered", "mutex", "credit", "partial", "result",
-              "done reading")
+              "done reading", "signal", "message size")
+#: Calls whose report's ``index`` is a message tag (point to point), not a tile or slot.
+TAGGED_CALLS = ("iris.collectives.ccl.send", "iris.collectives.ccl.recv")
+
+#: Element types of point-to-point messages, as their headers number them (:func:`message_header`).
+MESSAGE_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+#: Bits of a message header below the element count: the dtype's index in MESSAGE_DTYPES.
+MESSAGE_DTYPE_BITS = 4
+
+
+def message_header(numel: int, dtype: str) -> int:
+    """The int64 header a point-to-point message carries: ``numel`` elements of ``dtype`` (a name of
+    MESSAGE_DTYPES). The receiver compares it with its own before it takes the data."""
+    return numel << MESSAGE_DTYPE_BITS | MESSAGE_DTYPES.index(dtype)
+
+
+@triton.constexpr_function  # a constexpr function: kernels reach it through mismatch_text (Triton refuses plain ones)
+def describe_header(header: int) -> str:
+    """``"12 x float32"``: what a :func:`message_header` says."""
+    code = header & ((1 << MESSAGE_DTYPE_BITS) - 1)
+    dtype = MESSAGE_DTYPES[code] if code < len(MESSAGE_DTYPES) else f"dtype #{code}"
+    return f"{header >> MESSAGE_DTYPE_BITS} x {dtype}"
+
+
+@triton.constexpr_function  # raised from a kernel under the interpreter, printed by the runtime on the GPU
+def mismatch_text(call: str, rank: int, peer: int, tag: int, sent: int, expected: int) -> str:
+    """The message of a point-to-point size mismatch (``sent`` and ``expected``: the two headers),
+    the same on every backend."""
+    return (f"{call}: rank {rank} received a message from rank {peer} with tag {tag} of "
+            f"{describe_header(sent)}, but this call expects {describe_header(expected)}; the send and its "
+            f"recv must pass tensors of the same number of elements and dtype (or the calls of this peer "
+            f"and tag are not paired in the same order on both ranks)")
 
 
 @triton.constexpr_function
@@ -296,7 +334,7 @@ def watchdog_thread_check(heap_bases, start):
     after). Memory semantics: one relaxed system-scope load of the drain word. Scope: the waits of
     one job.
     """
-    me = tl.load(heap_bases + _CUR_RANK_AT)
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     limit = tl.load(trailer + WATCHDOG_NS_C)
     now = _now()
@@ -326,7 +364,7 @@ def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen,
     Granularity: per thread, no CTA barrier (see :func:`watchdog_thread_check`). Memory semantics:
     the report's words are fenced at system scope before its state word. Scope: this process.
     """
-    me = tl.load(heap_bases + _CUR_RANK_AT)
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     drain = _drain_word(heap_bases, me, trailer)
     reason = _peek(drain)
@@ -405,19 +443,47 @@ def watchdog_tick(heap_bases, polls, start, call: tl.constexpr, what: tl.constex
 
 
 @triton.jit
-def watchdog_report_mismatch(heap_bases, peer, index, theirs, mine):
+def watchdog_report_call_mismatch(heap_bases, peer, index, theirs, mine):
     """Report that ``peer`` made another collective call than this rank (call ``index`` of the
     context; ``theirs`` and ``mine`` the calls' fingerprints, see ``iris.device._calls``), and hold
     the calling threads until the host acknowledges: the host's watchdog thread names both calls
-    and ends the job (state ``STATE_MISMATCH``). Nothing happens while the watchdog is off (its
+    and ends the job (state ``STATE_CALL_MISMATCH``). Nothing happens while the watchdog is off (its
     limit 0: no thread would read the report). Granularity: per thread, no barrier (every thread
     of the program that calls it, which is every thread that reaches it). Memory semantics: as
     :func:`watchdog_thread_stop`. Scope: this process."""
-    me = tl.load(heap_bases + _CUR_RANK_AT)
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     if tl.load(trailer + WATCHDOG_NS_C) > 0:
         drain = _drain_word(heap_bases, me, trailer)
         zero = tl.full([], 0, tl.int64)
-        _report(trailer, drain, tl.full([], _MISMATCH, tl.int64), zero, zero, me, peer, index, theirs, mine,
+        _report(trailer, drain, tl.full([], _CALL_MISMATCH, tl.int64), zero, zero, me, peer, index, theirs, mine,
                 zero, zero)
         _await_ack(trailer)
+
+
+@triton.jit
+def watchdog_report_size_mismatch(heap_bases, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target):
+    """Report a point-to-point size mismatch now (state STATE_SIZE_MISMATCH), with no wait: the runtime's
+    watchdog thread prints it (:func:`mismatch_text`, ``seen`` and ``target`` being the two message
+    headers, ``index`` the tag) and ends the job, as after a timeout. Only where the watchdog is
+    compiled in (``WATCHDOG``); a caller prints something itself otherwise.
+
+    Granularity: per thread, no CTA barrier: the first thread of the process that calls it writes
+    the report (the claim word of :func:`watchdog_thread_stop`), the others return. Memory
+    semantics: the report's words are fenced at system scope before its state word."""
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    args = watchdog_arguments(call, what, peer, index, seen, target, None)
+    _report(trailer, _drain_word(heap_bases, me, trailer), _SIZE_MISMATCH, args[0], args[1], me, args[2], args[3],
+            args[4], args[5], 0, args[6])
+
+
+@triton.jit
+def watchdog_reported(heap_bases):
+    """1 when a wait of this process has already stopped and written its report (the claim word
+    beside the drain word is taken), else 0: the job is ending, and what a kernel finds after a
+    wait that gave up (a flag short of its target, stale data) must not be reported as another
+    fault. Granularity: per thread. Memory semantics: one relaxed system-scope load."""
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    return _peek(_drain_word(heap_bases, me, trailer) + 1)

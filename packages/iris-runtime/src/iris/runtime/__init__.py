@@ -15,6 +15,10 @@ from ._backend import prepare_interpreter_at_import
 # Before anything imports iris.device or the user defines kernels (see _backend).
 DEFAULT_BACKEND = prepare_interpreter_at_import()
 
+from ._compile_lock import install_from_env as _install_compile_lock
+
+_install_compile_lock(DEFAULT_BACKEND)  # IRIS_COMPILE_LOCK=1: one compilation per kernel per machine
+
 from ._allocator import SymmetricAllocator, format_bytes
 from ._errors import (
     HeapExhaustedError,

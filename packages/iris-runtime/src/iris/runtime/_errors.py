@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from iris.device import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError
+from iris.device import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError, NotOnHeapError
 
 
 class HeapExhaustedError(IrisError, MemoryError):
@@ -11,10 +11,6 @@ class HeapExhaustedError(IrisError, MemoryError):
 
 class UnsupportedDtypeError(IrisUnsupportedError):
     """A tensor dtype that Triton kernels cannot read or write (complex, quantized, ...)."""
-
-
-class NotOnHeapError(IrisUsageError):
-    """A tensor that must live on the symmetric heap does not."""
 
 
 class SymmetryError(IrisError, RuntimeError):

@@ -2,6 +2,8 @@
 
 Every factory allocates from the heap (same offset on every rank when called in the same order)
 and fills the tensor in place. Values follow torch exactly: the fill is done by torch itself.
+``out=`` fills a heap tensor the caller already has instead of allocating (AMD Iris's factories
+take it too); ``layout=`` accepts ``torch.strided``, the only layout a heap tensor has.
 """
 
 from __future__ import annotations
@@ -38,9 +40,14 @@ def check_dtype(dtype: torch.dtype, call: str) -> torch.dtype:
     return dtype
 
 
+def _one_sequence(size: tuple) -> bool:
+    return len(size) == 1 and isinstance(size[0], (Sequence, torch.Size)) and not isinstance(size[0], (str, bytes))
+
+
 def parse_shape(size: tuple, call: str) -> tuple[int, ...]:
-    """torch's ``*size`` convention: ints, or one sequence of ints."""
-    if len(size) == 1 and isinstance(size[0], (Sequence, torch.Size)) and not isinstance(size[0], (str, bytes)):
+    """torch's ``*size`` convention: ints, or one sequence of ints; a sequence nested in
+    one-element sequences is unwrapped (``zeros(((2, 3),))`` is ``zeros(2, 3)``, as in AMD Iris)."""
+    while _one_sequence(size):
         size = tuple(size[0])
     shape = []
     for dim in size:
@@ -58,11 +65,15 @@ def parse_shape(size: tuple, call: str) -> tuple[int, ...]:
 
 
 class TensorFactories:
-    """Mixin for :class:`iris.runtime.Iris`; needs ``self.device`` and ``self._heap_tensor``."""
+    """Mixin for :class:`iris.runtime.Iris`; needs ``self.device``, ``self._heap_tensor`` and
+    ``self.require_symmetric``."""
 
     device: torch.device
 
     def _heap_tensor(self, shape: tuple[int, ...], dtype: torch.dtype, call: str) -> torch.Tensor:
+        raise NotImplementedError
+
+    def require_symmetric(self, tensor: torch.Tensor, call: str) -> torch.Tensor:
         raise NotImplementedError
 
     def _check_device(self, device, call: str) -> None:
@@ -71,62 +82,103 @@ class TensorFactories:
                 f"{call}: device={device!r} but this heap lives on {self.device}; leave device= out"
             )
 
-    def _new(self, size, dtype, device, name: str, default=None) -> torch.Tensor:
-        dtype = dtype if dtype is not None else (default or torch.get_default_dtype())
+    def _new(self, size, dtype, device, name: str, default=None, out=None, layout=torch.strided) -> torch.Tensor:
+        if dtype is None:
+            dtype = out.dtype if isinstance(out, torch.Tensor) else (default or torch.get_default_dtype())
         shape = parse_shape(size, name)
         call = f"{name}({', '.join(map(str, shape))}, dtype={dtype_name(dtype)})"
         self._check_device(device, call)
+        self._check_layout(layout, call)
         check_dtype(dtype, call)
+        if out is not None:
+            return self._reuse(out, shape, dtype, call)
         return self._heap_tensor(shape, dtype, call)
 
-    def empty(self, *size, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def _check_layout(self, layout, call: str) -> None:
+        if layout is not None and layout != torch.strided:
+            raise IrisUsageError(f"{call}: layout={layout} but heap tensors are dense (torch.strided); "
+                                 f"leave layout= out, or convert the result yourself (e.g. t.to_sparse())")
+
+    def _reuse(self, out, shape: tuple[int, ...], dtype: torch.dtype, call: str) -> torch.Tensor:
+        """``out`` seen as ``shape``, for a factory to fill in place: it must already be a contiguous
+        heap tensor of ``dtype`` with as many elements (the heap cannot grow a tensor as torch
+        resizes ``out``)."""
+        if not isinstance(out, torch.Tensor):
+            raise IrisUsageError(f"{call}: out= takes a tensor, got {type(out).__name__}")
+        self.require_symmetric(out, f"{call} with out=")
+        want = math.prod(shape)
+        if out.dtype != dtype or out.numel() != want or not out.is_contiguous():
+            raise IrisUsageError(
+                f"{call}: out= is {dtype_name(out.dtype)} with {out.numel()} element(s)"
+                f"{'' if out.is_contiguous() else ', not contiguous'}; it must be a contiguous {dtype_name(dtype)} "
+                f"heap tensor of {want} element(s): allocate it with the same call, or leave out= out")
+        return out.view(shape)
+
+    def empty(self, *size, out=None, dtype=None, layout=torch.strided, device=None,
+              requires_grad=False) -> torch.Tensor:
         """Uninitialised tensor on the heap (``torch.empty``)."""
-        return self._new(size, dtype, device, "empty").requires_grad_(requires_grad)
+        return self._new(size, dtype, device, "empty", out=out, layout=layout).requires_grad_(requires_grad)
 
-    def zeros(self, *size, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None,
+              requires_grad=False) -> torch.Tensor:
         """Tensor of zeros on the heap (``torch.zeros``)."""
-        return self._new(size, dtype, device, "zeros").zero_().requires_grad_(requires_grad)
+        return self._new(size, dtype, device, "zeros", out=out, layout=layout).zero_().requires_grad_(requires_grad)
 
-    def ones(self, *size, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def ones(self, *size, out=None, dtype=None, layout=torch.strided, device=None,
+             requires_grad=False) -> torch.Tensor:
         """Tensor of ones on the heap (``torch.ones``)."""
-        return self._new(size, dtype, device, "ones").fill_(1).requires_grad_(requires_grad)
+        return self._new(size, dtype, device, "ones", out=out, layout=layout).fill_(1).requires_grad_(requires_grad)
 
-    def full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
-        """Tensor filled with ``fill_value`` (``torch.full``; dtype inferred from the value)."""
-        if dtype is None:
+    def full(self, size, fill_value, *, out=None, dtype=None, layout=torch.strided, device=None,
+             requires_grad=False) -> torch.Tensor:
+        """Tensor filled with ``fill_value`` (``torch.full``; dtype inferred from the value, or
+        taken from ``out``)."""
+        if dtype is None and out is None:
             dtype = torch.full((), fill_value).dtype
-        return self._new((size,), dtype, device, "full").fill_(fill_value).requires_grad_(requires_grad)
+        t = self._new((size,), dtype, device, "full", out=out, layout=layout)
+        return t.fill_(fill_value).requires_grad_(requires_grad)
 
-    def _from_torch(self, values: torch.Tensor, name: str, requires_grad: bool) -> torch.Tensor:
-        out = self._new((values.shape,), values.dtype, None, name)
-        return out.copy_(values).requires_grad_(requires_grad)
+    def _from_torch(self, values: torch.Tensor, name: str, requires_grad: bool, out, layout) -> torch.Tensor:
+        t = self._new((values.shape,), values.dtype, None, name, out=out, layout=layout)
+        return t.copy_(values).requires_grad_(requires_grad)
 
-    def arange(self, start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def arange(self, start, end=None, step=1, *, out=None, dtype=None, layout=torch.strided, device=None,
+               requires_grad=False) -> torch.Tensor:
         """Evenly spaced values (``torch.arange``)."""
         self._check_device(device, "arange")
+        if dtype is None and out is not None:
+            dtype = getattr(out, "dtype", None)
         if dtype is not None:
             check_dtype(dtype, f"arange(dtype={dtype_name(dtype)})")
         # arange(end) and arange(end, step=s) count from 0, as torch does
         start, end = (0, start) if end is None else (start, end)
-        return self._from_torch(torch.arange(start, end, step, dtype=dtype), "arange", requires_grad)
+        return self._from_torch(torch.arange(start, end, step, dtype=dtype), "arange", requires_grad, out, layout)
 
-    def linspace(self, start, end, steps, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def linspace(self, start, end, steps, *, out=None, dtype=None, layout=torch.strided, device=None,
+                 requires_grad=False) -> torch.Tensor:
         """``steps`` values from ``start`` to ``end`` (``torch.linspace``)."""
         self._check_device(device, "linspace")
+        if dtype is None and out is not None:
+            dtype = getattr(out, "dtype", None)
         if dtype is not None:
             check_dtype(dtype, f"linspace(dtype={dtype_name(dtype)})")
-        return self._from_torch(torch.linspace(start, end, steps, dtype=dtype), "linspace", requires_grad)
+        return self._from_torch(torch.linspace(start, end, steps, dtype=dtype), "linspace", requires_grad, out,
+                                layout)
 
-    def rand(self, *size, generator=None, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
+             requires_grad=False) -> torch.Tensor:
         """Uniform ``[0, 1)`` samples (``torch.rand``)."""
-        return self._new(size, dtype, device, "rand").uniform_(0, 1, generator=generator).requires_grad_(requires_grad)
+        t = self._new(size, dtype, device, "rand", out=out, layout=layout)
+        return t.uniform_(0, 1, generator=generator).requires_grad_(requires_grad)
 
-    def randn(self, *size, generator=None, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
+              requires_grad=False) -> torch.Tensor:
         """Standard normal samples (``torch.randn``)."""
-        return self._new(size, dtype, device, "randn").normal_(generator=generator).requires_grad_(requires_grad)
+        t = self._new(size, dtype, device, "randn", out=out, layout=layout)
+        return t.normal_(generator=generator).requires_grad_(requires_grad)
 
-    def randint(self, low, high=None, size=None, *, generator=None, dtype=None, device=None,
-                requires_grad=False) -> torch.Tensor:
+    def randint(self, low, high=None, size=None, *, generator=None, out=None, dtype=None, layout=torch.strided,
+                device=None, requires_grad=False) -> torch.Tensor:
         """Integers in ``[low, high)`` (``torch.randint``; ``randint(high, size)`` works too)."""
         if size is None:
             if high is None:
@@ -134,54 +186,57 @@ class TensorFactories:
             low, high, size = 0, low, high      # randint(high, size)
         elif high is None:
             low, high = 0, low                  # randint(high, size=...)
-        out = self._new((size,), dtype, device, "randint", default=torch.int64)
-        return out.random_(low, high, generator=generator).requires_grad_(requires_grad)
+        t = self._new((size,), dtype, device, "randint", default=torch.int64, out=out, layout=layout)
+        return t.random_(low, high, generator=generator).requires_grad_(requires_grad)
 
-    def uniform(self, low=0.0, high=1.0, size=None, *, generator=None, dtype=None, device=None) -> torch.Tensor:
+    def uniform(self, low=0.0, high=1.0, size=None, *, generator=None, out=None, dtype=None, layout=torch.strided,
+                device=None) -> torch.Tensor:
         """Uniform samples in ``[low, high)``."""
         if size is None:
             raise IrisUsageError(f"uniform(low={low}, high={high}): pass size=, e.g. uniform(-1, 1, (4, 4))")
-        return self._new((size,), dtype, device, "uniform").uniform_(low, high, generator=generator)
+        t = self._new((size,), dtype, device, "uniform", out=out, layout=layout)
+        return t.uniform_(low, high, generator=generator)
 
     def _like(self, t: torch.Tensor, dtype) -> tuple[tuple[int, ...], torch.dtype]:
         return tuple(t.shape), dtype if dtype is not None else t.dtype
 
-    def empty_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    # layout=None: the model's layout, as torch's *_like; a heap tensor is strided whatever the model is.
+    def empty_like(self, t, *, dtype=None, layout=None, device=None, requires_grad=False) -> torch.Tensor:
         """``empty`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
-        return self.empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        return self.empty(shape, dtype=dtype, layout=layout, device=device, requires_grad=requires_grad)
 
-    def zeros_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def zeros_like(self, t, *, dtype=None, layout=None, device=None, requires_grad=False) -> torch.Tensor:
         """``zeros`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
-        return self.zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        return self.zeros(shape, dtype=dtype, layout=layout, device=device, requires_grad=requires_grad)
 
-    def ones_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def ones_like(self, t, *, dtype=None, layout=None, device=None, requires_grad=False) -> torch.Tensor:
         """``ones`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
-        return self.ones(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        return self.ones(shape, dtype=dtype, layout=layout, device=device, requires_grad=requires_grad)
 
-    def full_like(self, t, fill_value, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def full_like(self, t, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False) -> torch.Tensor:
         """``full`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
-        return self.full(shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+        return self.full(shape, fill_value, dtype=dtype, layout=layout, device=device, requires_grad=requires_grad)
 
-    def rand_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def rand_like(self, t, *, dtype=None, layout=None, device=None, requires_grad=False) -> torch.Tensor:
         """``rand`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
-        return self.rand(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        return self.rand(shape, dtype=dtype, layout=layout, device=device, requires_grad=requires_grad)
 
-    def randn_like(self, t, *, dtype=None, device=None, requires_grad=False) -> torch.Tensor:
+    def randn_like(self, t, *, dtype=None, layout=None, device=None, requires_grad=False) -> torch.Tensor:
         """``randn`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
-        return self.randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+        return self.randn(shape, dtype=dtype, layout=layout, device=device, requires_grad=requires_grad)
 
-    def randint_like(self, t, low, high=None, *, dtype=None, device=None) -> torch.Tensor:
+    def randint_like(self, t, low, high=None, *, dtype=None, layout=None, device=None) -> torch.Tensor:
         """``randint`` with ``t``'s shape and dtype."""
         shape, dtype = self._like(t, dtype)
         if high is None:
             low, high = 0, low
-        return self.randint(low, high, shape, dtype=dtype, device=device)
+        return self.randint(low, high, shape, dtype=dtype, layout=layout, device=device)
 
 
 def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:

@@ -26,7 +26,7 @@ from ._host_waits import WatchedBootstrap
 from ._logging import configure_logging, logger
 from ._reach import Reach, RegistrationCache
 from ._registration import Registration, close_cuda, peer_addresses
-from ._residency import resident_grid
+from ._residency import gpu_sharers, resident_grid
 from ._spans import address, lies_within
 from ._tracing import Tracing
 from ._watchdog import Watchdog, write_watchdog_info
@@ -189,6 +189,19 @@ class Iris(TensorFactories):
         """Number of ranks in the job."""
         return self.world_size
 
+    def get_device(self) -> torch.device:
+        """The device this rank's heap lives on (``self.device``; AMD Iris's name)."""
+        return self.device
+
+    def get_cu_count(self) -> int:
+        """Multiprocessors of this rank's GPU (AMD Iris's name: a compute unit there, an SM here),
+        e.g. for a persistent grid; on the cpu backend the CPU count (``os.cpu_count()``). With
+        several ranks per GPU every rank gets the whole GPU's count: for kernels whose programs
+        wait for other ranks' programs size the grid with :meth:`resident_grid` instead."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_properties(self.device).multi_processor_count
+        return os.cpu_count() or 1
+
     def check_rank(self, rank, call: str) -> int:
         """``rank`` if it is an int in ``[0, world_size)``, else :class:`RankError` naming ``call``."""
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
@@ -225,7 +238,7 @@ class Iris(TensorFactories):
         if isinstance(num_work, bool) or not isinstance(num_work, int) or num_work < 1:
             raise IrisUsageError(f"resident_grid(num_work={num_work!r}): pass a positive int, e.g. the tile count")
         mine = num_work if self.device.type != "cuda" else resident_grid(
-            compiled, num_work, self.device, self.ranks_on_device)
+            compiled, num_work, self.device, max(self.ranks_on_device, gpu_sharers()))
         with self._host_waits.label("iris.runtime.Iris.resident_grid()"):
             return self._boot.allreduce(mine, "min")
 
@@ -280,9 +293,22 @@ class Iris(TensorFactories):
     def free(self, tensor: torch.Tensor) -> None:
         """Give ``tensor``'s space back to the heap. Call it in the same order on every rank, and
         only when no kernel (here or on a peer) still uses the tensor."""
-        self.require_symmetric(tensor, "free()")
+        self._release(tensor, "free")
+
+    def _release(self, tensor: torch.Tensor, name: str) -> None:
+        self.require_symmetric(tensor, f"{name}()")
         offset = self.offset_of(tensor)
-        self._allocator.release(offset, f"free(tensor at heap offset {offset})")
+        self._allocator.release(offset, f"{name}(tensor at heap offset {offset})")
+
+    def allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
+        """AMD Iris's name for ``empty(num_elements, dtype=dtype)``: a 1-D uninitialised heap tensor."""
+        return self.empty(num_elements, dtype=dtype)
+
+    def deallocate(self, tensor: torch.Tensor) -> None:
+        """AMD Iris's name, here :meth:`free`: the space goes back to the heap (AMD Iris's
+        ``deallocate`` keeps it), so the same rules hold: the same order on every rank, and only
+        once no kernel uses the tensor."""
+        self._release(tensor, "deallocate")
 
     # --- registered tensors ------------------------------------------------------------------------
     def register(self, tensor: torch.Tensor) -> Registration:

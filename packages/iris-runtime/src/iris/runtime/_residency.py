@@ -20,9 +20,15 @@ yet resident some SM holds no waiting program; the work on that SM (other kernel
 wait) ends, and an empty SM takes any program that fits on an SM at all. No placement policy can
 deadlock that. A cap set with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` shrinks the SM count each
 process sees, and the same argument holds inside each process's share.
+
+Several jobs on one GPU at once (a test suite running its jobs side by side): each job counts only
+its own ranks, so ``IRIS_GPU_RANKS=<n>`` tells every job how many ranks, of all the jobs, may share
+the GPU at most; the rule then divides the SMs among that many (:func:`gpu_sharers`).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -83,6 +89,19 @@ def waiting_programs_limit(per_sm: int, sms: int, ranks_on_device: int) -> int:
     if per_sm < 1:
         return 0
     return per_sm * sms if ranks_on_device <= 1 else sms // ranks_on_device
+
+
+def gpu_sharers() -> int:
+    """``IRIS_GPU_RANKS``: the most ranks, of every job on the node, that share one GPU at once
+    (0 when unset: each job counts its own ranks). Raises :class:`IrisUsageError` for a value that
+    is not a non-negative int."""
+    text = os.environ.get("IRIS_GPU_RANKS", "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise IrisUsageError(f"IRIS_GPU_RANKS={text!r}: set the number of ranks, of all jobs, that share one GPU "
+                             f"(e.g. 16), or unset it")
+    return int(text)
 
 
 def resident_grid(compiled, num_work: int, device: torch.device, ranks_on_device: int) -> int:

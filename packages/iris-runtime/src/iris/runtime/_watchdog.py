@@ -27,7 +27,7 @@ than the limit is reported (the call, the missing ranks and where they are) and 
 same way; one that another rank of the node cannot match (another call at the same point) ends it
 at once; after ``still_waiting_s`` one line says who is missing. Reports also name the collective
 call each rank's kernels were in (the device side of the call agreement,
-:mod:`iris.device._calls`), and a kernel that found the ranks' calls differ (``STATE_MISMATCH``)
+:mod:`iris.device._calls`), and a kernel that found the ranks' calls differ (``STATE_CALL_MISMATCH``)
 has both calls named.
 
 Two more ways a job ends without a hang, and without killing ranks whose kernels still spin
@@ -72,12 +72,20 @@ ACK_S = 0.05
 _FIELDS = device_watchdog.RECORD_FIELDS
 
 
-def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 0) -> str:
+def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 0, rank: int | None = None) -> str:
     """The report of a stopped wait (``words``: the record's int64 words) as one message; ``behind``
-    has bit r set when rank r had made fewer calls on the tile than the reporting rank."""
+    has bit r set when rank r had made fewer calls on the tile than the reporting rank. ``rank``:
+    the rank whose process holds the record, i.e. the one that waited (the watchdog passes its
+    own); None takes the record's word, which is what the kernel read from the table it was given."""
     r = dict(zip(_FIELDS, words))
+    if rank is not None:
+        r["rank"] = rank
     call = device_watchdog.WAIT_CALLS[r["call"]] if 0 <= r["call"] < len(device_watchdog.WAIT_CALLS) else "an iris wait"
     flag = device_watchdog.WAIT_FLAGS[r["flag"]] if 0 <= r["flag"] < len(device_watchdog.WAIT_FLAGS) else "flag"
+    if r["state"] == device_watchdog.STATE_SIZE_MISMATCH:
+        text = device_watchdog.mismatch_text(call, r["rank"], r["peer"], r["index"], r["seen"], r["target"])
+        return f"iris watchdog: {text}. Ending the job."
+    tagged = call in device_watchdog.TAGGED_CALLS  # point to point: the index is the message's tag
     missing = [rank for rank in range(world_size) if behind >> rank & 1]
     if missing:
         peers = f"rank(s) {', '.join(map(str, missing))}, which had not made this call on the tile"
@@ -87,14 +95,19 @@ def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 
         peers = f"peer {1 - r['rank']}"
     else:
         peers = f"{r['target'] - r['seen']} arrival(s) from the other {world_size - 1} ranks"
-    where = (f"in {call} on flag '{flag}' of tile/slot {r['index']}: it holds {r['seen']}, expected >= {r['target']}, "
-             f"still missing: {peers}")
+    where = (f"in {call} on flag '{flag}' of {'tag' if tagged else 'tile/slot'} {r['index']}: it holds {r['seen']}, "
+             f"expected >= {r['target']}, still missing: {peers}")
     if r["state"] == device_watchdog.STATE_TIMED_OUT:
-        return (f"iris watchdog: rank {r['rank']} waited {r['waited_ns'] / 1e9:.1f} s {where}. A rank did not make the "
-                f"matching call (every rank must call each collective for the same tiles, in the same order, with "
-                f"the same grid), died, or is slower than the timeout ({timeout_s:g} s) allows: raise it with "
-                f"IRIS_TIMEOUT_S or iris.runtime.iris(timeout_s=...), or set 0 to switch the watchdog off. "
-                f"Ending the job.")
+        if tagged:
+            matching = f"recv from rank {r['rank']}" if call.endswith(".send") else f"send to rank {r['rank']}"
+            cause = (f"Rank {r['peer']} did not make the matching {matching} with tag {r['index']} (the calls of a "
+                     f"peer and tag pair up in the order they are made)")
+        else:
+            cause = ("A rank did not make the matching call (every rank must call each collective for the same tiles, "
+                     "in the same order, with the same grid)")
+        return (f"iris watchdog: rank {r['rank']} waited {r['waited_ns'] / 1e9:.1f} s {where}. {cause}, died, or is "
+                f"slower than the timeout ({timeout_s:g} s) allows: raise it with IRIS_TIMEOUT_S or "
+                f"iris.runtime.iris(timeout_s=...), or set 0 to switch the watchdog off. Ending the job.")
     causes = {device_watchdog.STATE_DRAINED: "a wait timed out on some rank (its report says which)",
               device_watchdog.STATE_CALLS_DIFFER: "a rank found that the ranks made different collective calls "
                                                   "(its report names them)"}
@@ -170,14 +183,17 @@ class Watchdog:
             return None
         words = [int(w) for w in self._words]
         r = dict(zip(_FIELDS, words))
-        if r["state"] == device_watchdog.STATE_MISMATCH:
+        if r["state"] == device_watchdog.STATE_CALL_MISMATCH:
             args = (r["rank"], r["peer"], r["index"], r["target"], r["seen"])
             text = self.mismatch_message(*args) if self.mismatch_message is not None else None
             if text is not None:
                 return f"{text} Ending the job."
             return (f"iris: rank {args[0]} and rank {args[1]} made different collective calls (call #{args[2]}, "
                     f"fingerprints {args[3]:#x} and {args[4]:#x}). Ending the job.")
-        message = describe(words, self.world_size, self.timeout_s, self.ranks_behind(r["calls"]))
+        # the waiting rank is this process's, whose kernels alone write this record: named from the
+        # host, not from the word a kernel read out of whatever table it was passed
+        message = describe(words, self.world_size, self.timeout_s, self.ranks_behind(r["calls"]),
+                           rank=self.rank)
         latest = self.latest_call()
         return message if latest is None else f"{message} {latest}"
 
@@ -350,22 +366,24 @@ class Watchdog:
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
             state = int(self._words[0])
-            if state == device_watchdog.STATE_TIMED_OUT:
-                # A wait of this rank ran out of time: every rank's waits stop and report theirs.
+            # A wait of this rank ran out of time, or a message of this rank's had the wrong size:
+            # every rank's waits stop and report theirs.
+            first = state in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_SIZE_MISMATCH,
+                              device_watchdog.STATE_CALL_MISMATCH)
+            if state in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_SIZE_MISMATCH):
                 self.drain_all(device_watchdog.DRAIN_TIMED_OUT)
-            elif state == device_watchdog.STATE_MISMATCH:
-                self.drain_all(device_watchdog.DRAIN_MISMATCH)
+            elif state == device_watchdog.STATE_CALL_MISMATCH:
+                self.drain_all(device_watchdog.DRAIN_CALLS_DIFFER)
             message = self.report()
             if message is not None:
                 # The rank whose wait timed out (or that found a mismatch) ends the job after a
                 # grace period, so that the others' reports get out; the ranks it drained only if
                 # it could not.
-                first = state in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_MISMATCH)
                 self._end_job(message, GRACE_S if first else None)
                 return
             differ = self.calls_differ()
             if differ is not None:
-                self.drain_all(device_watchdog.DRAIN_MISMATCH)
+                self.drain_all(device_watchdog.DRAIN_CALLS_DIFFER)
                 self._end_job(differ, GRACE_S)
                 return
             if self.host_waits is not None:
@@ -376,7 +394,7 @@ class Watchdog:
                         print(text, file=sys.stderr, flush=True)
                     else:
                         self.drain_all(device_watchdog.DRAIN_TIMED_OUT if kind == "timeout"
-                                       else device_watchdog.DRAIN_MISMATCH)
+                                       else device_watchdog.DRAIN_CALLS_DIFFER)
                         self._end_job(text, GRACE_S)
                         return
             dead = self._dead_peer()

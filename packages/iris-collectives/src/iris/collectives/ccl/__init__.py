@@ -8,7 +8,14 @@ the output before the input:
 - :func:`all_gather` ``(ctx, out, inp, config=None)``: every rank's ``inp`` along dim 0;
 - :func:`all_to_all` ``(ctx, out, inp, config=None)``: chunk ``j`` of rank ``i`` to chunk ``i`` of ``j``;
 - :func:`broadcast` ``(ctx, tensor, src, config=None)``: in place, from rank ``src``;
-- :func:`barrier` ``(ctx)``: a device-side barrier, ordered on the stream.
+- :func:`reduce` ``(ctx, out, inp, dst, op="sum", config=None)``: ``op`` over every rank, on ``dst``;
+- :func:`gather` ``(ctx, out, inp, dst, config=None)``: every rank's ``inp`` along dim 0, on ``dst``;
+- :func:`scatter` ``(ctx, out, inp, src, config=None)``: chunk ``r`` of ``src``'s ``inp`` to rank ``r``;
+- :func:`barrier` ``(ctx)``: a device-side barrier, ordered on the stream;
+- point to point: :func:`send` ``(ctx, tensor, dst, tag=0)``, :func:`recv` ``(ctx, tensor, src,
+  tag=0)``, :func:`isend`, :func:`irecv` (each on a stream of its own, returning a :class:`Work`),
+  :func:`batch_isend_irecv` ``(ctx, [P2POp(ccl.isend, tensor, peer, tag), ...])``, after
+  :func:`init_p2p` ``(ctx)`` (collective, once: the mailboxes on the heap).
 
 Each call is one persistent kernel on torch's current stream, built from the tile collectives'
 flags (counters in device memory that only grow): back-to-back calls need no host barrier, and a
@@ -34,13 +41,16 @@ Example::
 from ._config import REGISTER_FROM, VARIANTS, Config, choose
 from ._launch import forget as _forget_plans
 from ._move import all_gather, all_to_all, barrier, broadcast
+from ._p2p import P2POp, P2PSettings, Work, batch_isend_irecv, init_p2p, irecv, isend, recv, send
 from ._reduce import all_reduce, reduce_scatter
+from ._rooted import gather, reduce, scatter
 
 
 def clear_workspaces(ctx) -> None:
-    """Free the heap buffers of every host collective and fused op of ``ctx`` (collective: every
-    rank calls it, once no kernel uses them, e.g. after ``ctx.barrier()``). The next call
-    allocates again, with fresh counters."""
+    """Free the heap buffers of every host collective and fused op of ``ctx``, and the
+    point-to-point mailboxes (collective: every rank calls it, once no kernel uses them, e.g. after
+    ``ctx.barrier()``). The next call allocates again, with fresh counters (point to point: after
+    :func:`init_p2p` again)."""
     from .. import _workspace
 
     _forget_plans(ctx)
@@ -51,12 +61,24 @@ __all__ = [
     "REGISTER_FROM",
     "VARIANTS",
     "Config",
+    "P2POp",
+    "P2PSettings",
+    "Work",
     "all_gather",
     "all_reduce",
     "all_to_all",
     "barrier",
+    "batch_isend_irecv",
     "broadcast",
     "choose",
     "clear_workspaces",
+    "gather",
+    "init_p2p",
+    "irecv",
+    "isend",
+    "recv",
+    "reduce",
     "reduce_scatter",
+    "scatter",
+    "send",
 ]

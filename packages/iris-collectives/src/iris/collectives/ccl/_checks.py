@@ -24,13 +24,13 @@ def check_op(call: str, op, dtype: torch.dtype) -> int:
     return OPS[op]
 
 
-def check_tensor(call: str, ctx, name: str, t) -> None:
-    """``t`` is a non-empty contiguous torch tensor of a supported dtype on the context's device."""
+def check_tensor(call: str, ctx, name: str, t, dtypes=DTYPES) -> None:
+    """``t`` is a non-empty contiguous torch tensor of one of ``dtypes`` on the context's device."""
     if not isinstance(t, torch.Tensor):
         raise IrisUsageError(f"{call}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in DTYPES:
+    if t.dtype not in dtypes:
         raise UnsupportedDtypeError(f"{call}: {name} has dtype {t.dtype}; pass one of "
-                                    f"{', '.join(str(d) for d in DTYPES)} (convert with .to(...))")
+                                    f"{', '.join(str(d) for d in dtypes)} (convert with .to(...))")
     if t.device != ctx.device:
         raise IrisUsageError(f"{call}: {name} is on {t.device} but the Iris context runs on {ctx.device}; "
                              f"move it with .to({str(ctx.device)!r})")

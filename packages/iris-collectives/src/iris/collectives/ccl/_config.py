@@ -17,6 +17,9 @@ VARIANTS = {
     "all_gather": ("pull", "pull_buffered"),
     "all_to_all": ("pull", "pull_buffered"),
     "broadcast": ("pull", "pull_buffered"),
+    "reduce": ("one_shot",),
+    "gather": ("pull",),
+    "scatter": ("pull",),
 }
 
 
@@ -40,7 +43,8 @@ class Config:
       used by turns, which saves the wait for the peers to finish reading: one flag round trip
       per call instead of two) for ``all_reduce``; ``pull`` (each rank reads what it needs from
       the peers' heap) or ``pull_buffered`` (the same, through a staging buffer in two halves:
-      one round trip) for the others.
+      one round trip) for the others; ``reduce`` has ``one_shot`` only, ``gather`` and ``scatter``
+      ``pull`` only (point to point takes its settings from ``init_p2p``, not from a Config).
     - ``block``: elements per tile (a power of two); ``width``: columns per tile row (a power of
       two dividing ``block``; ``block // width`` rows per tile).
     - ``grid``: programs per rank (a persistent grid), at most the tiles and what is resident.

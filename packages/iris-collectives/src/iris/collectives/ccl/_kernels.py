@@ -37,15 +37,21 @@ from .._sync import ARRIVE, DONE, device_barrier, enter_range, signal_and_wait_a
 from .._views import INDEX_TYPE, TileRange
 from ._flat import FlatView
 
-#: ``MODE`` of :func:`pull_kernel`.
+#: ``MODE`` of :func:`pull_kernel`: all_gather, all_to_all, broadcast, gather (to ``root``),
+#: scatter (from ``root``).
 GATHER: tl.constexpr = tl.constexpr(0)
 ALL_TO_ALL: tl.constexpr = tl.constexpr(1)
 BROADCAST: tl.constexpr = tl.constexpr(2)
+GATHER_TO_ROOT: tl.constexpr = tl.constexpr(3)
+SCATTER: tl.constexpr = tl.constexpr(4)
 
 #: The name the one-shot kernels' waits report (an entry of iris.device._watchdog.WAIT_CALLS).
 ONE_SHOT_CALL: tl.constexpr = tl.constexpr("iris.collectives.all_reduce_one_shot")
 #: Names the pull kernel's waits report (see iris.device._watchdog.WAIT_CALLS).
-PULL_CALLS = ("iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast")
+PULL_CALLS = ("iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast",
+              "iris.collectives.ccl.gather", "iris.collectives.ccl.scatter")
+#: The name the reduce kernel's waits report.
+REDUCE_CALL: tl.constexpr = tl.constexpr("iris.collectives.ccl.reduce")
 
 
 @triton.constexpr_function
@@ -248,6 +254,52 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride
         all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine, src_bases)
 
 
+@triton.jit(do_not_specialize=["call_fp", "root"])
+def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, call_fp, root, rank: tl.constexpr,
+                  world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    """``out = reduce(inp over ranks)`` on rank ``root`` alone, ``n`` elements: the one-shot
+    protocol of :func:`all_reduce_kernel` (every rank's "ready", then "done"), in which only the
+    root reads and reduces, in rank order (so its result is bit-identical to an all-reduce's).
+    ``src``: what the root reads of the other ranks (``inp`` on the heap, else a staging buffer
+    this kernel fills; ``src_bases`` translates it). ``out`` is only written on the root (another
+    rank passes any tensor of ``inp``'s dtype). ``root`` is a run-time argument: any rank may be
+    the root, call after call. In rounds of ``chunk`` elements, as :func:`all_reduce_kernel`."""
+    ctx = DeviceContext.initialize(context, rank, world_size)
+    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
+    for base in range(0, n, chunk):
+        if STAGE_IN:
+            round_src = src
+        else:
+            round_src = src + base
+        _reduce_round(ctx, inp + base, round_src, out + base, locks, src_bases, tl.minimum(chunk, n - base), root,
+                      OP, STAGE_IN, BLOCK_M, BLOCK_N)
+    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
+
+
+@triton.jit
+def _reduce_round(ctx, inp, src, out, locks, src_bases, n, root, OP: tl.constexpr, STAGE_IN: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # One call's worth of reduce_kernel on n elements.
+    tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
+    o = FlatView(out, n, rows, BLOCK_N)
+    if ctx.world_size > 1:
+        slot, record, epoch = enter_range(tiles, o, locks, REDUCE_CALL)
+        if STAGE_IN:
+            if ctx.rank != root:  # the root reads its own part from inp
+                for t in range(tiles.first, tiles.stop, tiles.step):
+                    offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
+                    mask = offsets < n
+                    tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
+        # no peer can leave this call before this rank's "done": their signatures hold
+        signal_and_wait_all(ctx, record, ARRIVE, epoch, REDUCE_CALL, "ready", slot, record)
+    if ctx.rank == root:
+        reduce_range_in_rank_order(ctx, tiles, FlatView(src, n, rows, BLOCK_N), o, OP,
+                                   FlatView(inp, n, rows, BLOCK_N), REDUCE_CALL, src_bases)
+    if ctx.world_size > 1:
+        signal_and_wait_all(ctx, record, DONE, epoch, REDUCE_CALL, "done", slot)
+
+
 @triton.jit
 def _pull_tile(ctx, inp, src, out, src_bases, m, src_stride, offsets, mask, root, MODE: tl.constexpr):
     # Read this tile of what this rank needs from the peers' src (its own part from inp; src_bases
@@ -255,20 +307,35 @@ def _pull_tile(ctx, inp, src, out, src_bases, m, src_stride, offsets, mask, root
     if MODE == BROADCAST:
         if ctx.rank != root:
             tl.store(out + offsets, load(src + offsets, ctx.rank, root, src_bases, mask=mask), mask=mask)
+    elif MODE == SCATTER:  # chunk rank of the root's inp (src: its staging, chunks src_stride apart)
+        if ctx.rank == root:
+            tl.store(out + offsets, tl.load(inp + ctx.rank * m + offsets, mask=mask), mask=mask)
+        else:
+            data = load(src + ctx.rank * src_stride + offsets, ctx.rank, root, src_bases, mask=mask)
+            tl.store(out + offsets, data, mask=mask)
+    elif MODE == GATHER_TO_ROOT:
+        if ctx.rank == root:
+            _pull_from_every_rank(ctx, inp + offsets, src + offsets, out + offsets, src_bases, m, mask)
     else:
         ptrs = src + offsets
         mine = inp + offsets
         if MODE == ALL_TO_ALL:
             ptrs = src + ctx.rank * src_stride + offsets
             mine = inp + ctx.rank * m + offsets
-        for i in tl.static_range(ctx.world_size):
-            # starting with this rank, then the next: the ranks spread their reads over the peers
-            p = (ctx.rank + i) % ctx.world_size  # a compile-time value: rank and i are
-            if p == ctx.rank:
-                data = tl.load(mine, mask=mask)
-            else:
-                data = load(ptrs, ctx.rank, p, src_bases, mask=mask)
-            tl.store(out + p * m + offsets, data, mask=mask)
+        _pull_from_every_rank(ctx, mine, ptrs, out + offsets, src_bases, m, mask)
+
+
+@triton.jit
+def _pull_from_every_rank(ctx, mine, ptrs, out, src_bases, m, mask):
+    # Every rank's tile at ptrs (this rank's own at mine) into out, rank p's m elements after p - 1's.
+    for i in tl.static_range(ctx.world_size):
+        # starting with this rank, then the next: the ranks spread their reads over the peers
+        p = (ctx.rank + i) % ctx.world_size  # a compile-time value: rank and i are
+        if p == ctx.rank:
+            data = tl.load(mine, mask=mask)
+        else:
+            data = load(ptrs, ctx.rank, p, src_bases, mask=mask)
+        tl.store(out + p * m, data, mask=mask)
 
 
 @triton.jit(do_not_specialize=["call_fp", "root"])
@@ -276,9 +343,12 @@ def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, 
                 rank: tl.constexpr,
                 world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """all_gather (``MODE`` GATHER), all_to_all or broadcast from ``root``, ``m`` elements per
-    chunk, by pulling from the peers' heap ``src`` (``inp`` on the heap, else staged here: only
-    what peers read; ``src_bases`` translates it: the heap's bases, or a registration's).
+    """all_gather (``MODE`` GATHER), all_to_all, broadcast from ``root``, gather to ``root``
+    (GATHER_TO_ROOT: only the root pulls) or scatter from ``root`` (SCATTER: every rank pulls its
+    chunk of the root's ``inp``), ``m`` elements per chunk, by pulling from the peers' heap ``src``
+    (``inp`` on the heap, else staged here: only what peers read; ``src_bases`` translates it: the
+    heap's bases, or a registration's). ``out`` of a gather's non-root ranks, and ``inp`` of a
+    scatter's, are never touched (the host passes the other tensor).
 
     Per program, over its range of tiles, the one-shot protocol of ``all_reduce_one_shot``:
     signal every peer "my src tiles are ready", wait for every peer's, read, signal "done
@@ -323,6 +393,15 @@ def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, ro
                                  mask=mask)
             elif MODE == BROADCAST:
                 if ctx.rank == root:
+                    tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
+            elif MODE == SCATTER:  # the root stages every chunk but its own
+                if ctx.rank == root:
+                    for j in tl.static_range(ctx.world_size):
+                        if j != ctx.rank:
+                            tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask),
+                                     mask=mask)
+            elif MODE == GATHER_TO_ROOT:
+                if ctx.rank != root:  # the root reads its own part from inp
                     tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
             else:
                 tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)

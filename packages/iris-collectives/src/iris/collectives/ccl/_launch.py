@@ -218,7 +218,8 @@ def workspace(ctx, key: tuple, make):
     return _workspace.workspace(ctx, key, make)
 
 
-def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict, root_last=False):
+def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, constexprs: dict, root_last=False,
+             fixed_grid: int | None = None):
     """The launch of ``kernel`` for a call of ``tiles`` tiles whose run-time arguments are
     ``args`` (the call's own tensors and values, in the kernel's order), with ``constexprs``: a
     persistent grid of at most ``cfg.grid`` programs, the tiles, and what is resident
@@ -229,14 +230,20 @@ def launcher(ctx, ws, kernel, tiles: int, cap_tiles: int, cfg, args: tuple, cons
     compiled the kernel, its ``fast`` attribute (on the GPU) is a callable that enqueues the same
     launch again from ``fast(out, inp)``, ignoring them (a plan's key fixes every address), or
     with ``root_last``, from ``fast(out, inp, root)``, with ``root`` as the kernel's last argument:
-    the plans replace themselves with it."""
+    the plans replace themselves with it.
+
+    ``fixed_grid``: the programs of the launch, agreed with the peers beforehand (point-to-point
+    calls, which only two ranks make: no collective step here)."""
     options = dict(constexprs, num_warps=cfg.num_warps)
-    variant = tuple(sorted(constexprs.items()))
-    resident = ws.grids.get(variant)
-    if resident is None:
-        compiled = kernel.warmup(*args, grid=(1,), **options) if ctx.device.type == "cuda" else None
-        resident = ws.grids[variant] = ctx.resident_grid(cap_tiles, compiled)
-    grid = min(resident, tiles, cfg.grid or tiles)
+    if fixed_grid is not None:
+        grid = fixed_grid
+    else:
+        variant = tuple(sorted(constexprs.items()))
+        resident = ws.grids.get(variant)
+        if resident is None:
+            compiled = kernel.warmup(*args, grid=(1,), **options) if ctx.device.type == "cuda" else None
+            resident = ws.grids[variant] = ctx.resident_grid(cap_tiles, compiled)
+        grid = min(resident, tiles, cfg.grid or tiles)
     if ctx.device.type == "cuda" and DIRECT_LAUNCH:
         addresses = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
         return DirectLaunch(kernel, grid, options, ctx.device, addresses, root_last)

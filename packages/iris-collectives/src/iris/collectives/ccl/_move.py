@@ -11,31 +11,40 @@ from .._compiling import is_compiling, traced
 from .._sync import BARRIER_WORDS, LOCK_WORDS
 from . import _checks, _launch
 from ._config import choose
-from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, barrier_kernel, pull_kernel
+from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, GATHER_TO_ROOT, SCATTER, barrier_kernel, pull_kernel
 
-_MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value}
+_MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value,
+          "gather": GATHER_TO_ROOT.value, "scatter": SCATTER.value}
 
 
-def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, **options):
+def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, nbytes=None, stage=False, agreed=None,
+               **options):
     """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller),
-    agreed with every rank once its config is checked (``options``: the call's own, e.g. ``src``)."""
+    agreed with every rank once its config is checked (``options``: the call's own, e.g. ``src``).
+    ``nbytes``: the message that picks the table's row (default ``inp``'s bytes), the same on
+    every rank; ``stage``: stage ``inp`` whether or not the peers could read it in place (scatter,
+    whose non-root ranks cannot know where the root's ``inp`` lies). ``agreed``: the ``(name,
+    tensor)`` pairs whose shapes every rank passes alike (default ``out`` and ``inp``, or
+    broadcast's ``tensor``), the last of them the one the peers read in place."""
     W = ctx.world_size
-    cfg = choose(name, inp.numel() * inp.element_size(), str(inp.dtype).removeprefix("torch."), W,
-                 ctx.device.type, config, ranks_per_gpu=ctx.ranks_on_device)
-    named = (("tensor", inp),) if name == "broadcast" else (("out", out), ("inp", inp))
-    peers_read = named[-1][0]
-    fp = agree(ctx, f"iris.collectives.ccl.{name}", named, placed=(peers_read,),
-               reach=None if reach is None else {peers_read: reach[0]}, **options, config=config)
+    nbytes = inp.numel() * inp.element_size() if nbytes is None else nbytes
+    cfg = choose(name, nbytes, str(inp.dtype).removeprefix("torch."), W, ctx.device.type, config,
+                 ranks_per_gpu=ctx.ranks_on_device)
+    if agreed is None:
+        agreed = (("tensor", inp),) if name == "broadcast" else (("out", out), ("inp", inp))
+    peers_read = () if stage else (agreed[-1][0],)
+    fp = agree(ctx, f"iris.collectives.ccl.{name}", agreed, placed=peers_read,
+               reach=None if reach is None or stage else {agreed[-1][0]: reach[0]}, **options, config=config)
     block, width = cfg.block, cfg.width
     # pull_buffered always stages, into the half of the staging buffer that the call's parity
     # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
     buffered = cfg.variant == "pull_buffered" and W > 1
     in_place, in_bases = _launch.peer_reach(ctx, inp, reach[0] if reach else None)
-    stage_in = W > 1 and (buffered or not in_place)
+    stage_in = W > 1 and (buffered or stage or not in_place)
     chunk = _launch.round_elements(cfg, m, stage_in)  # elements per round
     tiles = -(-chunk // block)
     cap = _launch.capacity(tiles)
-    chunks = W if name == "all_to_all" else 1
+    chunks = W if name in ("all_to_all", "scatter") else 1
     ws_key = (f"ccl.{name}", inp.dtype, W, cfg.variant, block, width, cap, stage_in)
     if buffered:
         ws_key += _launch.grid_key(cfg)

@@ -10,9 +10,13 @@ directly otherwise (the operator's dispatch costs more host time than their whol
 
 - :func:`all_reduce`, :func:`reduce_scatter`, :func:`all_gather`, :func:`all_to_all`,
   :func:`broadcast`: as in :mod:`iris.collectives.ccl`, ``x`` in, the result out;
+- :func:`send` and :func:`recv` (point to point, no gradient): ``recv(ctx, shape, dtype, src)``
+  returns a new tensor;
 - :func:`matmul_all_reduce`, :func:`matmul_reduce_scatter`, :func:`all_gather_matmul`,
   :func:`matmul_all_gather`: as in :mod:`iris.collectives.ops`, ``(ctx, a, b, bias=None,
-  config=None, out_dtype=None)``, the result in ``out_dtype`` (default ``a``'s).
+  config=None, out_dtype=None)``, the result in ``out_dtype`` (default ``a``'s);
+- :func:`all_reduce_residual_rmsnorm`: ``(out, residual_out)`` of the op of that name (an inference
+  op: no gradient).
 
 Gradients: each rank's tensors are its own variables, a rank's gradient of a result is its own
 part, and an input's gradient sums the parts of every rank's results that used it: the exact
@@ -41,7 +45,7 @@ from ..ccl._config import Config as _CclConfig
 from ..ops._config import Config as _OpsConfig
 
 # registers the operators, and the front doors' compiled form (_front)
-from . import _collective_ops, _front, _fused_ops  # noqa: F401
+from . import _collective_ops, _front, _fused_ops, _norm_ops, _p2p_ops  # noqa: F401
 from ._collective_ops import DIFFERENTIABLE_OPS
 from ._handles import context_of, encode_config, handle_of
 from ._sum_gradients import sum_gradients
@@ -85,6 +89,18 @@ def broadcast(ctx, x: torch.Tensor, src: int, config=None) -> torch.Tensor:
     return torch.ops.iris.broadcast(handle_of(ctx), x, src, _ccl_config(config, "broadcast"))
 
 
+def send(ctx, x: torch.Tensor, dst: int, tag: int = 0) -> None:
+    """``x`` to rank ``dst`` (see :func:`iris.collectives.ccl.send`), as the operator ``iris::send``:
+    one node inside ``torch.compile``, kept as a side effect. No gradient."""
+    torch.ops.iris.send(handle_of(ctx), x, dst, tag)
+
+
+def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0) -> torch.Tensor:
+    """A new tensor of ``shape`` and ``dtype`` on the context's device holding what rank ``src``
+    sends with ``tag`` (see :func:`iris.collectives.ccl.recv`), as the operator ``iris::recv``."""
+    return torch.ops.iris.recv(handle_of(ctx), list(shape), dtype, src, tag)
+
+
 def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``sum over ranks of a @ b, + bias`` (``a`` ``[M, K/W]``, ``b`` ``[K/W, N]``; the bias the same on
@@ -119,11 +135,26 @@ def matmul_all_gather(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor 
                                             out_dtype)
 
 
+def all_reduce_residual_rmsnorm(ctx, partial: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+                                eps: float = 1e-6, scale: torch.Tensor | None = None,
+                                out_dtype: torch.dtype | None = None, config=None):
+    """``(out, residual_out)``: ``residual_out = residual + sum over ranks of partial`` and ``out =
+    rms_norm(residual_out) * weight`` in ``out_dtype`` (default ``partial``'s), as new tensors; see
+    :func:`iris.collectives.ops.all_reduce_residual_rmsnorm`. ``out_dtype=torch.float8_e4m3fn``
+    quantises: with ``scale`` (per-tensor, read), or without it per row, and then the result is
+    ``(out, residual_out, row_scales)``. No gradient (inference)."""
+    out, residual_out, row_scales = torch.ops.iris.all_reduce_residual_rmsnorm(
+        handle_of(ctx), partial, residual, weight, eps, scale, out_dtype,
+        _ops_config(config, "all_reduce_residual_rmsnorm"))
+    return (out, residual_out, row_scales) if row_scales.numel() else (out, residual_out)
+
+
 __all__ = [
     "DIFFERENTIABLE_OPS",
     "all_gather",
     "all_gather_matmul",
     "all_reduce",
+    "all_reduce_residual_rmsnorm",
     "all_to_all",
     "broadcast",
     "context_of",
@@ -131,6 +162,8 @@ __all__ = [
     "matmul_all_gather",
     "matmul_all_reduce",
     "matmul_reduce_scatter",
+    "recv",
     "reduce_scatter",
+    "send",
     "sum_gradients",
 ]

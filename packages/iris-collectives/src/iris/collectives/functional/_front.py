@@ -16,7 +16,7 @@ from iris.runtime import IrisUsageError
 from .._compiling import use_front
 from ..ccl._config import Config as CclConfig
 from ..ops._config import Config as OpsConfig
-from . import _collective_ops, _fused_ops  # noqa: F401  (registers the operators)
+from . import _collective_ops, _fused_ops, _norm_ops, _p2p_ops  # noqa: F401  (registers the operators)
 from ._handles import encode_config, handle_of
 
 
@@ -44,11 +44,37 @@ def barrier(ctx) -> None:
     torch.ops.iris.barrier(handle_of(ctx))
 
 
+def send(ctx, tensor, dst, tag=0) -> None:
+    torch.ops.iris.send(handle_of(ctx), tensor, dst, tag)
+
+
+def recv(ctx, tensor, src, tag=0):
+    """``tensor`` = what rank ``src`` sends, through ``iris::recv``."""
+    return tensor.copy_(torch.ops.iris.recv(handle_of(ctx), list(tensor.shape), tensor.dtype, src, tag))
+
+
 def fused(name: str, ctx, out, a, b, bias=None, config=None):
     """``out`` = the result of ``iris::<name>(ctx, a, b, bias)``, in ``out``'s dtype."""
     call = f"iris.collectives.ops.{name}"
     op = getattr(torch.ops.iris, name)
     return _into(call, out, op(handle_of(ctx), a, b, bias, encode_config(config, OpsConfig, call), out.dtype))
+
+
+def all_reduce_residual_rmsnorm(ctx, out, residual_out, partial, residual, weight, eps=1e-6, scale=None,
+                                config=None):
+    """``out`` (and ``residual_out``, and per-row fp8 scales) = the results of
+    ``iris::all_reduce_residual_rmsnorm``, in ``out``'s dtype."""
+    call = "iris.collectives.ops.all_reduce_residual_rmsnorm"
+    # a per-tensor fp8 scale is read (it goes to the operator); per-row scales come back from it
+    row_scales = out.dtype == torch.float8_e4m3fn and scale is not None and tuple(scale.shape) not in ((), (1,))
+    result, new_residual, scales = torch.ops.iris.all_reduce_residual_rmsnorm(
+        handle_of(ctx), partial, residual, weight, eps, None if row_scales else scale, out.dtype,
+        encode_config(config, OpsConfig, call))
+    if residual_out is not None:
+        _into(call, residual_out, new_residual)
+    if row_scales:
+        _into(call, scale, scales)
+    return _into(call, out, result)
 
 
 use_front(sys.modules[__name__])

@@ -7,7 +7,10 @@ communication of each output tile with the computation of the next:
 - :func:`matmul_all_reduce` ``(ctx, out, a, b, bias=None, config=None)``: ``out = all_reduce(a @ b) + bias``;
 - :func:`matmul_reduce_scatter`: ``out = reduce_scatter(a @ b, dim 0) + bias``;
 - :func:`all_gather_matmul`: ``out = all_gather(a_shard, dim 0) @ b + bias``;
-- :func:`matmul_all_gather`: ``out = all_gather(a @ b + bias, dim 0)``.
+- :func:`matmul_all_gather`: ``out = all_gather(a @ b + bias, dim 0)``;
+- :func:`all_reduce_residual_rmsnorm` ``(ctx, out, residual_out, partial, residual, weight, eps=1e-6,
+  scale=None, config=None)``: ``residual_out = residual + all_reduce(partial)``, ``out =
+  rms_norm(residual_out) * weight`` (optionally fp8), the end of a tensor-parallel layer.
 
 Example::
 
@@ -28,6 +31,7 @@ layers in :mod:`iris.collectives.nn`); in eager mode it launches its kernel dire
 
 from .._workspace import clear as clear_workspaces
 from ._all_gather_matmul import all_gather_matmul
+from ._all_reduce_rmsnorm import all_reduce_residual_rmsnorm
 from ._config import DEFAULTS, VARIANTS, Config, choose
 from ._matmul_all_gather import matmul_all_gather
 from ._matmul_all_reduce import matmul_all_reduce
@@ -38,6 +42,7 @@ __all__ = [
     "VARIANTS",
     "Config",
     "all_gather_matmul",
+    "all_reduce_residual_rmsnorm",
     "choose",
     "clear_workspaces",
     "matmul_all_gather",

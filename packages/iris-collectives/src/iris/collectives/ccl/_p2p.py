@@ -1,0 +1,445 @@
+"""Point to point from the host: ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``.
+
+A message moves in chunks through the receiver's *inbox* for the (sender, tag) pair, on the
+symmetric heap (the protocol is in :mod:`._p2p_kernels`). The inboxes and their counters are the
+context's *mailboxes*, which :func:`init_p2p` allocates on every rank at once: a point-to-point
+call involves two ranks only, so it cannot allocate symmetric memory itself (every rank's heap
+must see the same allocations in the same order).
+
+Streams: ``send`` and ``recv`` are enqueued on torch's current stream and return at once, like
+every host call of this library; later work on that stream runs after the message has moved.
+``isend`` and ``irecv`` run on a stream of their own for the peer, tag and direction (after what
+the current stream holds at the call), so a send and a receive, or messages of several tags,
+progress side by side; they return a :class:`Work` whose ``wait()`` orders the current stream
+after the message (the host does not wait), as ``torch.distributed``'s ``Work.wait()`` does with
+NCCL. Calls of one peer, tag and direction pair up with the peer's in the order they are made.
+
+Nothing is kept per call on the host: a call's plan (its launch, keyed by tensor, peer and tag)
+is cached, the counters that pair the chunks are in device memory, so a CUDA graph of sends and
+receives replays correctly (make each call once before capturing it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import torch
+
+from iris.device import IrisError
+from iris.device._watchdog import MESSAGE_DTYPES, message_header
+from iris.runtime import IrisUsageError
+
+from .. import _workspace
+from .._compiling import is_compiling, traced
+from . import _checks, _launch, _ranks
+from ._config import Config
+from ._p2p_kernels import recv_kernel, send_kernel
+
+#: The mailboxes' key in the context's workspace cache.
+MAILBOXES = ("ccl.p2p",)
+#: int32 counter arrays per channel (each one word per program): the receiver's "ready" (signalled
+#: by the sender) and its count of chunks taken, the sender's "credit" (signalled by the receiver)
+#: and its count of chunks sent.
+READY, RECEIVED, CREDIT, SENT = 0, 1, 2, 3
+COUNTERS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class P2PSettings:
+    """The mailboxes' settings (:func:`init_p2p`), the same on every rank.
+
+    - ``tags``: channels per peer and direction (tags ``0 .. tags - 1``);
+    - ``slots``, ``chunk_bytes``: each channel's inbox holds ``slots`` chunks of ``chunk_bytes``;
+      a larger message flows through it, the sender at most ``slots`` chunks ahead;
+    - ``block_bytes``: the tile a program moves at a time (divides ``chunk_bytes``);
+    - ``grid``: most programs of a send or a receive (fewer for a message of fewer tiles);
+    - ``num_warps``: Triton's launch option.
+    """
+
+    tags: int
+    slots: int
+    chunk_bytes: int
+    block_bytes: int
+    grid: int
+    num_warps: int
+
+    def heap_bytes(self, world_size: int) -> int:
+        """Bytes of heap the mailboxes take on each rank."""
+        channels = (world_size - 1) * self.tags
+        return channels * (self.slots * self.chunk_bytes + 8 * self.slots * self.grid + 4 * COUNTERS * self.grid)
+
+
+#: Defaults per backend. On the GPU a channel's inbox of 4 x 1 MiB stays in L2 while the receiver
+#: takes the chunks out; the cpu backend's are small (Triton's interpreter copies slowly).
+DEFAULTS = {"cuda": dict(slots=4, chunk_bytes=1 << 20, block_bytes=16 << 10),
+            "cpu": dict(slots=2, chunk_bytes=64 << 10, block_bytes=4 << 10)}
+#: Largest dtype of a message, in bytes: chunks and tiles hold whole elements of every dtype.
+_WIDEST = 8
+
+
+def _default_grid(ctx) -> int:
+    # On the GPU, one send and one receive of every rank sharing the device waiting at once hold
+    # at most one program per SM (the residency rule of iris.runtime.Iris.resident_grid); the
+    # interpreter runs programs one after another.
+    if ctx.device.type != "cuda":
+        return 2
+    return max(1, ctx.get_cu_count() // (2 * max(1, ctx.ranks_on_device)))
+
+
+def _positive(call: str, name: str, value, power_of_two=False) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (power_of_two and value & (value - 1)):
+        kind = "a power of two" if power_of_two else "a positive int"
+        raise IrisUsageError(f"{call}: {name}={value!r} must be {kind}")
+    return value
+
+
+def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | None = None,
+             block_bytes: int | None = None, grid: int | None = None, num_warps: int = 4) -> P2PSettings:
+    """Allocate the context's point-to-point mailboxes; returns their settings. Collective: every
+    rank calls it, with the same arguments, before its first ``send``/``recv`` (as
+    ``torch.distributed`` needs ``init_process_group``).
+
+    Each rank's heap gets, per peer and tag, an inbox of ``slots`` chunks of ``chunk_bytes``
+    (``slots`` and ``chunk_bytes`` default to 4 x 1 MiB on the GPU, 2 x 64 KiB on the cpu backend;
+    ``chunk_bytes`` a power of two, at least 16) and a few counters: ``(W - 1) * tags * slots *
+    chunk_bytes`` bytes in all (:meth:`P2PSettings.heap_bytes`; 16 MiB with 2 ranks on the GPU).
+    A message larger than an inbox flows through it in chunks. ``block_bytes`` (default 16 KiB,
+    4 KiB on the cpu backend; a power of two dividing ``chunk_bytes``): what one program moves at a
+    time. ``grid``: most programs per send or receive (default: the device's SMs shared out among
+    a send and a receive of every rank on it; the ranks agree on the smallest).
+
+    Calling it again frees the mailboxes and allocates new ones (every rank, once no message is in
+    flight), with fresh counters; so does ``ccl.clear_workspaces`` followed by ``init_p2p``."""
+    call = "iris.collectives.ccl.init_p2p"
+    defaults = DEFAULTS["cuda" if ctx.device.type == "cuda" else "cpu"]
+    tags = _positive(call, "tags", tags)
+    slots = _positive(call, "slots", defaults["slots"] if slots is None else slots)
+    chunk_bytes = _positive(call, "chunk_bytes", defaults["chunk_bytes"] if chunk_bytes is None else chunk_bytes,
+                            power_of_two=True)
+    block_bytes = _positive(call, "block_bytes",
+                            min(defaults["block_bytes"], chunk_bytes) if block_bytes is None else block_bytes,
+                            power_of_two=True)
+    if block_bytes < _WIDEST * 2 or block_bytes > chunk_bytes:
+        raise IrisUsageError(f"{call}: block_bytes={block_bytes} must be at least {2 * _WIDEST} and at most "
+                             f"chunk_bytes={chunk_bytes}")
+    grid = _positive(call, "grid", _default_grid(ctx) if grid is None else grid)
+    num_warps = _positive(call, "num_warps", num_warps, power_of_two=True)
+    mine = P2PSettings(tags, slots, chunk_bytes, block_bytes, grid, num_warps)
+    everyone = [P2PSettings(*values) for values in ctx.comm.allgather(dataclasses.astuple(mine))]
+    for rank, theirs in enumerate(everyone):  # the grid may differ (each rank's default): the smallest counts
+        if dataclasses.replace(theirs, grid=0) != dataclasses.replace(everyone[0], grid=0):
+            raise IrisUsageError(f"{call}: rank 0 passed {_describe(everyone[0])} but rank {rank} "
+                                 f"{_describe(theirs)}; pass the same settings on every rank")
+    settings = dataclasses.replace(mine, grid=min(t.grid for t in everyone))  # both ends launch the same grid
+    if _workspace.lookup(ctx, MAILBOXES) is not None:
+        ctx.barrier()  # no rank's message is still moving through the old mailboxes
+        _workspace.drop(ctx, MAILBOXES)
+    W = ctx.world_size
+    channels = max(1, (W - 1) * tags)
+
+    def make(ctx):
+        return {"inbox": ctx.zeros(channels * slots * chunk_bytes, dtype=torch.uint8),
+                "headers": ctx.zeros(channels * slots * settings.grid, dtype=torch.int64),
+                "counters": ctx.zeros(channels * COUNTERS * settings.grid, dtype=torch.int32)}
+
+    ws = _workspace.workspace(ctx, MAILBOXES, make)  # waits for every rank's zero fill
+    ws.meta["settings"] = settings
+    return settings
+
+
+def _describe(settings: P2PSettings) -> str:
+    return ", ".join(f"{f.name}={getattr(settings, f.name)}" for f in dataclasses.fields(P2PSettings)
+                     if f.name != "grid")
+
+
+def _mailboxes(ctx, call: str):
+    ws = _workspace.lookup(ctx, MAILBOXES)
+    if ws is None:
+        raise IrisUsageError(f"{call}: this context has no point-to-point mailboxes; call "
+                             f"iris.collectives.ccl.init_p2p(ctx) once on every rank first (collective: it "
+                             f"allocates them on the heap), and again after ccl.clear_workspaces(ctx)")
+    return ws, ws.meta["settings"]
+
+
+def peer_index(rank: int, owner: int) -> int:
+    """Where ``rank``'s channels sit among those of ``owner`` (its peers in rank order, itself left out)."""
+    return rank - (rank > owner)
+
+
+def _channel(ws, s: P2PSettings, index: int, tag: int, dtype: torch.dtype):
+    """The inbox (as ``dtype``), headers and counter arrays of channel ``(index, tag)`` of ``ws``'s
+    layout: per channel ``slots * chunk_bytes`` of inbox, ``slots * grid`` headers, ``COUNTERS *
+    grid`` counters."""
+    c = index * s.tags + tag
+    span = s.slots * s.chunk_bytes
+    inbox = ws.buffers["inbox"][c * span:(c + 1) * span].view(dtype)
+    headers = ws.buffers["headers"][c * s.slots * s.grid:(c + 1) * s.slots * s.grid]
+    counters = ws.buffers["counters"][c * COUNTERS * s.grid:(c + 1) * COUNTERS * s.grid].view(COUNTERS, s.grid)
+    return inbox, headers, counters
+
+
+# --- one call's plan ---------------------------------------------------------------------------------
+
+def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
+    """The launch of a send or recv of ``tensor`` with peer ``peer_arg`` (a rank of the call's
+    group) and ``tag``, checked; called as ``plan(tensor)`` (the whole message) or ``plan(tensor,
+    first, stop)`` (chunks ``first .. stop - 1``)."""
+    call = f"iris.collectives.ccl.{direction}"
+    what = "dst" if direction == "send" else "src"
+    ws, s = _mailboxes(ctx, call)
+    _checks.check_tensor(call, ctx, "tensor", tensor)
+    peer = _ranks.global_rank(ctx, peer_arg, call, what)
+    if peer == ctx.rank:
+        raise IrisUsageError(f"{call}: {what}={peer_arg} is this rank; a message needs another rank (copy the "
+                             f"tensor locally instead)")
+    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < s.tags:
+        raise IrisUsageError(f"{call}: tag={tag!r} is not one of the {s.tags} tags the mailboxes have (0 .. "
+                             f"{s.tags - 1}); pass one of them, or more tags to ccl.init_p2p(ctx, tags=...)")
+    esize, n = tensor.element_size(), tensor.numel()
+    chunk, block = s.chunk_bytes // esize, s.block_bytes // esize
+    chunks = -(-n // chunk)
+    grid = min(s.grid, -(-min(chunk, n) // block))  # a function of the message: the same on both ends
+    header = message_header(n, str(tensor.dtype).removeprefix("torch."))
+    me, dtype = ctx.rank, tensor.dtype
+    if direction == "send":
+        # the receiver's inbox, headers and ready (this rank's addresses of them); this rank's credit and count
+        inbox, headers, receiver = _channel(ws, s, peer_index(me, peer), tag, dtype)
+        mine = _channel(ws, s, peer_index(peer, me), tag, dtype)[2]
+        ready, credit, counted, kernel = receiver[READY], mine[CREDIT], mine[SENT], send_kernel
+    else:
+        # this rank's inbox, headers, ready and count; the sender's credit
+        inbox, headers, mine = _channel(ws, s, peer_index(peer, me), tag, dtype)
+        sender = _channel(ws, s, peer_index(me, peer), tag, dtype)[2]
+        ready, credit, counted, kernel = mine[READY], sender[CREDIT], mine[RECEIVED], recv_kernel
+    context = ctx.get_device_context()
+
+    def args(t, first, stop):
+        return (context, t, inbox, headers, ready, credit, counted, n, header, chunk, s.slots, s.grid, first, stop,
+                peer, tag)
+
+    run = _launch.launcher(ctx, ws, kernel, grid, grid, Config(num_warps=s.num_warps), args(tensor, 0, chunks),
+                           dict(rank=me, BLOCK=block), fixed_grid=grid)
+
+    def plan(t, first=0, stop=chunks):
+        fast = run.fast
+        if fast is not None and first == 0 and stop == chunks:
+            fast(t, t)  # the whole message: every argument fixed by the key
+            return
+        try:
+            run(*args(t, first, stop))
+        except Exception as exc:
+            _raise_iris_error_within(exc)
+            raise
+
+    plan.chunks, plan.slots = chunks, s.slots
+    return plan
+
+
+def _raise_iris_error_within(exc: BaseException) -> None:
+    # Triton's interpreter wraps what a kernel raises (a size mismatch) in its own errors: raise
+    # the library's error itself, which callers can catch by its class.
+    cause = exc
+    while cause is not None and not isinstance(cause, IrisError):
+        cause = cause.__cause__
+    if cause is not None and cause is not exc:
+        raise cause.with_traceback(None) from None
+
+
+def _planned(ctx, direction: str, tensor, peer, tag):
+    key = _launch.call_key((direction, peer, tag), None, tensor, tensor)
+    plan = _launch.lookup(ctx, key) if key is not None else None
+    if plan is None:
+        plan = _launch.plan_for(ctx, key, lambda: _plan(ctx, key, direction, tensor, peer, tag))
+    return plan
+
+
+# --- streams -------------------------------------------------------------------------------------------
+
+class _Streams:
+    """A context's side streams for non-blocking calls, one per (direction, peer, tag), and the
+    event of the last non-blocking call of each (with whether it was made while capturing a CUDA
+    graph), which a blocking call of the same channel orders its stream after."""
+
+    def __init__(self):
+        self.streams: dict[tuple, torch.cuda.Stream] = {}
+        self.pending: dict[tuple, tuple] = {}
+
+
+_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Work:
+    """A non-blocking point-to-point call in flight (``torch.distributed``'s ``Work``, for streams).
+
+    ``wait()`` makes torch's current stream wait for the message (the host does not wait; inside a
+    CUDA graph capture, it joins the side stream back); ``is_completed()`` asks without waiting.
+    On the cpu backend every call has completed when it returns."""
+
+    def __init__(self, event=None, device=None):
+        self._event, self._device = event, device
+
+    def wait(self, timeout=None) -> bool:
+        """Order torch's current stream after the message; returns True. ``timeout`` is accepted
+        for ``torch.distributed``'s signature and ignored (the watchdog bounds every wait)."""
+        if self._event is not None:
+            torch.cuda.current_stream(self._device).wait_event(self._event)
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether the message has moved (its kernel has finished)."""
+        return self._event is None or self._event.query()
+
+
+def _order_after_pending(ctx, channel: tuple) -> None:
+    # A blocking call after a non-blocking one of the same channel: the current stream waits for it.
+    streams = _STREAMS.get(ctx)
+    if streams is None or channel not in streams.pending:
+        return
+    event, captured = streams.pending[channel]
+    capturing = torch.cuda.is_current_stream_capturing()
+    if captured == capturing:  # an event of another capture (or of none) cannot be waited for here
+        torch.cuda.current_stream(ctx.device).wait_event(event)
+        del streams.pending[channel]
+
+
+def _blocking(ctx, direction: str, tensor, peer, tag) -> None:
+    plan = _planned(ctx, direction, tensor, peer, tag)
+    if ctx.device.type == "cuda":
+        _order_after_pending(ctx, (direction, peer, tag))
+    plan(tensor)
+
+
+def _start(ctx, direction: str, tensor, peer, tag, plan=None) -> Work:
+    plan = plan or _planned(ctx, direction, tensor, peer, tag)
+    if ctx.device.type != "cuda":
+        plan(tensor)  # the interpreter runs the kernel now
+        return Work()
+    streams = _STREAMS.get(ctx)
+    if streams is None:
+        streams = _STREAMS[ctx] = _Streams()
+    channel = (direction, peer, tag)
+    side = streams.streams.get(channel)
+    if side is None:
+        side = streams.streams[channel] = torch.cuda.Stream(ctx.device)
+    side.wait_stream(torch.cuda.current_stream(ctx.device))  # the tensor's producers first
+    with torch.cuda.stream(side):
+        plan(tensor)
+    capturing = torch.cuda.is_current_stream_capturing()
+    if not capturing:
+        tensor.record_stream(side)  # the caching allocator keeps it until the side stream is past it
+    event = torch.cuda.Event()
+    event.record(side)
+    streams.pending[channel] = (event, capturing)
+    return Work(event, ctx.device)
+
+
+# --- the calls -----------------------------------------------------------------------------------------
+
+def send(ctx, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+    """Send ``tensor`` to rank ``dst``, where a ``recv`` with this rank as ``src`` and the same
+    ``tag`` takes it; enqueued on torch's current stream.
+
+    ``tensor``: contiguous, on the context's device, fp32, fp64, fp16, bf16, int32 or int64, any
+    size (a message larger than an inbox flows through it in chunks: the sender's kernel then
+    waits for the receiver's). It need not be on the heap. The receiver's tensor must have as many
+    elements and the same dtype, else the receiver fails with :class:`IrisMessageSizeError` (the
+    watchdog's report on the GPU). The send and its recv may be called in either order, from any
+    stream; sends of one ``dst`` and ``tag`` pair up with that rank's recvs in the order made.
+    ``tag``: ``0 .. tags - 1`` of :func:`init_p2p`. Not collective: only ``dst`` takes part.
+    """
+    if is_compiling():
+        return traced().send(ctx, tensor, dst, tag)
+    _blocking(ctx, "send", tensor, dst, tag)
+
+
+def recv(ctx, tensor: torch.Tensor, src: int, tag: int = 0) -> torch.Tensor:
+    """Receive into ``tensor`` the message that rank ``src`` sends with ``tag``; returns ``tensor``.
+    Enqueued on torch's current stream: work enqueued after it sees the data. See :func:`send`;
+    ``tensor`` need not be on the heap."""
+    if is_compiling():
+        return traced().recv(ctx, tensor, src, tag)
+    _blocking(ctx, "recv", tensor, src, tag)
+    return tensor
+
+
+def isend(ctx, tensor: torch.Tensor, dst: int, tag: int = 0) -> Work:
+    """:func:`send` on a stream of its own for ``(dst, tag)`` (after the work the current stream
+    holds now), so that it can progress beside a receive or other tags; returns a :class:`Work`
+    whose ``wait()`` orders the current stream after it. Keep ``tensor`` unchanged until then."""
+    return _start(ctx, "send", tensor, dst, tag)
+
+
+def irecv(ctx, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
+    """:func:`recv` on a stream of its own for ``(src, tag)``; returns a :class:`Work` whose
+    ``wait()`` orders the current stream after the data has arrived in ``tensor``."""
+    return _start(ctx, "recv", tensor, src, tag)
+
+
+@dataclasses.dataclass(frozen=True)
+class P2POp:
+    """One operation of :func:`batch_isend_irecv`: ``op`` is ``ccl.isend`` or ``ccl.irecv`` (or
+    ``ccl.send`` / ``ccl.recv``, or the strings ``"send"`` / ``"recv"``), like
+    ``torch.distributed.P2POp(op, tensor, peer, tag=tag)``."""
+
+    op: object
+    tensor: torch.Tensor
+    peer: int
+    tag: int = 0
+
+
+def _direction(op) -> str | None:
+    if op in (isend, send, "send", "isend"):
+        return "send"
+    if op in (irecv, recv, "recv", "irecv"):
+        return "recv"
+    return None
+
+
+def batch_isend_irecv(ctx, ops) -> list[Work]:
+    """Start every send and receive of ``ops`` (a list of :class:`P2POp`) so that they progress
+    together; returns their :class:`Work` handles in order (``torch.distributed``'s
+    ``batch_isend_irecv``). Use it for exchanges in which every rank sends and receives messages
+    larger than an inbox (a ring shift, a pipeline's 1F1B steady state): on the GPU each runs on
+    its stream (as :func:`isend` / :func:`irecv`); on the cpu backend, where calls run one after
+    another, the batch moves every message an inbox at a time, by turns. Every operation is
+    checked before any starts. Operations of one peer, tag and direction run in list order."""
+    call = "iris.collectives.ccl.batch_isend_irecv"
+    if not isinstance(ops, (list, tuple)) or not ops:
+        raise IrisUsageError(f"{call}: ops={ops!r} must be a non-empty list of iris.collectives.ccl.P2POp")
+    planned = []
+    for i, item in enumerate(ops):
+        direction = _direction(getattr(item, "op", None)) if isinstance(item, P2POp) else None
+        if direction is None:
+            raise IrisUsageError(f"{call}: ops[{i}]={item!r} is not a P2POp(op, tensor, peer, tag) whose op is "
+                                 f"ccl.isend or ccl.irecv")
+        planned.append((direction, item, _planned(ctx, direction, item.tensor, item.peer, item.tag)))
+    if ctx.device.type == "cuda":
+        return [_start(ctx, d, op.tensor, op.peer, op.tag, plan) for d, op, plan in planned]
+    _interleave(planned)
+    return [Work() for _ in planned]
+
+
+def _interleave(planned) -> None:
+    # The cpu backend: each channel's operations in list order, every channel moving up to an
+    # inbox's worth of chunks per turn. A send of a turn only waits for credits that the peer gave
+    # in its previous turn, and a receive for chunks the peer sends in this turn before its own
+    # receives, so two ranks exchanging messages of any size in batches never wait on each other.
+    queues: dict[tuple, list] = {}
+    for direction, op, plan in planned:
+        queues.setdefault((direction, op.peer, op.tag), []).append([plan, op.tensor, 0])
+    while queues:
+        for channel in list(queues):
+            head = queues[channel][0]
+            plan, tensor, first = head
+            stop = min(first + plan.slots, plan.chunks)
+            plan(tensor, first, stop)
+            head[2] = stop
+            if stop == plan.chunks:
+                queues[channel].pop(0)
+                if not queues[channel]:
+                    del queues[channel]
+
+
+__all__ = ["MESSAGE_DTYPES", "P2POp", "P2PSettings", "Work", "batch_isend_irecv", "init_p2p", "irecv", "isend",
+           "recv", "send"]

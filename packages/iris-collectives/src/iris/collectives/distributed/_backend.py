@@ -1,0 +1,38 @@
+"""Registering the ``iris`` backend with torch.distributed, and the function torch calls to make
+each of its process groups."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from iris.runtime import IrisUnsupportedError
+
+from ._context import check_options
+from ._group import BACKEND, IrisProcessGroup
+
+
+def create(backend_options, pg_options):
+    """Make the process group of the ``iris`` backend that torch asks for (``init_process_group``,
+    ``new_group``): ``backend_options`` is torch's ``_DistributedBackendOptions`` (store, group
+    rank and size, timeout, the global ranks of a sub-group), ``pg_options`` what the program
+    passed as ``pg_options`` (None or an :class:`Options`). A strict subset of the ranks raises
+    on the ranks in it (torch does not call here on the others): sub-groups are not in
+    iris.collectives yet."""
+    options = check_options(pg_options)
+    ranks = list(backend_options.global_ranks_in_group)
+    if ranks and dist.is_initialized() and ranks != list(range(dist.get_world_size())):
+        raise IrisUnsupportedError(
+            f"torch.distributed.new_group(ranks={ranks}, backend='iris'): a group of some of the ranks needs "
+            f"sub-groups, which iris.collectives does not have yet (another change adds them); make this group "
+            f"with backend='gloo' (or 'nccl' with one rank per GPU), or a group of all {dist.get_world_size()} "
+            f"ranks with backend='iris'")
+    return IrisProcessGroup(backend_options.group_rank, backend_options.group_size, options, backend_options.store,
+                            backend_options.timeout)
+
+
+def register() -> None:
+    """Register the ``iris`` backend (for CPU and CUDA tensors) with torch.distributed, once per
+    process (importing :mod:`iris.collectives.distributed` does it)."""
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND, create, extended_api=True, devices=["cpu", "cuda"])

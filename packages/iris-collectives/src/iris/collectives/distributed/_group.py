@@ -1,0 +1,450 @@
+"""``IrisProcessGroup``: torch.distributed's process group interface, each call one call of
+:mod:`iris.collectives.ccl` (no second implementation of a collective).
+
+torch calls these methods with its own argument forms: lists of one tensor (``allreduce([t],
+opts)``), lists of lists for the list collectives (``allgather([[out_0 .. out_W-1]], [inp])``),
+options objects (``opts.reduceOp``, ``opts.rootRank``). Each method turns them into the ccl call
+on the group's Iris context and returns an :class:`IrisWork`. Tensors are reshaped, never
+copied, where ccl takes them as they are (one contiguous tensor in, one out); the list forms go
+through one flat buffer. A CPU tensor goes to gloo where the group was configured so
+(``"cuda:iris,cpu:gloo"``) and the context is on the GPU; what ccl cannot do raises an
+:class:`iris.runtime.IrisUnsupportedError` naming the call and what to do instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from iris.runtime import IrisUnsupportedError, IrisUsageError
+
+from .. import ccl
+from . import _context
+from ._convert import OP_NAMES, check_reducible, flat, op_name, padded, unpad, words
+from ._work import IrisWork, completed, stream_key
+
+#: The name the backend is registered under.
+BACKEND = "iris"
+_ALL_REDUCE = "torch.distributed.all_reduce(backend='iris')"
+#: ccl's name of each reduction, by the value of torch's ``ReduceOp.RedOpType``.
+_OP_NAMES = {int(op.value): name for op, name in OP_NAMES.items()}
+#: The gloo backend's method for each of this class's methods that may hand CPU tensors to it.
+_GLOO_NAMES = {"all_gather_single": "_allgather_base", "reduce_scatter_single": "_reduce_scatter_base",
+               "all_to_all_single": "alltoall_base"}
+
+
+class IrisProcessGroup(dist.ProcessGroup):
+    """A process group of the ``iris`` backend: ranks ``rank`` of ``size``, its Iris context made
+    or adopted on the first call (:mod:`._context`). ``store`` and ``timeout`` are the group's,
+    for the gloo group that CPU tensors go to when the backend string says ``cpu:gloo``."""
+
+    def __init__(self, rank: int, size: int, options=None, store=None, timeout=None):
+        super().__init__(rank, size)
+        self._options, self._store, self._timeout = options, store, timeout
+        self._ctx = None  # the Iris context, from the first call on
+        self._owns_ctx = False
+        self._gloo = None  # gloo for CPU tensors (cpu:gloo, context on the GPU)
+        # where each kind of tensor goes, decided on the first call: True for iris
+        self._cuda_to_iris = self._cpu_to_iris = False
+        self._stream_of = None  # the current stream's key (on the GPU), for works
+        self._fast = None
+
+    # --- names ---------------------------------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def __repr__(self) -> str:
+        where = "no context yet" if self._ctx is None else repr(self._ctx)
+        return f"IrisProcessGroup(rank={self.rank()}, size={self.size()}, {where})"
+
+    # --- the context, and where tensors go --------------------------------------------------------------
+    def context(self, call: str = "iris backend"):
+        """The group's Iris context, made or adopted now if this is the group's first call
+        (collective then)."""
+        if self._ctx is None:
+            self._setup(call)
+        return self._ctx
+
+    def _setup(self, call: str) -> None:
+        ctx, made = _context.make_context(self._options, self.rank(), self.size(), call)
+        on_gpu = ctx.device.type == "cuda"
+        try:
+            config = str(dist.get_backend_config(self))
+        except Exception:  # a group torch does not list (made by hand): no device map
+            config = ""
+        devices = dict(pair.split(":", 1) for pair in config.split(",") if ":" in pair)
+        cpu_gloo = devices.get("cpu") == "gloo"
+        if cpu_gloo:
+            if self._store is None:
+                raise IrisUsageError(f"{call}: this group has no store to make the gloo group for CPU tensors from")
+            # made by every rank at its first call on the group (the same call on every rank)
+            self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("iris-cpu/", self._store), self.rank(),
+                                               self.size(), self._timeout)
+        self._cuda_to_iris, self._cpu_to_iris = on_gpu, not on_gpu and not cpu_gloo
+        index = ctx.device.index or 0
+        self._stream_of = (lambda: stream_key(index)) if on_gpu else None
+        self._ctx, self._owns_ctx = ctx, made
+        # what all_reduce's common case reads, in one attribute of this (pybind) object
+        self._fast = (ctx, self._cuda_to_iris, self._cpu_to_iris, self._stream_of)
+
+    def _ctx_for(self, t: torch.Tensor, call: str):
+        """The Iris context when ``t`` goes to iris, None when it goes to gloo; else raises."""
+        ctx = self._ctx if self._ctx is not None else self.context(call)
+        if self._cuda_to_iris if t.is_cuda else self._cpu_to_iris:
+            return ctx
+        if self._gloo is not None and t.device.type == "cpu":
+            return None
+        fix = ("pass backend='cuda:iris,cpu:gloo' to init_process_group to send CPU tensors to gloo, or move the "
+               f"tensor to {ctx.device}" if ctx.device.type == "cuda" else f"move the tensor to {ctx.device}")
+        raise IrisUsageError(f"{call}: a tensor on {t.device}, but the iris backend's context runs on {ctx.device}; "
+                             f"{fix}")
+
+    def _to_gloo(self, name: str, *args):
+        return getattr(self._gloo, _GLOO_NAMES.get(name, name))(*args)
+
+    def _each_on_gloo(self, name: str, outputs, inputs, opts) -> IrisWork:
+        # the coalesced forms: one gloo call per pair (gloo has no coalesced form of these)
+        for output, input in zip(outputs, inputs):
+            getattr(self._gloo, name)(output, input, opts).wait()
+        return completed(list(outputs))
+
+    def _work(self, ctx, tensors: list, blocking: bool = False) -> IrisWork:
+        stream_of = self._stream_of
+        return IrisWork(tensors, stream_of and stream_of(), blocking)
+
+    @staticmethod
+    def _one(tensors, call: str) -> torch.Tensor:
+        if len(tensors) != 1:
+            raise IrisUsageError(f"{call}: the iris backend takes one tensor per rank, got a list of {len(tensors)} "
+                                 f"(one process per device)")
+        return tensors[0]
+
+    # --- all_reduce ------------------------------------------------------------------------------------
+    def allreduce(self, tensors, opts):
+        """``dist.all_reduce``: ``ccl.all_reduce`` in place. The path of every DDP bucket and most
+        calls, so its common case (one tensor that goes to iris, a known op) reads the group's
+        state in one attribute and as few of torch's properties as it can (``opts.reduceOp``
+        alone costs about a microsecond)."""
+        fast = self._fast
+        if fast is None or len(tensors) != 1:
+            return self._allreduce_elsewhere(tensors, opts)
+        ctx, cuda_to_iris, cpu_to_iris, stream_of = fast
+        t = tensors[0]
+        if not (cuda_to_iris if t.is_cuda else cpu_to_iris):
+            return self._allreduce_elsewhere(tensors, opts)
+        op = _OP_NAMES.get(opts.reduceOp.op.value)
+        if op is None:
+            op_name(_ALL_REDUCE, opts.reduceOp)  # raises, naming the op
+        if t.numel():
+            ccl.all_reduce(ctx, t, t, op)
+        return IrisWork(tensors, stream_of and stream_of())
+
+    def _allreduce_elsewhere(self, tensors, opts):
+        # the first call (the context is made now), a CPU tensor for gloo, or an error
+        t = self._one(tensors, _ALL_REDUCE)
+        ctx = self._ctx_for(t, _ALL_REDUCE)
+        if ctx is None:
+            return self._to_gloo("allreduce", tensors, opts)
+        return self.allreduce(tensors, opts)
+
+    def allreduce_coalesced(self, tensors, opts):
+        """``dist.all_reduce_coalesced``: one ``ccl.all_reduce`` per tensor."""
+        call = "torch.distributed.all_reduce_coalesced(backend='iris')"
+        if not tensors:
+            return completed([])
+        ctx = self._ctx_for(tensors[0], call)
+        if ctx is None:
+            return self._to_gloo("allreduce_coalesced", tensors, opts)
+        op = op_name(call, opts.reduceOp)
+        for t in tensors:
+            if self._ctx_for(t, call) is not ctx:
+                raise IrisUsageError(f"{call}: the tensors are on different devices; pass tensors of one device")
+            if t.numel():
+                check_reducible(call, t)
+                ccl.all_reduce(ctx, t, t, op=op)
+        return self._work(ctx, tensors)
+
+    # --- all_gather ------------------------------------------------------------------------------------
+    def all_gather_single(self, output, input, opts):
+        """``dist.all_gather_into_tensor``: ``ccl.all_gather`` of the flattened tensors (``output``
+        is every rank's ``input`` concatenated or stacked along dim 0)."""
+        call = "torch.distributed.all_gather_into_tensor(backend='iris')"
+        ctx = self._ctx_for(input, call)
+        if ctx is None:
+            return self._to_gloo("all_gather_single", output, input, opts)
+        self._gather(ctx, call, output, input)
+        return self._work(ctx, [output])
+
+    _allgather_base = all_gather_single  # the name older torch calls
+
+    def _gather(self, ctx, call: str, output: torch.Tensor, input: torch.Tensor) -> None:
+        W = self.size()
+        if output.numel() != W * input.numel():
+            raise IrisUsageError(f"{call}: output has {output.numel()} elements and input {input.numel()}; with {W} "
+                                 f"ranks the output holds {W} x the input's: every rank's input concatenated or "
+                                 f"stacked along dim 0 (shape ({W}, *input.shape))")
+        if output.dtype != input.dtype:
+            raise IrisUsageError(f"{call}: output is {output.dtype} but input {input.dtype}; pass one dtype")
+        if not input.numel():
+            return
+        self._contiguous(call, output=output, input=input)
+        src, dst = words(input), words(output)
+        if src is not None and dst is not None:
+            ccl.all_gather(ctx, dst, src)
+            return
+        # bytes that are not whole words (all_gather_object's): through padded buffers
+        src = padded(input)
+        dst = torch.empty(W * src.numel(), dtype=torch.int32, device=input.device)
+        ccl.all_gather(ctx, dst, src)
+        nbytes = input.numel() * input.element_size()
+        out_bytes = flat(output).view(torch.uint8).view(W, nbytes)
+        out_bytes.copy_(dst.view(torch.uint8).view(W, -1)[:, :nbytes])
+
+    def allgather(self, output_tensors, input_tensors, opts):
+        """``dist.all_gather``: ``ccl.all_gather`` into one flat buffer, then into the list."""
+        call = "torch.distributed.all_gather(backend='iris')"
+        input = self._one(input_tensors, call)
+        outputs = self._one(output_tensors, call)
+        ctx = self._ctx_for(input, call)
+        if ctx is None:
+            return self._to_gloo("allgather", output_tensors, input_tensors, opts)
+        if len(outputs) != self.size() or any(o.numel() != input.numel() or o.dtype != input.dtype for o in outputs):
+            shapes = [tuple(o.shape) for o in outputs]
+            raise IrisUsageError(f"{call}: the output list has tensors of shapes {shapes}; pass {self.size()} tensors "
+                                 f"of the input's size ({input.numel()} elements) and dtype ({input.dtype})")
+        if input.numel():
+            gathered = torch.empty((self.size(), *input.shape), dtype=input.dtype, device=input.device)
+            self._gather(ctx, call, gathered, input.contiguous())
+            for out, part in zip(outputs, gathered):
+                out.copy_(part.view(out.shape))
+        return self._work(ctx, list(outputs))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+        """``all_gather_into_tensor`` of each pair, one ``ccl.all_gather`` each."""
+        call = "torch.distributed.all_gather_into_tensor_coalesced(backend='iris')"
+        if not inputs:
+            return completed([])
+        ctx = self._ctx_for(inputs[0], call)
+        if ctx is None:
+            return self._each_on_gloo("_allgather_base", outputs, inputs, opts)
+        for output, input in zip(outputs, inputs):
+            self._gather(ctx, call, output, input)
+        return self._work(ctx, list(outputs))
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    # --- reduce_scatter --------------------------------------------------------------------------------
+    def reduce_scatter_single(self, output, input, opts):
+        """``dist.reduce_scatter_tensor``: ``ccl.reduce_scatter`` of the flattened tensors (``input``
+        is ``W`` chunks of ``output``'s size, concatenated or stacked along dim 0)."""
+        call = "torch.distributed.reduce_scatter_tensor(backend='iris')"
+        ctx = self._ctx_for(input, call)
+        if ctx is None:
+            return self._to_gloo("reduce_scatter_single", output, input, opts)
+        self._scatter(ctx, call, output, input, op_name(call, opts.reduceOp))
+        return self._work(ctx, [output])
+
+    _reduce_scatter_base = reduce_scatter_single  # the name older torch calls
+
+    def _scatter(self, ctx, call: str, output, input, op: str) -> None:
+        W = self.size()
+        if input.numel() != W * output.numel():
+            raise IrisUsageError(f"{call}: input has {input.numel()} elements and output {output.numel()}; with {W} "
+                                 f"ranks the input holds {W} x the output's")
+        if output.dtype != input.dtype:
+            raise IrisUsageError(f"{call}: output is {output.dtype} but input {input.dtype}; pass one dtype")
+        if output.numel():
+            check_reducible(call, input)
+            self._contiguous(call, output=output, input=input)
+            ccl.reduce_scatter(ctx, flat(output), flat(input), op=op)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts):
+        """``dist.reduce_scatter``: the list concatenated into one buffer, ``ccl.reduce_scatter``."""
+        call = "torch.distributed.reduce_scatter(backend='iris')"
+        output = self._one(output_tensors, call)
+        inputs = self._one(input_tensors, call)
+        ctx = self._ctx_for(output, call)
+        if ctx is None:
+            return self._to_gloo("reduce_scatter", output_tensors, input_tensors, opts)
+        if len(inputs) != self.size() or any(i.numel() != output.numel() for i in inputs):
+            shapes = [tuple(i.shape) for i in inputs]
+            raise IrisUsageError(f"{call}: the input list has tensors of shapes {shapes}; pass {self.size()} tensors "
+                                 f"of the output's size ({output.numel()} elements)")
+        op = op_name(call, opts.reduceOp)
+        if output.numel():
+            whole = torch.cat([flat(i.contiguous()) for i in inputs])
+            result = output if output.is_contiguous() else output.contiguous()
+            self._scatter(ctx, call, result, whole, op)
+            if result is not output:
+                output.copy_(result)
+        return self._work(ctx, [output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+        """``reduce_scatter_tensor`` of each pair, one ``ccl.reduce_scatter`` each."""
+        call = "torch.distributed.reduce_scatter_tensor_coalesced(backend='iris')"
+        if not inputs:
+            return completed([])
+        ctx = self._ctx_for(inputs[0], call)
+        if ctx is None:
+            return self._each_on_gloo("_reduce_scatter_base", outputs, inputs, opts)
+        op = op_name(call, opts.reduceOp)
+        for output, input in zip(outputs, inputs):
+            self._scatter(ctx, call, output, input, op)
+        return self._work(ctx, list(outputs))
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    # --- all_to_all ------------------------------------------------------------------------------------
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
+        """``dist.all_to_all_single`` with equal splits: ``ccl.all_to_all`` of the flattened tensors."""
+        call = "torch.distributed.all_to_all_single(backend='iris')"
+        ctx = self._ctx_for(input, call)
+        if ctx is None:
+            return self._to_gloo("all_to_all_single", output, input, output_split_sizes, input_split_sizes, opts)
+        W = self.size()
+        rows = input.shape[0] if input.dim() else 0
+        uneven = None
+        for name, splits, t in (("input", input_split_sizes, input), ("output", output_split_sizes, output)):
+            equal = t.dim() and t.shape[0] % W == 0 and all(s == t.shape[0] // W for s in splits)
+            if not equal and uneven is None:
+                uneven = f"{name}_split_sizes={list(splits)} for a tensor of {t.shape[0] if t.dim() else 0} rows"
+        if input_split_sizes or output_split_sizes:
+            # Split sizes differ between ranks when they are uneven, and a rank whose own look equal
+            # would wait in the kernel for one that raised: every rank learns whether any is uneven.
+            others = [u for u in ctx.comm.allgather(uneven) if u is not None]
+            uneven = uneven or (f"another rank's {others[0]}" if others else None)
+        if uneven is not None:
+            raise IrisUnsupportedError(
+                f"{call}: {uneven} are not {W} equal splits, which needs an all-to-all of variable sizes "
+                f"(all_to_all_v), which iris.collectives.ccl does not have yet; pass equal splits (rows a multiple "
+                f"of {W}), or run this call on a gloo or nccl group")
+        if output.shape != input.shape or output.dtype != input.dtype:
+            raise IrisUsageError(f"{call}: output is {tuple(output.shape)} {output.dtype} but input "
+                                 f"{tuple(input.shape)} {input.dtype}; with equal splits pass an output of the "
+                                 f"input's shape and dtype")
+        if rows and input.numel():
+            self._contiguous(call, output=output, input=input)
+            src, dst = words(input), words(output)
+            if src is not None and dst is not None and src.numel() % W == 0:  # whole words per peer
+                ccl.all_to_all(ctx, dst, src)
+            else:
+                chunk = input.numel() * input.element_size() // W  # bytes each rank sends each peer
+                per = -(-chunk // 4)
+                src = torch.zeros(W, per, dtype=torch.int32, device=input.device)
+                src.view(torch.uint8)[:, :chunk].copy_(flat(input).view(torch.uint8).view(W, chunk))
+                dst = torch.empty_like(src)
+                ccl.all_to_all(ctx, flat(dst), flat(src))
+                flat(output).view(torch.uint8).view(W, chunk).copy_(dst.view(torch.uint8)[:, :chunk])
+        return self._work(ctx, [output])
+
+    alltoall_base = all_to_all_single  # the name older torch calls
+
+    def alltoall(self, output_tensors, input_tensors, opts):
+        """``dist.all_to_all`` of equal tensors: concatenated, ``ccl.all_to_all``, split."""
+        call = "torch.distributed.all_to_all(backend='iris')"
+        ctx = self._ctx_for(input_tensors[0], call)
+        if ctx is None:
+            return self._to_gloo("alltoall", output_tensors, input_tensors, opts)
+        W = self.size()
+        n = input_tensors[0].numel()
+        sizes = [t.numel() for t in (*input_tensors, *output_tensors)]
+        mine = len(input_tensors) != W or len(output_tensors) != W or any(s != n for s in sizes)
+        # sizes of a list all-to-all may differ between ranks: every rank learns whether any is uneven
+        if any(ctx.comm.allgather(mine)):
+            raise IrisUnsupportedError(
+                f"{call}: tensors of {sizes[:len(input_tensors)]} elements in and {sizes[len(input_tensors):]} out; "
+                f"the iris backend exchanges {W} tensors of one size each way (variable sizes need all_to_all_v, "
+                f"which iris.collectives.ccl does not have yet; run this call on a gloo or nccl group)")
+        if n:
+            whole = torch.stack([i.contiguous().view(-1) for i in input_tensors])
+            received = torch.empty_like(whole)
+            self.all_to_all_single(received.view(-1), whole.view(-1), [], [], opts)
+            for out, part in zip(output_tensors, received):
+                out.copy_(part.view(out.shape))
+        return self._work(ctx, list(output_tensors))
+
+    # --- broadcast and barrier ------------------------------------------------------------------------
+    def broadcast(self, tensors, opts):
+        """``dist.broadcast``: ``ccl.broadcast`` in place from ``opts.rootRank``."""
+        call = "torch.distributed.broadcast(backend='iris')"
+        t = self._one(tensors, call)
+        ctx = self._ctx_for(t, call)
+        if ctx is None:
+            return self._to_gloo("broadcast", tensors, opts)
+        if t.numel():
+            self._contiguous(call, tensor=t)
+            moved = words(t)
+            if moved is not None:
+                ccl.broadcast(ctx, moved, opts.rootRank)
+            else:
+                buffer = padded(t)
+                ccl.broadcast(ctx, buffer, opts.rootRank)
+                unpad(buffer, t)
+        return self._work(ctx, tensors)
+
+    def barrier(self, opts=None):
+        """``dist.barrier``: ``ccl.barrier`` on the stream; the work's ``wait()`` (which torch calls
+        unless ``async_op=True``) also waits on the host, as torch's barrier promises."""
+        ctx = self.context("torch.distributed.barrier(backend='iris')")
+        ccl.barrier(ctx)
+        return self._work(ctx, [], blocking=True)
+
+    # --- what ccl does not have ------------------------------------------------------------------------
+    def _missing(self, name: str, tensors, args: tuple, what: str):
+        call = f"torch.distributed.{name}(backend='iris')"
+        t = tensors[0] if tensors else None
+        if t is not None and self._ctx_for(t, call) is None:
+            return self._to_gloo(name, *args)
+        raise IrisUnsupportedError(f"{call}: {what}")
+
+    def send(self, tensors, dst, tag=0):
+        return self._missing("send", tensors, (tensors, dst, tag),
+                             "point-to-point send/recv is not in iris.collectives.ccl yet (another change adds it); "
+                             "send this tensor over a gloo group (dist.new_group(backend='gloo')), or pass CPU tensors "
+                             "with backend='cuda:iris,cpu:gloo'")
+
+    def recv(self, tensors, src, tag=0):
+        return self._missing("recv", tensors, (tensors, src, tag),
+                             "point-to-point send/recv is not in iris.collectives.ccl yet (another change adds it); "
+                             "receive this tensor over a gloo group (dist.new_group(backend='gloo')), or pass CPU "
+                             "tensors with backend='cuda:iris,cpu:gloo'")
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._missing("recv_anysource", tensors, (tensors, tag),
+                             "point-to-point recv is not in iris.collectives.ccl yet; use a gloo group")
+
+    def reduce(self, tensors, opts):
+        return self._missing("reduce", tensors, (tensors, opts),
+                             "a reduce to one rank is not in iris.collectives.ccl; call dist.all_reduce (every rank "
+                             "gets what the root would) or run this call on a gloo group")
+
+    def gather(self, output_tensors, input_tensors, opts):
+        return self._missing("gather", input_tensors, (output_tensors, input_tensors, opts),
+                             "a gather to one rank is not in iris.collectives.ccl; call dist.all_gather (every rank "
+                             "gets what the root would) or run this call on a gloo group")
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        return self._missing("scatter", output_tensors, (output_tensors, input_tensors, opts),
+                             "a scatter from one rank is not in iris.collectives.ccl; call dist.broadcast of the whole "
+                             "list and keep this rank's part, or run this call on a gloo group")
+
+    # --- checks and lifetime ---------------------------------------------------------------------------
+    @staticmethod
+    def _contiguous(call: str, **tensors) -> None:
+        for name, t in tensors.items():
+            if not t.is_contiguous():
+                raise IrisUsageError(f"{call}: {name} (shape {tuple(t.shape)}, strides {t.stride()}) is not "
+                                     f"contiguous; torch.distributed's collectives take contiguous tensors: pass "
+                                     f"{name}.contiguous() (and copy the result back where it is the output)")
+
+    def shutdown(self) -> None:
+        """At ``dist.destroy_process_group()``: the context the backend made for this group is
+        closed (collective: every rank destroys its groups together), and a later group makes a
+        new one; a context the program passed stays open."""
+        ctx, self._ctx, self._fast = self._ctx, None, None
+        if ctx is not None and self._owns_ctx:
+            _context.forget(ctx)
+            ctx.close()
+
+    def abort(self) -> None:
+        self.shutdown()
