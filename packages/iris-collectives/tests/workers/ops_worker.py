@@ -533,6 +533,32 @@ def scenario_calls_agree(ctx):
     a, b = torch.ones(16, 4, **f32), torch.ones(4, 16, **f32)
     ops.matmul_all_reduce(ctx, out, a, b, config=SMALL)
     check(out, torch.full((16, 16), 4.0 * W), "matmul_all_reduce after the mismatch")
+    # all_reduce_residual_rmsnorm, planned like a ccl call: a new call is agreed on the host...
+    norm = "iris.collectives.ops.all_reduce_residual_rmsnorm"
+    one = ops.Config(variant="one_shot", block_m=4, grid=1)  # one tile, one program (below)
+    rows = {M: [torch.ones(M, 8, **f32) for _ in range(3)] for M in (3, 4)}  # out, partial, residual
+    weight = torch.ones(8, **f32)
+
+    def rmsnorm(M, eps=1e-6):
+        out, partial, residual = rows[M]
+        return ops.all_reduce_residual_rmsnorm(ctx, out, None, partial, residual, weight, eps, config=one)
+
+    expect_error(lambda: rmsnorm(4 if r == 0 else 3), iris.runtime.IrisCallMismatchError,
+                 f"{norm}: the ranks made different collective calls", f"{norm}(out=float32[4, 8], residual_out=None, "
+                 "partial=float32[4, 8]", "partial=float32[3, 8]")
+    expect_error(lambda: rmsnorm(3, 1e-5 if r == 0 else 1e-6), iris.runtime.IrisCallMismatchError, "eps=1e-05",
+                 "eps=1e-06")
+    # ... and a cached one by its kernel, whose check raises on every rank on the cpu backend (on the
+    # GPU it ends the job: the fault test's calls_hit); calls of 3 and 4 rows share a workspace
+    if dev.type != "cuda":
+        for M in (3, 4):
+            rmsnorm(M)
+        expect_error(lambda: rmsnorm(4 if r == 0 else 3), iris.runtime.IrisCallMismatchError, "found by its kernel",
+                     "partial=float32[4, 8]", "partial=float32[3, 8]")
+    rmsnorm(3)
+    h = torch.full((3, 8), 1.0 + W)  # the residual plus every rank's partial
+    check(rows[3][0], torch.nn.functional.rms_norm(h, (8,), torch.ones(8), 1e-6),
+          "all_reduce_residual_rmsnorm after the mismatches")
 
 
 # --- all_reduce_residual_rmsnorm -------------------------------------------------------------------

@@ -465,6 +465,12 @@ def scenario_calls_agree(ctx):
     expect_error(lambda: F.matmul_all_reduce(ctx, torch.ones(16, k, **f32), torch.ones(k, 16, **f32)),
                  iris.runtime.IrisCallMismatchError, "iris.collectives.ops.matmul_all_reduce: the ranks made "
                  "different collective calls", "a=float32[16, 8]", "a=float32[16, 4]")
+    norm = "iris.collectives.ops.all_reduce_residual_rmsnorm"
+    rows = 4 if r == 0 else 3
+    expect_error(lambda: torch.compile(lambda p: F.all_reduce_residual_rmsnorm(ctx, p, None, torch.ones(8, **f32)),
+                                       backend="aot_eager", fullgraph=True)(torch.ones(rows, 8, **f32)),
+                 iris.runtime.IrisCallMismatchError, f"{norm}: the ranks made different collective calls",
+                 "partial=float32[4, 8]", "partial=float32[3, 8]")
     x = torch.full((16,), float(r), device=dev)
     assert torch.equal(F.all_reduce(ctx, x).cpu(), torch.full((16,), float(W * (W - 1) // 2)))
 
