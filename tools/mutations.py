@@ -324,7 +324,7 @@ MUTATIONS = [
              [("worker", "2", "torch_backend_worker.py", "iris", "all_reduce_ops")], expect="all_reduce RedOpType.M"),
     Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal raises when another "
              "rank's are uneven (no wait for a rank that raised)",
-             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.comm.allgather(uneven) if u is not None]",
+             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.allgather(uneven, call) if u is not None]",
                "            others = []", 1)],
              [("worker", "2", "torch_backend_worker.py", "iris", "all_to_all", "IRIS_TIMEOUT_S=20")],
              expect="all_to_all"),

@@ -740,9 +740,9 @@ def scenario_p2p_errors(ctx):
                  "power of two")
     expect_error(lambda: ccl.init_p2p(ctx, chunk_bytes=256, block_bytes=512), IrisUsageError, init,
                  "block_bytes=512", "chunk_bytes=256")
-    if W > 1:  # every rank raises, naming the odd one
-        expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, tags=2 + (r == W - 1))), IrisUsageError, init,
-                     f"rank {W - 1} tags=3", "same settings on every rank")
+    if W > 1:  # every rank raises, naming the odd one (the call agreement: init_p2p is collective)
+        expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, tags=2 + (r == W - 1))), iris.runtime.IrisCallMismatchError,
+                     init, f"rank {W - 1} called {init}(tags=3, slots=2", "Every rank must make the same collective")
     settings = ccl.init_p2p(ctx, **P2P)
     assert settings.heap_bytes(W) == (W - 1) * 4 * (2 * 1024 + 8 * 2 * settings.grid + 16 * settings.grid)
     send, recv = "iris.collectives.ccl.send", "iris.collectives.ccl.recv"
@@ -868,6 +868,40 @@ def scenario_calls_agree(ctx):
     differ(lambda: ccl.all_gather(ctx, ones(W * (8 if odd else 16)), ones(8 if odd else 16), config=SMALL),
            "iris.collectives.ccl.all_gather", f"out=float32[{W * 8}], inp=float32[8]")
     differ(lambda: ccl.broadcast(ctx, ones(64), 1 if odd else 0, config=SMALL), "src=1", "src=0")
+    # the collectives with a root: the root is part of the call, and so are the tensors every rank
+    # passes (the root's own out, or scatter's inp, is checked against them on the root alone)
+    differ(lambda: ccl.reduce(ctx, ones(64), ones(64), 1 if odd else 0, config=SMALL),
+           "iris.collectives.ccl.reduce(inp=float32[64], dst=1, op='sum'", "dst=0")
+    differ(lambda: ccl.reduce(ctx, ones(64), ones(64), 0, op="max" if odd else "min", config=SMALL), "op='max'",
+           "op='min'")
+    differ(lambda: ccl.gather(ctx, ones(W * (8 if odd else 16)) if r == 0 else None, ones(8 if odd else 16), 0,
+                              config=SMALL), "iris.collectives.ccl.gather(inp=float32[8], dst=0", "inp=float32[16]")
+    differ(lambda: ccl.scatter(ctx, ones(8), ones(8 * W), 1 if odd else 0, config=SMALL),
+           "iris.collectives.ccl.scatter(out=float32[8], src=1", "src=0")
+    # init_p2p is collective and agreed; a send or recv is not (two ranks take part: the receiver
+    # compares the message's header instead, see p2p_errors), so it makes no host exchange
+    differ(lambda: ccl.init_p2p(ctx, **dict(P2P, slots=3 if odd else 2)), "iris.collectives.ccl.init_p2p(tags=4, "
+           "slots=3", "slots=2")
+    ccl.init_p2p(ctx, **P2P)
+    agreed = ctx._calls.count
+    if r <= 1:  # ranks 0 and 1 alone: the others make no call
+        ccl.send(ctx, ones(8), 1 - r) if r == 0 else ccl.recv(ctx, torch.empty(8, device=dev), 0)
+        ccl.send(ctx, ones(5), 1 - r) if r == 1 else ccl.recv(ctx, torch.empty(5, device=dev), 1)
+    assert ctx._calls.count == agreed, "a point-to-point call made a host agreement"
+    # cached calls whose roots differ share a workspace and meet in the kernel, whose check (the
+    # device side of the agreement) raises on every rank; on the GPU it ends the job (the fault
+    # test's calls_hit), so the cpu backend only. One program: no other program of the kernel is
+    # left waiting when program 0 raises.
+    if dev.type != "cuda":
+        one = ccl.Config(block=64, width=16, grid=1)
+        inp, out = ones(64), torch.empty(64, device=dev)
+        for root in (0, 1):
+            ccl.reduce(ctx, out, inp, root, config=one)
+        expect_error(lambda: ccl.reduce(ctx, out, inp, 0 if odd else 1, config=one),
+                     iris.runtime.IrisCallMismatchError, "found by its kernel", "dst=0", "dst=1")
+        ccl.reduce(ctx, out, inp, 1, config=one)
+        if r == 1:
+            check(out, torch.full((64,), float(W)), "reduce after its kernel found the mismatch")
     # heap tensors the peers read in place must be at the same offset on every rank
     slabs = [ctx.zeros(64) for _ in range(2)]
     differ(lambda: ccl.all_reduce(ctx, ones(64), slabs[0 if odd else 1], config=SMALL), "on the heap at offset")

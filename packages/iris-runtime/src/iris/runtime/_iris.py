@@ -415,6 +415,13 @@ class Iris(TensorFactories):
                 f"barrier(verify=True): allocation call #{i} since the last barrier differs: rank 0 made "
                 f"{mine!r}, rank {rank} made {theirs!r}; make the same allocations in the same order on every rank")
 
+    def allgather(self, obj, call: str = "iris.runtime.Iris.allgather()") -> list:
+        """Every rank's ``obj`` (picklable), in rank order. Collective, on the host: the watchdog
+        bounds it like every host collective of the context, and its reports name ``call`` (the
+        caller's name for what the ranks exchange)."""
+        with self._host_waits.label(call):
+            return self._boot.allgather(obj)
+
     def broadcast(self, obj, src: int = 0):
         """``obj`` from rank ``src`` on every rank. Tensors come back on this rank's device;
         anything else must be picklable."""
