@@ -7,7 +7,8 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
 - ``recv_without_send``: rank 0 receives from the last rank, which never sends: the watchdog
   names the recv, the rank, the peer and the tag (2 ranks: one launch).
 - ``message_size`` (GPU only; the cpu backend's error is a ccl_worker.py scenario): the last rank
-  receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job.
+  receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job, and
+  the receive never returns (the rank cannot print what it holds).
 - ``kill``: the last rank is SIGKILLed while the others wait in the kernel: the launcher ends
   the job.
 - ``raise``: the last rank raises between two launches while the others wait in the kernel.
@@ -179,6 +180,7 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
             assert pairs and all(nranks - 1 in pair and pair[0] != pair[1] for pair in pairs), (pairs, reports[:4000])
         assert "timed out" not in out and "waited" not in out, out  # the signatures, not a time limit
     assert "went on past the barrier" not in out, out
+    assert "CHECK result" not in proc.stdout, f"a rank printed the result of a call that went wrong\n{out}"
     # an IrisError raised in a kernel reaches the caller as itself, not wrapped by the interpreter
     assert "InterpreterError" not in out, out
     # not anchored at a line's start: the launcher may put another rank's output before it on the

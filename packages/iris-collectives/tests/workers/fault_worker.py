@@ -110,7 +110,8 @@ def scenario_recv_without_send(ctx):
 
 def scenario_message_size(ctx):
     """The last rank receives 12 elements where rank 0 sends 10 (GPU: the watchdog reports it and
-    ends the job; the cpu backend's IrisMessageSizeError is tested in ccl_worker.py p2p_errors)."""
+    ends the job, and the receive never returns, so its output is never printed; the cpu backend's
+    IrisMessageSizeError is tested in ccl_worker.py p2p_errors)."""
     setup(ctx)
     ccl.init_p2p(ctx, tags=1)
     last = ctx.world_size - 1
@@ -118,7 +119,9 @@ def scenario_message_size(ctx):
         ccl.send(ctx, torch.ones(10, device=ctx.device), last)
     elif ctx.rank == last:
         fault_at(f"rank {last} receives 12 elements where rank 0 sends 10")
-        ccl.recv(ctx, torch.empty(12, device=ctx.device), 0)
+        out = torch.empty(12, device=ctx.device)
+        ccl.recv(ctx, out, 0)
+        result(ctx, out)  # waits for the receive: it must not end
     ctx.barrier()
     print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
 

@@ -466,16 +466,21 @@ def watchdog_report_size_mismatch(heap_bases, call: tl.constexpr, what: tl.const
     """Report a point-to-point size mismatch now (state STATE_SIZE_MISMATCH), with no wait: the runtime's
     watchdog thread prints it (:func:`mismatch_text`, ``seen`` and ``target`` being the two message
     headers, ``index`` the tag) and ends the job, as after a timeout. Only where the watchdog is
-    compiled in (``WATCHDOG``); a caller prints something itself otherwise.
+    compiled in (``WATCHDOG``); a caller prints something itself otherwise. Like a stopped wait,
+    the calling threads are then held until the host acknowledges (while the context's watchdog
+    runs), so that the receive, whose output holds no message, never returns.
 
     Granularity: per thread, no CTA barrier: the first thread of the process that calls it writes
-    the report (the claim word of :func:`watchdog_thread_stop`), the others return. Memory
-    semantics: the report's words are fenced at system scope before its state word."""
+    the report (the claim word of :func:`watchdog_thread_stop`), the others only wait for the
+    acknowledgement. Memory semantics: the report's words are fenced at system scope before its
+    state word."""
     me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     args = watchdog_arguments(call, what, peer, index, seen, target, None)
     _report(trailer, _drain_word(heap_bases, me, trailer), _SIZE_MISMATCH, args[0], args[1], me, args[2], args[3],
             args[4], args[5], 0, args[6])
+    if tl.load(trailer + WATCHDOG_NS_C) > 0:
+        _await_ack(trailer)
 
 
 @triton.jit
