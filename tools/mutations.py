@@ -355,6 +355,14 @@ MUTATIONS = [
              [(f"{COLL}/ccl/_launch.py", "_agreement.FORGET_HOOKS.append(forget)", "pass", 1)],
              [("worker", "2", "ccl_worker.py", "calls_agree", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")],
              expect="the agreement on"),
+    Mutation("reduce-plan-ignores-root", "each root of ccl.reduce has its own agreed call, which its kernel checks "
+             "(cached calls whose roots differ between ranks raise)",
+             [(f"{COLL}/ccl/_rooted.py", 'call_key(("reduce", op, root), ', 'call_key(("reduce", op), ', 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree")], expect="found by its kernel"),
+    Mutation("rmsnorm-kernel-unchecked", "all_reduce_residual_rmsnorm's kernel checks its agreed call against the "
+             "peers' (cached calls that differ raise)",
+             [(f"{COLL}/ops/_all_reduce_rmsnorm.py", "M, N, float(eps), half, fp)", "M, N, float(eps), half, 1)", 1)],
+             [("worker", "2", "ops_worker.py", "calls_agree")], expect="found by its kernel"),
     Mutation("board-ignores-other-calls", "ranks in different host calls at the same point end the job at once",
              [(f"{RUNTIME}/_host_waits.py", "            elif p_seq == seq and p_inside and p_kind != kind",
                "            elif False", 1)],
