@@ -415,3 +415,34 @@ def test_compile_lock_lets_one_process_compile_a_kernel_while_the_others_wait(tm
     assert held == [True]  # compiled under the kernel's lock
     keys = {_compile_lock.lock_key(Source(s), "sm90", {"num_warps": w}) for s in ("k1", "k2") for w in (4, 8)}
     assert len(keys) == 4  # another source or other options: another lock
+
+
+def test_call_agreement_exchanges_when_asked_and_names_another_exchange():
+    """A cached signature makes no exchange unless ``always`` (init_p2p, whose next step is another
+    host exchange); a row that is not an agreement's (another host exchange met this one) is named,
+    not unpacked."""
+    import types
+
+    from iris.runtime import IrisCallMismatchError, _agreement
+
+    sent, replies = [], []
+
+    class Boot:
+        def allgather(self, row):
+            sent.append(row)
+            return [row, replies.pop(0) if replies else row]
+
+    ctx = types.SimpleNamespace(world_size=2, _boot=Boot(),
+                                _host_waits=types.SimpleNamespace(label=lambda text: contextlib.nullcontext()))
+    calls = _agreement.CallAgreement(ctx)
+    fp = calls.agree(("sig",), lambda: "call(x=1)", "call")
+    assert calls.agree(("sig",), lambda: "call(x=1)", "call") == fp and len(sent) == 1  # cached: no exchange
+    assert calls.agree(("sig",), lambda: "call(x=1)", "call", always=True) == fp and len(sent) == 2
+    assert sent[1] == (2, "call(x=1)") and calls.count == 2 and len(calls) == 1
+    replies.append((3, "call(x=2)"))
+    with pytest.raises(IrisCallMismatchError, match=r"rank 0 called call\(x=1\) \(agreement #3\); rank 1 called "
+                                                    r"call\(x=2\)"):
+        calls.agree(("sig",), lambda: "call(x=1)", "call", always=True)
+    replies.append(("iris.collectives.ccl.init_p2p", (4, 2)))  # another host exchange met this one
+    with pytest.raises(IrisCallMismatchError, match="rank 1 made another host collective call, not the agreement"):
+        calls.agree(("new",), lambda: "call(x=3)", "call")

@@ -93,12 +93,13 @@ def agree_fused(ctx, call: str, signature: tuple, tensors, **options) -> int:
     return ctx.agree_call((call, signature), describe, call)
 
 
-def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
+def agree(ctx, call: str, tensors, placed=(), reach=None, always=False, **options) -> int:
     """The fingerprint of ``call`` (e.g. ``"iris.collectives.ccl.all_reduce"``) on ``tensors``
     (``(name, value)`` pairs, in the call's order; a value that is an earlier tensor of the call is
     written ``name=other``), agreed with every rank if new (see ``iris.runtime.Iris.agree_call``).
     ``placed``: names of the tensors the peers reach in place, whose placement is compared too;
     ``reach``: their agreed :class:`iris.runtime.Reach`, by name, where the call agreed on one.
+    ``always``: exchange on every call, not only a new one (see ``Iris.agree_call``).
     ``options``: the call's other arguments, by name (hashable, or compared by their text)."""
     parts = []
     for i, (name, value) in enumerate(tensors):
@@ -118,4 +119,4 @@ def agree(ctx, call: str, tensors, placed=(), reach=None, **options) -> int:
         return f"{call}({', '.join(texts)})"
 
     # (an unhashable option, a bad config which the call's checks report, is agreed by its text)
-    return ctx.agree_call(signature, describe, call)
+    return ctx.agree_call(signature, describe, call, always)

@@ -55,17 +55,19 @@ class CallAgreement:
     def __len__(self) -> int:
         return len(self._agreed)
 
-    def agree(self, signature, describe, call: str) -> int:
+    def agree(self, signature, describe, call: str, always: bool = False) -> int:
         """The fingerprint of the call whose signature is ``signature`` (``describe()`` gives its
         text), agreed with every rank first if it is new; ``call`` names the collective in
-        messages. Collective when the signature is new. Raises :class:`IrisCallMismatchError`
-        on every rank when the ranks' calls differ."""
+        messages. Collective when the signature is new, or on every call with ``always`` (for a
+        collective whose next step is another host exchange, not a kernel whose check would find
+        a rank that skipped the agreement: see ``iris.collectives.ccl.init_p2p``). Raises
+        :class:`IrisCallMismatchError` on every rank when the ranks' calls differ."""
         try:
             fp = self._agreed.get(signature)
         except TypeError:  # an unhashable part (a bad option): agreed by the call's text
             signature = describe()
             fp = self._agreed.get(signature)
-        if fp is not None:
+        if fp is not None and not always:
             return fp
         ctx = self._ctx
         text = describe()
@@ -76,6 +78,8 @@ class CallAgreement:
             if any(row != rows[0] for row in rows):
                 raise IrisCallMismatchError(mismatch_message(call, rows))
         self.count = number
+        if fp is not None:  # agreed before (always): nothing new to keep
+            return fp
         fp = device_calls.fingerprint(text)
         self._agreed[signature] = fp
         self._texts[fp] = text
@@ -113,13 +117,20 @@ FIX = ("Every rank must make the same collective calls, in the same order, with 
        "and config: change the call of the rank(s) that differ (IRIS_CHECK_CALLS=0 switches this check off)")
 
 
-def mismatch_message(call: str, rows: list[tuple[int, str]]) -> str:
-    """The error of an agreement whose ``rows`` (each rank's ``(agreement number, text)``) differ."""
+def mismatch_message(call: str, rows: list) -> str:
+    """The error of an agreement whose ``rows`` (each rank's ``(agreement number, text)``) differ.
+    A row of another shape is another host exchange that met this one (a rank in another
+    collective call: ``Iris.allgather``, say), named as such."""
     groups: dict[tuple, list[int]] = {}
     for rank, row in enumerate(rows):
-        groups.setdefault(tuple(row), []).append(rank)
+        agreement = isinstance(row, tuple) and len(row) == 2 and isinstance(row[0], int) and isinstance(row[1], str)
+        groups.setdefault(tuple(row) if agreement else (None, f"{row!r}"[:200]), []).append(rank)
     parts = []
     for (number, text), ranks in groups.items():
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
-        parts.append(f"{who} called {text} (agreement #{number})")
+        if number is None:
+            parts.append(f"{who} made another host collective call, not the agreement of a collective call "
+                         f"(it sent {text})")
+        else:
+            parts.append(f"{who} called {text} (agreement #{number})")
     return f"{call}: the ranks made different collective calls: {'; '.join(parts)}. {FIX}"

@@ -148,7 +148,7 @@ class Iris(TensorFactories):
         raise IrisCallMismatchError(self._calls.device_mismatch(rank, peer, call, mine, theirs))
 
     # --- the call agreement ------------------------------------------------------------------------
-    def agree_call(self, signature, describe, call: str) -> int:
+    def agree_call(self, signature, describe, call: str, always: bool = False) -> int:
         """The fingerprint of a collective call, agreed with every rank when its ``signature`` is new.
 
         For collective libraries (``iris.collectives`` calls it for every host collective and fused
@@ -160,10 +160,12 @@ class Iris(TensorFactories):
         :class:`IrisCallMismatchError` naming each rank's call. The fingerprint (a 31-bit int, the
         same on every rank for the same call) goes to the call's kernel, whose device-side check
         (``iris.device._calls``) compares calls that skip this agreement. 0 when the agreement is
-        off (``IRIS_CHECK_CALLS=0``). See ``iris.runtime._agreement``."""
+        off (``IRIS_CHECK_CALLS=0``). ``always``: exchange even when the signature was agreed
+        before (for a collective whose next step is another host exchange rather than a kernel
+        that checks the call). See ``iris.runtime._agreement``."""
         if not device_calls.CHECK_CALLS.value:
             return 0
-        return self._calls.agree(signature, describe, call)
+        return self._calls.agree(signature, describe, call, always)
 
     def host_call(self, label: str):
         """A context manager naming the host collectives made inside it (``label``: the call, as the
