@@ -406,11 +406,14 @@ def scenario_calls_agree(ctx):
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     if W < 2:
         return
-    x = torch.ones(1000 if r == 0 else 1024, device=dev)
+    # sizes that no scenario before used: every rank's call is new, so every rank agrees on the host
+    # (a call that one rank made before runs its cached plan and waits in the kernel for the others,
+    # which wait in the agreement: the watchdog ends that job)
+    x = torch.ones(1001 if r == 0 else 1025, device=dev)
     expect_error(lambda: dist.all_reduce(x), iris.runtime.IrisCallMismatchError,
-                 "iris.collectives.ccl.all_reduce: the ranks made different collective calls", "float32[1000]",
-                 "float32[1024]", "Every rank must make the same collective calls")
-    t = torch.ones(6, device=dev)
+                 "iris.collectives.ccl.all_reduce: the ranks made different collective calls", "float32[1001]",
+                 "float32[1025]", "Every rank must make the same collective calls")
+    t = torch.ones(13, device=dev)
     expect_error(lambda: dist.broadcast(t, src=1 if r == 0 else 0), iris.runtime.IrisCallMismatchError,
                  "iris.collectives.ccl.broadcast", "src=1", "src=0")
     y = torch.full((8,), float(r), device=dev)
