@@ -4,8 +4,9 @@ seconds with a non-zero exit and a message that says what happened, and leaves n
 - ``skip``: the last rank skips an all-reduce (and sleeps, in no host call). The others' waits run
   out (``IRIS_TIMEOUT_S=3``) and the watchdog names the waiting rank, the collective, the flag, the
   tile and the missing peer.
-- ``recv_without_send``: rank 0 receives from the last rank, which never sends: the watchdog
-  names the recv, the rank, the peer and the tag (2 ranks: one launch).
+- ``recv_without_send``: rank 0 receives from the last rank, which never sends (and sleeps, in no
+  host call, as in ``skip``): the watchdog names the recv, the rank, the peer and the tag (2
+  ranks: one launch).
 - ``message_size`` (GPU only; the cpu backend's error is a ccl_worker.py scenario): the last rank
   receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job, and
   the receive never returns (the rank cannot print what it holds).

@@ -104,6 +104,8 @@ def scenario_recv_without_send(ctx):
     if ctx.rank == 0:
         fault_at(f"rank 0 receives from rank {last}, which never sends")
         ccl.recv(ctx, torch.empty(100, device=ctx.device), last, tag=1)
+    else:
+        time.sleep(60)  # in no host call: only the recv's wait can run out (as in scenario_skip)
     ctx.barrier()
     print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
 
