@@ -98,7 +98,7 @@ MUTATIONS = [
     Mutation("watchdog-never-stops", "the watchdog ends a wait whose peer never comes",
              [(f"{DEVICE}/_watchdog.py", "    stop = (limit > 0) & ((reason != 0) | (now - start > limit))",
                "    stop = (limit > 0) & (reason != 0)", 1)],
-             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "skip and 2")]),
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "says_why and skip and 2")]),
     # --- issue #37: promises that only random floats, 3+ ranks, foreign epochs or a lost race show ---------
     # (text of _all_reduce.py and _sync.py as of the TileRange collectives: re-target these when
     # those files change; a mutation whose text is gone stops the run, naming itself)
@@ -333,10 +333,50 @@ MUTATIONS = [
              [("worker", "2", "torch_backend_worker.py", "iris", "all_reduce_ops")], expect="all_reduce RedOpType.M"),
     Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal raises when another "
              "rank's are uneven (no wait for a rank that raised)",
-             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.comm.allgather(uneven) if u is not None]",
+             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.allgather(uneven, call) if u is not None]",
                "            others = []", 1)],
              [("worker", "2", "torch_backend_worker.py", "iris", "all_to_all", "IRIS_TIMEOUT_S=20")],
              expect="all_to_all"),
+    # --- issue #54: wrong calls fail loudly (the call agreement, deadlines on host waits) ------------------
+    Mutation("agreement-ignores-dtype", "the call agreement compares dtypes: fp32 on one rank, fp64 on another raises",
+             [(f"{COLL}/_agree.py", "        return (t.shape, t.dtype, strides, ", "        return (t.shape, "
+               "torch.float32, strides, ", 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree")], expect="float64[1024]"),
+    Mutation("device-check-blind", "a cached call that differs between ranks is caught by its kernel",
+             [(f"{DEVICE}/_calls.py", "            if peer < world_size:\n", "            if peer < 0:\n", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_hit-2")],
+             expect="CHECK result rank"),
+    Mutation("stopped-wait-returns", "a wait that gave up holds its kernel until the job ends: no rank prints a "
+             "result",
+             [(f"{DEVICE}/_watchdog.py", "calls)\n    _await_ack(trailer)\n", "calls)\n", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_warm and 2")],
+             expect="printed the result of a call that went wrong"),
+    Mutation("deadline-names-no-rank", "a host wait that runs out names the rank that did not come",
+             [(f"{RUNTIME}/_host_waits.py", "            if p_seq < seq:\n", "            if False:\n", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_late and 2")],
+             expect="is past its host call"),
+    Mutation("host-waits-unbounded", "every host collective of a context is bounded by the watchdog (here: a rank "
+             "that skips a first call and closes)",
+             [(f"{RUNTIME}/_iris.py", "self._boot = WatchedBootstrap(boot, self._host_waits)", "self._boot = boot", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_first and 2")]),
+    Mutation("agreement-keeps-plans", "the plans built on signatures the agreement forgets go with them (else a "
+             "rank whose plan is cached skips the agreement that a rank with a new tensor makes)",
+             [(f"{COLL}/ccl/_launch.py", "_agreement.FORGET_HOOKS.append(forget)", "pass", 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")],
+             expect="the agreement on"),
+    Mutation("reduce-plan-ignores-root", "each root of ccl.reduce has its own agreed call, which its kernel checks "
+             "(cached calls whose roots differ between ranks raise)",
+             [(f"{COLL}/ccl/_rooted.py", 'call_key(("reduce", op, root), ', 'call_key(("reduce", op), ', 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree")], expect="found by its kernel"),
+    Mutation("rmsnorm-kernel-unchecked", "all_reduce_residual_rmsnorm's kernel checks its agreed call against the "
+             "peers' (cached calls that differ raise)",
+             [(f"{COLL}/ops/_all_reduce_rmsnorm.py", "M, N, float(eps), half, fp)", "M, N, float(eps), half, 1)", 1)],
+             [("worker", "2", "ops_worker.py", "calls_agree")], expect="found by its kernel"),
+    Mutation("board-ignores-other-calls", "ranks in different host calls at the same point end the job at once",
+             [(f"{RUNTIME}/_host_waits.py", "            elif p_seq == seq and p_inside and p_kind != kind",
+               "            elif False", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_first and 2")],
+             expect="the job ended"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
@@ -353,7 +393,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
          "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
          "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code",
-         "rmsnorm-of-rounded-residual"]
+         "rmsnorm-of-rounded-residual", "agreement-ignores-dtype", "device-check-blind", "stopped-wait-returns",
+         "deadline-names-no-rank"]
 
 
 def copy_packages(root: str) -> None:

@@ -51,31 +51,31 @@ def cases():
                                             ("one_shot_buffered", False, True)):
             for stage, copy in ((True, two_shot),) if buffered else ((False, False), (True, two_shot)):
                 yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
-                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half"),
+                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half call_fp"),
                        dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
                             BUFFERED=buffered, **TILE),
                        ("inp", "src", "dst", "out", "src_bases", "dst_bases", "n", "chunk", "half"))
     for dt in ("fp32", "bf16"):
         for variant, buffered in (("pull", False), ("pull_buffered", True)):
             yield (f"reduce_scatter/{variant}/{dt}", K.reduce_scatter_kernel,
-                   sig("inp src out locks src_bases", dt, "m src_stride chunk half"),
+                   sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp"),
                    dict(rank=0, world_size=4, OP=0, STAGE_IN=True, BUFFERED=buffered, **TILE),
                    ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
             for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
                 yield (f"{name}/{variant}/{dt}", K.pull_kernel,
-                       sig("inp src out locks src_bases", dt, "m src_stride chunk half root"),
+                       sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
                        dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
                        ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
             for mode, name in ((3, "gather"), (4, "scatter")):
                 if variant == "pull":
                     yield (f"{name}/{variant}/{dt}", K.pull_kernel,
-                           sig("inp src out locks src_bases", dt, "m src_stride chunk half root"),
+                           sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
                            dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=False, **TILE),
                            ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
     for dt, op in (("fp32", "sum"), ("bf16", "avg"), ("int64", "prod")):
         for stage in (False, True):
             yield (f"reduce/one_shot/{dt}/{op}/stage{int(stage)}", K.reduce_kernel,
-                   sig("inp src out locks src_bases", dt, "n chunk root"),
+                   sig("inp src out locks src_bases", dt, "n chunk call_fp root"),
                    dict(rank=0, world_size=4, OP=OPS[op], STAGE_IN=stage, **TILE),
                    ("inp", "src", "out", "src_bases", "n", "chunk"))
     for dt in ("fp32", "bf16", "int64"):
@@ -86,7 +86,7 @@ def cases():
             signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop", "peer", "tag")})
             yield (f"{name}/{dt}", kernel, signature, dict(rank=1, BLOCK=4096 if dt == "bf16" else 2048),
                    (data, "inbox", "n", "chunk"))
-    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", ""), dict(rank=0, world_size=2), ())
+    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp"), dict(rank=0, world_size=2), ())
     yield from norm_cases()
     yield from exchange_cases()
 
@@ -163,7 +163,7 @@ def norm_cases():
         signature.update({n: "*i32" if n == "locks" else "*fp32" if n.startswith("scale") or n == "weight"
                           else PTR[out] if n.startswith("out") else PTR[dt] for n in names.split()})
         signature.update({n: "*i64" for n in ("src_bases", "out_bases", "res_bases", "scale_bases")})
-        signature.update(M="i32", N="i32", eps="fp32", half="i32")
+        signature.update(M="i32", N="i32", eps="fp32", half="i32", call_fp="i32")
         two_shot = variant == "two_shot"
         yield (f"all_reduce_rmsnorm/{variant}/{dt}/{out}/stage{int(stage)}copy{int(copy)}/{world}ranks",
                NORM._all_reduce_rmsnorm_kernel, signature,

@@ -46,6 +46,7 @@ def signature(names: str, dt: str, ints: str) -> dict:
         sig[n] = "*i32" if n in ("locks", "flags") else (PTR["fp64" if dt == "fp64" else "fp32"] if n == "partial"
                                                           else PTR[dt])
     sig.update({n: "i32" for n in ints.split()})
+    sig["call_fp"] = "i32"  # the agreed call's fingerprint (iris.device._calls), after the shapes
     return sig
 
 

@@ -1,12 +1,15 @@
 """Faults in the middle of a collective (workers/fault_worker.py): each ends the job within
 seconds with a non-zero exit and a message that says what happened, and leaves no heap file.
 
-- ``skip``: the last rank skips an all-reduce. The others' waits run out (``IRIS_TIMEOUT_S=3``)
-  and the watchdog names the waiting rank, the collective, the flag, the tile and the missing peer.
-- ``recv_without_send``: rank 0 receives from the last rank, which never sends: the watchdog
-  names the recv, the rank, the peer and the tag (2 ranks: one launch).
+- ``skip``: the last rank skips an all-reduce (and sleeps, in no host call). The others' waits run
+  out (``IRIS_TIMEOUT_S=3``) and the watchdog names the waiting rank, the collective, the flag, the
+  tile and the missing peer.
+- ``recv_without_send``: rank 0 receives from the last rank, which never sends (and sleeps, in no
+  host call, as in ``skip``): the watchdog names the recv, the rank, the peer and the tag (2
+  ranks: one launch).
 - ``message_size`` (GPU only; the cpu backend's error is a ccl_worker.py scenario): the last rank
-  receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job.
+  receives 12 elements where rank 0 sends 10; the watchdog names both sizes and ends the job, and
+  the receive never returns (the rank cannot print what it holds).
 - ``kill``: the last rank is SIGKILLed while the others wait in the kernel: the launcher ends
   the job.
 - ``raise``: the last rank raises between two launches while the others wait in the kernel.
@@ -178,6 +181,7 @@ def test_fault_ends_the_job_and_says_why(case, nranks):
             assert pairs and all(nranks - 1 in pair and pair[0] != pair[1] for pair in pairs), (pairs, reports[:4000])
         assert "timed out" not in out and "waited" not in out, out  # the signatures, not a time limit
     assert "went on past the barrier" not in out, out
+    assert "CHECK result" not in proc.stdout, f"a rank printed the result of a call that went wrong\n{out}"
     # an IrisError raised in a kernel reaches the caller as itself, not wrapped by the interpreter
     assert "InterpreterError" not in out, out
     # not anchored at a line's start: the launcher may put another rank's output before it on the
@@ -196,3 +200,66 @@ def test_matched_calls_pass_in_debug_mode():
     call to call (the same on every rank), passes the signature checks and gives the sums."""
     proc = run_ranks(WORLDS[0], WORKER, "matched", timeout=120, env=MISMATCH_ENV)
     assert "PASS matched" in proc.stdout, proc.stdout + proc.stderr
+
+
+# --- the call agreement (iris.collectives.ccl): wrong calls fail loudly ---------------------------
+#
+# Each case is one job that must fail (one launch each, 2 ranks, and on the GPU also 4). No rank may
+# print a result ("CHECK result"), and the job must end within seconds of the fault: a mismatch is
+# found without waiting for the time limit (60 s here), except in calls_late, whose point is the
+# limit (3 s) and the report that names the missing rank.
+
+#: case -> (IRIS_TIMEOUT_S, seconds within which the job ends after the fault, patterns)
+CALL_CASES = {
+    "calls_skip_first": (60, 15, [
+        re.escape("the ranks made different calls (an IrisCallMismatchError)"),
+        r"rank \d is in iris\.runtime\.Iris\.barrier\(\) within iris\.runtime\.Iris\.close\(\)",
+        re.escape("the agreement on iris.collectives.ccl.all_reduce(out=float32[1000], inp=out (in place), "
+                  "op='sum', config=None)")]),
+    "calls_skip_warm": (60, 15, [
+        re.escape("the ranks made different calls (an IrisCallMismatchError)"),
+        r"after its kernels entered 1 collective call\(s\), but rank\(s\) [\d, ]+ entered more before coming here",
+        re.escape("kernels' latest collective call: #2, iris.collectives.ccl.all_reduce(out=float32[1000]"),
+        "because a rank found that the ranks made different collective calls"]),
+    "calls_late": (3, 30, [
+        r"iris watchdog: rank \d still waiting after \d+ s in the agreement on iris\.collectives\.ccl\.all_reduce",
+        r"iris watchdog: rank \d waited 3\.\d s in the agreement on iris\.collectives\.ccl\.all_reduce\(out=float32"
+        r"\[1000\]",
+        r"rank (?P<late>\d) is past its host call #\d+ \(iris\.runtime\.Iris\.barrier\(\)\), in no host call",
+        "IRIS_TIMEOUT_S"]),
+    "calls_hit": (60, 15, [
+        r"rank \d and rank \d made different collective calls \(an IrisCallMismatchError; call #3 of the context",
+        re.escape("called iris.collectives.ccl.all_reduce(out=float32[1000], inp=out (in place)"),
+        re.escape("called iris.collectives.ccl.all_reduce(out=float32[1024], inp=out (in place)")]),
+    # on the GPU the watchdog reads the kernels' calls only when the limit runs out (10 s here)
+    "calls_hit_workspaces": (10, 30, [
+        re.escape("float32[1000], inp=out (in place)"), re.escape("float64[1000], inp=out (in place)"),
+        "made different collective calls" if not CUDA else "kernels' latest collective call: #3"]),
+}
+
+
+@pytest.mark.multirank
+@pytest.mark.parametrize("case, nranks", [pytest.param(c, n, marks=() if c == "calls_hit" else pytest.mark.once)
+                                          for c in CALL_CASES for n in WORLDS if n == WORLDS[0] or CUDA])
+def test_wrong_calls_fail_loudly(case, nranks):
+    timeout_s, within_s, patterns = CALL_CASES[case]
+    env = dict(ENV, IRIS_TIMEOUT_S=str(timeout_s))
+    proc = run_ranks(nranks, WORKER, case, timeout=120, env=env, expect_failure=True)
+    ended = time.time()
+    out = proc.stdout + proc.stderr
+    fault = re.search(r"^CHECK fault-at ([0-9.]+) (.*)$", proc.stdout, re.M)
+    assert fault, out
+    after_fault = ended - float(fault.group(1))
+    print(f"\n{case}, {nranks} ranks: exit code {proc.returncode}, job ended {after_fault:.1f} s after the fault")
+    assert proc.returncode != 0, out
+    assert f"CHECK timeout {timeout_s}" in proc.stdout, out
+    assert "CHECK result" not in proc.stdout, f"a rank printed the result of a call that went wrong\n{out}"
+    assert after_fault < within_s, f"the job ended {after_fault:.1f} s after the fault\n{out}"
+    for pattern in patterns:
+        assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
+    if case == "calls_late":  # the report names the rank that is late, and only it
+        assert {int(r) for r in re.findall(r"rank (\d) is past its host call", out)} == {nranks - 1}, out
+    listed = re.search(r"CHECK heap-files ?(.*)$", proc.stdout, re.M)
+    assert listed, out
+    left = [f for f in listed.group(1).split() if os.path.exists(f)]
+    assert not left, f"left behind: {left}"

@@ -199,7 +199,7 @@ def test_bad_watchdog_timeout_in_the_environment(monkeypatch):
     monkeypatch.setenv("IRIS_TIMEOUT_S", "0")
     assert timeout_from_env() == 0.0
     monkeypatch.delenv("IRIS_TIMEOUT_S")
-    assert timeout_from_env() == 300.0
+    assert timeout_from_env() == 60.0
 
 
 class _WordHeap:
@@ -257,7 +257,7 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
 
     def words(state, call, flag, rank, peer, index, seen, target, waited_ns, calls=0):
         return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
-                index, seen, target, waited_ns, calls]
+                index, seen, target, waited_ns, calls, 0]
 
     timed_out = describe(words(1, "iris.collectives.all_reduce_one_shot", "arrivals", 2, -1, 7, 3, 4, 5_200_000_000),
                          world_size=4, timeout_s=5)
@@ -305,8 +305,8 @@ def test_watchdog_report_names_the_tag_of_a_message_and_a_size_mismatch():
     assert "Rank 3 did not make the matching recv from rank 0 with tag 0" in send, send
     sent = device_watchdog.message_header(10, "bfloat16")
     expected = device_watchdog.message_header(12, "float32")
-    mismatch = describe(words(device_watchdog.STATE_MISMATCH, "iris.collectives.ccl.recv", "message size", 1, 0, 3,
-                              sent, expected), world_size=2, timeout_s=3)
+    mismatch = describe(words(device_watchdog.STATE_SIZE_MISMATCH, "iris.collectives.ccl.recv", "message size", 1, 0,
+                              3, sent, expected), world_size=2, timeout_s=3)
     for text in ("iris watchdog: iris.collectives.ccl.recv: rank 1 received a message from rank 0 with tag 3 of "
                  "10 x bfloat16, but this call expects 12 x float32", "same number of elements and dtype",
                  "Ending the job"):
@@ -321,7 +321,7 @@ def test_watchdog_report_says_which_rows_did_not_fit():
 
     def words(call, flag, rank, index, seen, target):
         return [device_watchdog.STATE_CAPACITY, device_watchdog.WAIT_CALLS.index(call),
-                device_watchdog.WAIT_FLAGS.index(flag), rank, -1, index, seen, target, 0, 0]
+                device_watchdog.WAIT_FLAGS.index(flag), rank, -1, index, seen, target, 0, 0, 0]
 
     out = describe(words("iris.collectives.ccl.all_to_all_v", "out rows", 2, 0, 70, 64), world_size=4, timeout_s=3)
     for text in ("iris watchdog: iris.collectives.ccl.all_to_all_v: rank 2 receives 70 rows but its output holds 64",
@@ -435,3 +435,34 @@ def test_compile_lock_lets_one_process_compile_a_kernel_while_the_others_wait(tm
     assert held == [True]  # compiled under the kernel's lock
     keys = {_compile_lock.lock_key(Source(s), "sm90", {"num_warps": w}) for s in ("k1", "k2") for w in (4, 8)}
     assert len(keys) == 4  # another source or other options: another lock
+
+
+def test_call_agreement_exchanges_when_asked_and_names_another_exchange():
+    """A cached signature makes no exchange unless ``always`` (init_p2p, whose next step is another
+    host exchange); a row that is not an agreement's (another host exchange met this one) is named,
+    not unpacked."""
+    import types
+
+    from iris.runtime import IrisCallMismatchError, _agreement
+
+    sent, replies = [], []
+
+    class Boot:
+        def allgather(self, row):
+            sent.append(row)
+            return [row, replies.pop(0) if replies else row]
+
+    ctx = types.SimpleNamespace(world_size=2, _boot=Boot(),
+                                _host_waits=types.SimpleNamespace(label=lambda text: contextlib.nullcontext()))
+    calls = _agreement.CallAgreement(ctx)
+    fp = calls.agree(("sig",), lambda: "call(x=1)", "call")
+    assert calls.agree(("sig",), lambda: "call(x=1)", "call") == fp and len(sent) == 1  # cached: no exchange
+    assert calls.agree(("sig",), lambda: "call(x=1)", "call", always=True) == fp and len(sent) == 2
+    assert sent[1] == (2, "call(x=1)") and calls.count == 2 and len(calls) == 1
+    replies.append((3, "call(x=2)"))
+    with pytest.raises(IrisCallMismatchError, match=r"rank 0 called call\(x=1\) \(agreement #3\); rank 1 called "
+                                                    r"call\(x=2\)"):
+        calls.agree(("sig",), lambda: "call(x=1)", "call", always=True)
+    replies.append(("iris.collectives.ccl.init_p2p", (4, 2)))  # another host exchange met this one
+    with pytest.raises(IrisCallMismatchError, match="rank 1 made another host collective call, not the agreement"):
+        calls.agree(("new",), lambda: "call(x=3)", "call")

@@ -740,9 +740,9 @@ def scenario_p2p_errors(ctx):
                  "power of two")
     expect_error(lambda: ccl.init_p2p(ctx, chunk_bytes=256, block_bytes=512), IrisUsageError, init,
                  "block_bytes=512", "chunk_bytes=256")
-    if W > 1:  # every rank raises, naming the odd one
-        expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, tags=2 + (r == W - 1))), IrisUsageError, init,
-                     f"rank {W - 1} tags=3", "same settings on every rank")
+    if W > 1:  # every rank raises, naming the odd one (the call agreement: init_p2p is collective)
+        expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, tags=2 + (r == W - 1))), iris.runtime.IrisCallMismatchError,
+                     init, f"rank {W - 1} called {init}(tags=3, slots=2", "Every rank must make the same collective")
     settings = ccl.init_p2p(ctx, **P2P)
     assert settings.heap_bytes(W) == (W - 1) * 4 * (2 * 1024 + 8 * 2 * settings.grid + 16 * settings.grid)
     send, recv = "iris.collectives.ccl.send", "iris.collectives.ccl.recv"
@@ -1051,6 +1051,100 @@ def scenario_moe_dispatch_combine(ctx):
     moe.combine(ctx, torch.zeros(W * 3 * 2, 4, device=dev), handle, config=SMALL_V)  # the pair completes
 
 
+def scenario_calls_agree(ctx):
+    # The call agreement: a rank whose call differs (first call of its signature) makes every rank
+    # raise IrisCallMismatchError naming each rank's call in the caller's shapes; the context stays
+    # usable, and a matched call afterwards is right. Rank 0 is the odd one out.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    odd = r == 0
+    others = "ranks " + ", ".join(map(str, range(1, W))) if W > 2 else "rank 1"
+    ar = "iris.collectives.ccl.all_reduce"
+
+    def differ(call, *texts):
+        error = expect_error(call, iris.runtime.IrisCallMismatchError, "the ranks made different collective calls",
+                             "rank 0 called", f"{others} called", *texts, "Every rank must make the same collective "
+                             "calls", "IRIS_CHECK_CALLS=0")
+        assert error.count("called") == 2, error  # one entry per distinct call
+
+    def ones(n, dtype=torch.float32):
+        return torch.ones(n, dtype=dtype, device=dev)
+
+    x, y = ones(1000 if odd else 1024), ones(1024)
+    differ(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), ar, "out=float32[1000], inp=out (in place)",
+           "out=float32[1024], inp=out (in place)")
+    z = ones(1000 if odd else 100000)  # which no shared workspace would hide: a hang until the watchdog
+    differ(lambda: ccl.all_reduce(ctx, z, z), "float32[1000]", "float32[100000]")
+    w = ones(1024, torch.float32 if odd else torch.float64)
+    differ(lambda: ccl.all_reduce(ctx, w, w, config=SMALL), "float32[1024]", "float64[1024]")
+    v = ones(1024)
+    differ(lambda: ccl.all_reduce(ctx, v, v, op="max" if odd else "sum", config=SMALL), "op='max'", "op='sum'")
+    differ(lambda: ccl.all_reduce(ctx, ones(1024) if odd else v, v, config=SMALL), "inp=float32[1024], op",
+           "inp=out (in place)")
+    differ(lambda: ccl.all_gather(ctx, ones(W * (8 if odd else 16)), ones(8 if odd else 16), config=SMALL),
+           "iris.collectives.ccl.all_gather", f"out=float32[{W * 8}], inp=float32[8]")
+    differ(lambda: ccl.broadcast(ctx, ones(64), 1 if odd else 0, config=SMALL), "src=1", "src=0")
+    # the collectives with a root: the root is part of the call, and so are the tensors every rank
+    # passes (the root's own out, or scatter's inp, is checked against them on the root alone)
+    differ(lambda: ccl.reduce(ctx, ones(64), ones(64), 1 if odd else 0, config=SMALL),
+           "iris.collectives.ccl.reduce(inp=float32[64], dst=1, op='sum'", "dst=0")
+    differ(lambda: ccl.reduce(ctx, ones(64), ones(64), 0, op="max" if odd else "min", config=SMALL), "op='max'",
+           "op='min'")
+    differ(lambda: ccl.gather(ctx, ones(W * (8 if odd else 16)) if r == 0 else None, ones(8 if odd else 16), 0,
+                              config=SMALL), "iris.collectives.ccl.gather(inp=float32[8], dst=0", "inp=float32[16]")
+    differ(lambda: ccl.scatter(ctx, ones(8), ones(8 * W), 1 if odd else 0, config=SMALL),
+           "iris.collectives.ccl.scatter(out=float32[8], src=1", "src=0")
+    # init_p2p is collective and agreed; a send or recv is not (two ranks take part: the receiver
+    # compares the message's header instead, see p2p_errors), so it makes no host exchange
+    differ(lambda: ccl.init_p2p(ctx, **dict(P2P, slots=3 if odd else 2)), "iris.collectives.ccl.init_p2p(tags=4, "
+           "slots=3", "slots=2")
+    ccl.init_p2p(ctx, **P2P)
+    agreed = ctx._calls.count
+    if r <= 1:  # ranks 0 and 1 alone: the others make no call
+        ccl.send(ctx, ones(8), 1 - r) if r == 0 else ccl.recv(ctx, torch.empty(8, device=dev), 0)
+        ccl.send(ctx, ones(5), 1 - r) if r == 1 else ccl.recv(ctx, torch.empty(5, device=dev), 1)
+    assert ctx._calls.count == agreed, "a point-to-point call made a host agreement"
+    # cached calls whose roots differ share a workspace and meet in the kernel, whose check (the
+    # device side of the agreement) raises on every rank; on the GPU it ends the job (the fault
+    # test's calls_hit), so the cpu backend only. One program: no other program of the kernel is
+    # left waiting when program 0 raises.
+    if dev.type != "cuda":
+        one = ccl.Config(block=64, width=16, grid=1)
+        inp, out = ones(64), torch.empty(64, device=dev)
+        for root in (0, 1):
+            ccl.reduce(ctx, out, inp, root, config=one)
+        expect_error(lambda: ccl.reduce(ctx, out, inp, 0 if odd else 1, config=one),
+                     iris.runtime.IrisCallMismatchError, "found by its kernel", "dst=0", "dst=1")
+        ccl.reduce(ctx, out, inp, 1, config=one)
+        if r == 1:
+            check(out, torch.full((64,), float(W)), "reduce after its kernel found the mismatch")
+    # heap tensors the peers read in place must be at the same offset on every rank
+    slabs = [ctx.zeros(64) for _ in range(2)]
+    differ(lambda: ccl.all_reduce(ctx, ones(64), slabs[0 if odd else 1], config=SMALL), "on the heap at offset")
+    # the agreed signatures are capped; past the cap the oldest go on every rank at once, and the
+    # plans built on them too: a rank whose plan was cached and a rank with a new tensor agree again
+    from iris.runtime import _agreement
+
+    first = ones(64)
+    ccl.all_reduce(ctx, first, first, config=SMALL)  # agreed, and its plan cached
+    capacity, _agreement.CAPACITY = _agreement.CAPACITY, 2
+    try:
+        for n in (128, 192, 256):  # an agreement past the cap keeps the newest one
+            ccl.all_reduce(ctx, ones(n), ones(n), config=SMALL)
+        assert len(ctx._calls) <= 2 and not any("[64], inp=out" in t for t in ctx._calls._texts.values())
+        again = first if odd else ones(64)  # rank 0: the tensor of a plan that was cached
+        again.fill_(1.0)
+        ccl.all_reduce(ctx, again, again, config=SMALL)
+        check(again, torch.full((64,), float(W)), "all_reduce after the oldest signatures went")
+    finally:
+        _agreement.CAPACITY = capacity
+    # the context goes on: matched calls after the mismatches are right
+    y.fill_(float(r))
+    ccl.all_reduce(ctx, y, y, config=SMALL)
+    check(y, torch.full(y.shape, float(W * (W - 1) // 2)), "all_reduce after the mismatches")
+
+
 def scenario_workspace_cache(ctx):
     # a second call of a key reuses the plan and the workspace; clear_workspaces frees them and the
     # next call starts fresh counters (every rank clears at the same point, after a barrier)
@@ -1069,10 +1163,18 @@ def scenario_debug_mismatch(ctx):
     # class share the lock records, and the signatures there report the mismatch on both ranks
     if not iris.device.DEBUG.value or ctx.world_size < 2:
         raise SystemExit("scenario debug_mismatch needs IRIS_DEBUG=1 and 2 ranks (test_ccl_debug_reports_mismatch)")
+    # IRIS_CHECK_CALLS=0: no call agreement, on the host (the call below is new: it would be
+    # exchanged and refused) or on the device (nothing published: the pad's call words stay 0)
+    from iris.device import _calls
+
+    assert not _calls.CHECK_CALLS.value and ctx.agree_call(("x",), lambda: "x", "x") == 0
     n = 100 if ctx.rank == 0 else 120  # 2 tiles of 64 on both: the same workspace
     x = torch.ones(n, device=ctx.device)
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), Exception, "made different calls on the same lock",
                  "7 x 16", "8 x 16")
+    assert ctx._watchdog.device_calls() is None
+    pad = ctx._heap.bases[ctx.rank] + ctx.heap_size
+    assert ctx._heap.read_int32(pad + _calls.COUNTER_OFFSET) == 0, "a kernel counted its call with the check off"
 
 
 def scenario_cuda_graph(ctx):

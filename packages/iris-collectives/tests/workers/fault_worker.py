@@ -9,6 +9,9 @@
     ... mismatch_collective | mismatch_tiles | mismatch_shape | mismatch_grid
                         # IRIS_DEBUG=1: the last rank makes another call on the same lock array
     mpiexec -n 2 python -m mpi4py fault_worker.py matched  # IRIS_DEBUG=1: matched calls pass
+    ... calls_skip_first | calls_skip_warm | calls_late | calls_hit | calls_hit_workspaces
+                        # the call agreement (iris.collectives.ccl): a rank skips the first or the
+                        # second all-reduce, or comes late; ranks whose cached calls differ
 
 Each scenario first runs one clean all-reduce (so the kernel is compiled and every rank is in
 step), then the fault. Lines starting with ``CHECK`` are read by test_collectives_faults.py.
@@ -71,6 +74,9 @@ def scenario_skip(ctx):
     last = ctx.world_size - 1
     if ctx.rank == last:
         fault_at(f"rank {last} skips the second all-reduce")
+        # in no host call meanwhile: only the kernels' waits can run out (the barrier below is a
+        # host wait, which the watchdog bounds too, and would end the job as well)
+        time.sleep(60)
     else:
         launch(ctx, inp, dst, locks)  # waits for the last rank, which never comes
     ctx.barrier()
@@ -98,13 +104,16 @@ def scenario_recv_without_send(ctx):
     if ctx.rank == 0:
         fault_at(f"rank 0 receives from rank {last}, which never sends")
         ccl.recv(ctx, torch.empty(100, device=ctx.device), last, tag=1)
+    else:
+        time.sleep(60)  # in no host call: only the recv's wait can run out (as in scenario_skip)
     ctx.barrier()
     print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
 
 
 def scenario_message_size(ctx):
     """The last rank receives 12 elements where rank 0 sends 10 (GPU: the watchdog reports it and
-    ends the job; the cpu backend's IrisMessageSizeError is tested in ccl_worker.py p2p_errors)."""
+    ends the job, and the receive never returns, so its output is never printed; the cpu backend's
+    IrisMessageSizeError is tested in ccl_worker.py p2p_errors)."""
     setup(ctx)
     ccl.init_p2p(ctx, tags=1)
     last = ctx.world_size - 1
@@ -112,7 +121,9 @@ def scenario_message_size(ctx):
         ccl.send(ctx, torch.ones(10, device=ctx.device), last)
     elif ctx.rank == last:
         fault_at(f"rank {last} receives 12 elements where rank 0 sends 10")
-        ccl.recv(ctx, torch.empty(12, device=ctx.device), 0)
+        out = torch.empty(12, device=ctx.device)
+        ccl.recv(ctx, out, 0)
+        result(ctx, out)  # waits for the receive: it must not end
     ctx.barrier()
     print(f"CHECK rank {ctx.rank} went on past the barrier", flush=True)
 
@@ -259,6 +270,93 @@ def scenario_matched(ctx):
             for t in mine:
                 assert torch.equal(got[t], torch.full((BLOCK, BLOCK), want)), (variant, grid, m, t, got[t])
     print(f"CHECK rank {ctx.rank} matched calls passed", flush=True)
+
+
+def ccl_setup(ctx):
+    """For the call agreement's cases: what setup() prints, without its raw kernel."""
+    if ctx.rank == 0:
+        print("CHECK heap-files " + " ".join(getattr(ctx._heap, "_paths", [])), flush=True)
+        print(f"CHECK timeout {ctx.timeout_s:g}", flush=True)
+    ctx.barrier()
+
+
+def result(ctx, x) -> None:
+    # What a program would print: a call that went wrong must never get here.
+    print(f"CHECK result rank {ctx.rank}: {x[:4].tolist()}", flush=True)
+
+
+def scenario_calls_skip_first(ctx):
+    """The last rank skips the first all-reduce and goes on to close(): its peers wait in the
+    call's host agreement, it waits in close()'s barrier."""
+    from iris.collectives import ccl
+
+    ccl_setup(ctx)
+    last = ctx.world_size - 1
+    x = torch.ones(1000, device=ctx.device)
+    if ctx.rank == last:
+        fault_at(f"rank {last} skips the first all_reduce")
+    else:
+        ccl.all_reduce(ctx, x, x)
+        result(ctx, x)
+    ctx.close()
+
+
+def scenario_calls_skip_warm(ctx):
+    """Every rank makes one all-reduce, then the last rank skips the second (a cached call, no
+    host agreement): the others' kernels wait for it, and no rank may print a result."""
+    from iris.collectives import ccl
+
+    ccl_setup(ctx)
+    last = ctx.world_size - 1
+    x = torch.ones(1000, device=ctx.device)
+    ccl.all_reduce(ctx, x, x)
+    if ctx.rank == last:
+        fault_at(f"rank {last} skips the second all_reduce")
+    else:
+        ccl.all_reduce(ctx, x, x)
+        result(ctx, x)
+    ctx.close()
+
+
+def scenario_calls_late(ctx):
+    """The last rank comes to the first all-reduce long after the time limit, in no host call
+    meanwhile: the others' host agreement runs out, and its report names the missing rank."""
+    from iris.collectives import ccl
+
+    ccl_setup(ctx)
+    last = ctx.world_size - 1
+    x = torch.ones(1000, device=ctx.device)
+    if ctx.rank == last:
+        fault_at(f"rank {last} sleeps before its first all_reduce")
+        time.sleep(60)
+    ccl.all_reduce(ctx, x, x)
+    result(ctx, x)
+
+
+def _cached_calls(ctx, first, second):
+    # Both calls on every rank (their plans cached), then rank 0 makes the first, the others the second.
+    from iris.collectives import ccl
+
+    ccl_setup(ctx)
+    for t in (first, second):
+        ccl.all_reduce(ctx, t, t)
+    fault_at("rank 0 makes its first call, the others their second")
+    mine = first if ctx.rank == 0 else second
+    ccl.all_reduce(ctx, mine, mine)
+    result(ctx, mine)
+
+
+def scenario_calls_hit(ctx):
+    """Cached calls that differ but share a workspace (1000 and 1024 elements): the kernels' own
+    check (the device side of the call agreement) raises on every rank."""
+    _cached_calls(ctx, torch.ones(1000, device=ctx.device), torch.ones(1024, device=ctx.device))
+
+
+def scenario_calls_hit_workspaces(ctx):
+    """Cached calls that differ in dtype (fp32 and fp64: different workspaces, so the kernels never
+    meet): the watchdog sees the ranks' kernels in different calls and ends the job."""
+    _cached_calls(ctx, torch.ones(1000, device=ctx.device),
+                  torch.ones(1000, dtype=torch.float64, device=ctx.device))
 
 
 if __name__ == "__main__":

@@ -512,6 +512,55 @@ def scenario_fp32_inputs_follow_torchs_precision(ctx):
         ops.clear_workspaces(ctx)
 
 
+def scenario_calls_agree(ctx):
+    """The call agreement: a rank whose fused op has other shapes (each rank's call valid on its
+    own) makes every rank raise IrisCallMismatchError naming each rank's call; the context goes on."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    f32 = dict(dtype=torch.float32, device=dev)
+    k = 8 if r == 0 else 4  # this rank's share of K: a (16 x k) @ b (k x 16)
+    a, b, out = torch.ones(16, k, **f32), torch.ones(k, 16, **f32), torch.zeros(16, 16, **f32)
+    others = "ranks " + ", ".join(map(str, range(1, W))) if W > 2 else "rank 1"
+    for op in (ops.matmul_all_reduce, ops.all_gather_matmul):
+        call = f"iris.collectives.ops.{op.__name__}"
+        expect_error(lambda: op(ctx, out if op is ops.matmul_all_reduce else torch.zeros(16 * W, 16, **f32), a, b,
+                                config=SMALL),
+                     iris.runtime.IrisCallMismatchError, f"{call}: the ranks made different collective calls",
+                     "rank 0 called", f"{others} called", "=float32[16, 8], b=float32[8, 16]",
+                     "=float32[16, 4], b=float32[4, 16]", "Every rank must make the same collective calls")
+    # the same shapes on every rank afterwards: right
+    a, b = torch.ones(16, 4, **f32), torch.ones(4, 16, **f32)
+    ops.matmul_all_reduce(ctx, out, a, b, config=SMALL)
+    check(out, torch.full((16, 16), 4.0 * W), "matmul_all_reduce after the mismatch")
+    # all_reduce_residual_rmsnorm, planned like a ccl call: a new call is agreed on the host...
+    norm = "iris.collectives.ops.all_reduce_residual_rmsnorm"
+    one = ops.Config(variant="one_shot", block_m=4, grid=1)  # one tile, one program (below)
+    rows = {M: [torch.ones(M, 8, **f32) for _ in range(3)] for M in (3, 4)}  # out, partial, residual
+    weight = torch.ones(8, **f32)
+
+    def rmsnorm(M, eps=1e-6):
+        out, partial, residual = rows[M]
+        return ops.all_reduce_residual_rmsnorm(ctx, out, None, partial, residual, weight, eps, config=one)
+
+    expect_error(lambda: rmsnorm(4 if r == 0 else 3), iris.runtime.IrisCallMismatchError,
+                 f"{norm}: the ranks made different collective calls", f"{norm}(out=float32[4, 8], residual_out=None, "
+                 "partial=float32[4, 8]", "partial=float32[3, 8]")
+    expect_error(lambda: rmsnorm(3, 1e-5 if r == 0 else 1e-6), iris.runtime.IrisCallMismatchError, "eps=1e-05",
+                 "eps=1e-06")
+    # ... and a cached one by its kernel, whose check raises on every rank on the cpu backend (on the
+    # GPU it ends the job: the fault test's calls_hit); calls of 3 and 4 rows share a workspace
+    if dev.type != "cuda":
+        for M in (3, 4):
+            rmsnorm(M)
+        expect_error(lambda: rmsnorm(4 if r == 0 else 3), iris.runtime.IrisCallMismatchError, "found by its kernel",
+                     "partial=float32[4, 8]", "partial=float32[3, 8]")
+    rmsnorm(3)
+    h = torch.full((3, 8), 1.0 + W)  # the residual plus every rank's partial
+    check(rows[3][0], torch.nn.functional.rms_norm(h, (8,), torch.ones(8), 1e-6),
+          "all_reduce_residual_rmsnorm after the mismatches")
+
+
 # --- all_reduce_residual_rmsnorm -------------------------------------------------------------------
 
 def ref_rmsnorm(W, shape, dtype, seed, residual=True, weight_dtype=torch.float32, eps=1e-6):

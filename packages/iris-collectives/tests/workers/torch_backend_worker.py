@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 import iris.collectives.distributed as idist
+import iris.runtime
 from iris.runtime import IrisUnsupportedError, IrisUsageError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
 
@@ -396,6 +397,28 @@ def scenario_unsupported(ctx):
     expect_error(lambda: dist.gather(t, gather_list, dst=0), IrisUnsupportedError, "gather to one rank")
     scatter_list = [torch.ones(4, device=dev) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
     expect_error(lambda: dist.scatter(t, scatter_list, src=0), IrisUnsupportedError, "scatter from one rank")
+
+
+def scenario_calls_agree(ctx):
+    """The backend runs ccl's calls, and so their call agreement: a rank whose call differs makes
+    every rank raise iris's IrisCallMismatchError through torch's API, naming each rank's call;
+    the group goes on."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    # sizes that no scenario before used: every rank's call is new, so every rank agrees on the host
+    # (a call that one rank made before runs its cached plan and waits in the kernel for the others,
+    # which wait in the agreement: the watchdog ends that job)
+    x = torch.ones(1001 if r == 0 else 1025, device=dev)
+    expect_error(lambda: dist.all_reduce(x), iris.runtime.IrisCallMismatchError,
+                 "iris.collectives.ccl.all_reduce: the ranks made different collective calls", "float32[1001]",
+                 "float32[1025]", "Every rank must make the same collective calls")
+    t = torch.ones(13, device=dev)
+    expect_error(lambda: dist.broadcast(t, src=1 if r == 0 else 0), iris.runtime.IrisCallMismatchError,
+                 "iris.collectives.ccl.broadcast", "src=1", "src=0")
+    y = torch.full((8,), float(r), device=dev)
+    dist.all_reduce(y)
+    same(y, torch.full((8,), float(W * (W - 1) // 2)), "all_reduce after the mismatches")
 
 
 # --- DistributedDataParallel ----------------------------------------------------------------------------

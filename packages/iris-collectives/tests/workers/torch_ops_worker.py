@@ -559,6 +559,40 @@ def scenario_errors(ctx):
                      f"multiple of {W}")
 
 
+def scenario_calls_agree(ctx):
+    # The operators run the front doors, eager and compiled, and so their call agreement: a rank
+    # whose input has another length makes every rank raise IrisCallMismatchError naming both.
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    others = "ranks " + ", ".join(map(str, range(1, W))) if W > 2 else "rank 1"
+
+    def differ(fn, n, call):
+        x = torch.ones(n if r else n + 4, device=dev)
+        expect_error(lambda: fn(x), iris.runtime.IrisCallMismatchError, f"{call}: the ranks made different "
+                     f"collective calls", f"rank 0 called {call}(", f"inp=float32[{n + 4}]", f"{others} called {call}(",
+                     f"inp=float32[{n}]")
+
+    ar, ag = "iris.collectives.ccl.all_reduce", "iris.collectives.ccl.all_gather"
+    differ(lambda x: F.all_reduce(ctx, x), 16, ar)
+    differ(lambda x: torch.compile(lambda y: F.all_reduce(ctx, y) * 2, backend="eager", fullgraph=True)(x), 20, ar)
+    differ(lambda x: torch.compile(lambda y: F.all_gather(ctx, y + 1), backend="aot_eager", fullgraph=True)(x), 24,
+           ag)
+    f32 = dict(dtype=torch.float32, device=dev)
+    k = 8 if r == 0 else 4
+    expect_error(lambda: F.matmul_all_reduce(ctx, torch.ones(16, k, **f32), torch.ones(k, 16, **f32)),
+                 iris.runtime.IrisCallMismatchError, "iris.collectives.ops.matmul_all_reduce: the ranks made "
+                 "different collective calls", "a=float32[16, 8]", "a=float32[16, 4]")
+    norm = "iris.collectives.ops.all_reduce_residual_rmsnorm"
+    rows = 4 if r == 0 else 3
+    expect_error(lambda: torch.compile(lambda p: F.all_reduce_residual_rmsnorm(ctx, p, None, torch.ones(8, **f32)),
+                                       backend="aot_eager", fullgraph=True)(torch.ones(rows, 8, **f32)),
+                 iris.runtime.IrisCallMismatchError, f"{norm}: the ranks made different collective calls",
+                 "partial=float32[4, 8]", "partial=float32[3, 8]")
+    x = torch.full((16,), float(r), device=dev)
+    assert torch.equal(F.all_reduce(ctx, x).cpu(), torch.full((16,), float(W * (W - 1) // 2)))
+
+
 def scenario_gpu_inductor_and_cuda_graphs(ctx):
     # GPU only: inductor (default and reduce-overhead, i.e. CUDA graphs) trains the MLP with no graph
     # break; bf16 values against the single-device model, with bf16's tolerance. Each mode once and

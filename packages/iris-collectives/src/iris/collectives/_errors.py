@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from iris.device import IrisError, IrisUnsupportedError, IrisUsageError
+from iris.runtime import IrisCallMismatchError  # the one class for calls that differ between ranks
 
 
 class IrisWaitTimeoutError(IrisError, RuntimeError):
@@ -13,12 +14,17 @@ class IrisWaitTimeoutError(IrisError, RuntimeError):
     """
 
 
-class IrisCallMismatchError(IrisUsageError):
-    """Two ranks made different calls on the same lock array (``IRIS_DEBUG=1``).
-
-    The message names the collective, both ranks, the tile, the call number and both calls:
-    collective, ``M x N``, tile shape and grid, and what differs between them.
-    """
+def unwrapped(exc: BaseException) -> BaseException:
+    """The :class:`IrisCallMismatchError` that a kernel raised under Triton's interpreter, which
+    wraps what a kernel raises in nested ``InterpreterError`` reprs; else ``exc`` itself. Launches
+    on the ``cpu`` backend re-raise it, so that a call mismatch their kernel found reads as one
+    line naming both calls."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, IrisCallMismatchError):
+            return seen
+        seen = seen.__cause__
+    return exc
 
 
 class IrisMessageSizeError(IrisUsageError):

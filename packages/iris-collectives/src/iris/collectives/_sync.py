@@ -10,7 +10,7 @@ published). Because counters never go back, nothing has to be reset between call
 call waits for ``n * expected`` and a peer that is already one call ahead only adds to the count,
 which the proofs in each collective's docstring account for.
 
-Wait loops are bounded. In production by the watchdog (``IRIS_TIMEOUT_S``, default 300 s): the
+Wait loops are bounded. In production by the watchdog (``IRIS_TIMEOUT_S``, default 60 s): the
 wait reports itself and stops, and the runtime ends the job with the report (see
 ``iris.device._watchdog``). In debug mode (``IRIS_DEBUG=1``) also by ``IRIS_DEBUG_TIMEOUT_S``
 (default 60): the kernel fails with a message naming the call, the rank, the peer, the flag and

@@ -30,6 +30,8 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from ._agree import host_calls
+
 _CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: Counts :func:`clear` calls: what was derived from a freed workspace (the host collectives'
 #: launch plans) is stale once it moves.
@@ -74,7 +76,9 @@ def workspace(ctx, key: tuple, make) -> Workspace:
                                  f"too: it picks the strategy)")
         buffers = make(ctx)
         if ctx.world_size > 1:
-            ctx.barrier()  # every rank's zero fill is done before any rank's kernel signals into it
+            # every rank's zero fill is done before any rank's kernel signals into it
+            with host_calls(ctx, f"a new workspace of iris.collectives {key[0]}"):
+                ctx.barrier()
         ws = per_ctx[key] = Workspace(buffers=buffers)
     return ws
 

@@ -58,13 +58,21 @@ HEAP_BASE_ALIGNMENT = 256
 #: and as reachable by peers as the heap. It holds the flags of device-side collectives that take
 #: no flag array (``iris.collectives.all_reduce_ring``).
 SIGNAL_PAD_BYTES = 1 << 20
-#: The last bytes of the pad are reserved, and the ring's flags stay below them: first a 64-byte
-#: scratch area for the network path's masked-out lanes (``iris.device._nvshmem``), then the
-#: watchdog's drain and claim words (16 bytes, at the very end).
-PAD_RESERVED_BYTES = 80
+#: Worlds up to this many ranks get the device side of the call agreement (``iris.device._calls``),
+#: whose words sit in the pad: two int64 slots per rank.
+CALL_CHECK_MAX_RANKS = 256
+#: Bytes of the call agreement's words: this rank's call counter (in a 64-byte line of its own),
+#: then the slots, ``2 x CALL_CHECK_MAX_RANKS`` int64 words (``[parity][rank]``).
+CALL_WORDS_BYTES = 64 + 16 * CALL_CHECK_MAX_RANKS
+#: The last bytes of the pad are reserved, and the ring's flags stay below them: first the call
+#: agreement's words, then a 64-byte scratch area for the network path's masked-out lanes
+#: (``iris.device._nvshmem``), then the watchdog's drain and claim words (16 bytes, at the very end).
+PAD_RESERVED_BYTES = CALL_WORDS_BYTES + 80
 #: Offsets inside the reserved bytes.
-NETWORK_SCRATCH_AT = 0
-WATCHDOG_WORDS_AT = 64
+CALL_COUNTER_AT = 0
+CALL_SLOTS_AT = 64
+NETWORK_SCRATCH_AT = CALL_WORDS_BYTES
+WATCHDOG_WORDS_AT = CALL_WORDS_BYTES + 64
 
 # The same numbers as compile-time constants for @triton.jit code.
 HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)

@@ -3,7 +3,7 @@
 A wait for a peer's flag spins until the peer arrives. If the peer never comes (it skipped the
 call, launched another grid, died), the spin would never end and the job would hang in silence.
 So every wait of iris.collectives is bounded, in production too, by the timeout that the runtime
-writes into the context tensor (``IRIS_TIMEOUT_S``, default 300 s; see ``iris.runtime.iris``).
+writes into the context tensor (``IRIS_TIMEOUT_S``, default 60 s; see ``iris.runtime.iris``).
 
 How, at a small cost (measured on an H200, 2026-12-02 and -03: docs/performance.md, "What the
 watchdog costs"):
@@ -26,7 +26,13 @@ watchdog costs"):
   The runtime raises the drain words too when a rank fails, so that no kernel is left spinning
   when the job is aborted.
 
-A wait that gave up returns with its flag not reached; the job ends before the results matter.
+A wait that gave up does not return until the host has acknowledged the report (the ``ack``
+word of the record, which the host thread writes once it has printed the reports, silenced this
+rank's stdout and taken the interpreter lock for good, right before it ends the job): a kernel
+that gave up never ends while its process can still use what it computed, so no rank prints a
+result that looks valid, and no kernel is left spinning when the job is aborted (which leaves MPS
+refusing new clients for a while). Under the interpreter (the ``cpu`` backend) the wait sleeps
+until then instead of spinning.
 ``IRIS_TIMEOUT_S=0`` (read at import, like ``IRIS_DEBUG``) compiles all of this out.
 """
 
@@ -43,8 +49,13 @@ from ._layout import CUR_RANK_AT_C, HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_
 from ._tracing import device_clock_ns
 from ._vote import cta_any
 
+#: The watchdog's time limit when ``IRIS_TIMEOUT_S`` is unset, in seconds: long enough for a first
+#: call's compilation and heap allocation on a loaded machine, short enough that a job that hangs
+#: ends while someone still watches it (see docs/concepts.md, "Deadlines").
+DEFAULT_TIMEOUT_S = 60.0
 
-def timeout_from_env(default: float = 300.0) -> float:
+
+def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
     """``IRIS_TIMEOUT_S`` in seconds (``default`` when unset); 0 switches the watchdog off."""
     text = os.environ.get("IRIS_TIMEOUT_S", "").strip()
     if not text:
@@ -69,28 +80,34 @@ WATCHDOG: tl.constexpr = tl.constexpr(timeout_from_env() > 0)
 CHECK_POLLS: tl.constexpr = tl.constexpr(4 if INTERPRETER else 1024)
 
 #: The report: int64 words in host-visible memory (``WATCHDOG_RECORD`` in the context tensor), in
-#: this order. ``state`` is written last: 0 (nothing), STATE_TIMED_OUT or STATE_DRAINED; ``call``
+#: this order. ``state`` is written last: 0 (nothing) or one of the STATE_ values; ``call``
 #: and ``flag`` index WAIT_CALLS and WAIT_FLAGS; ``peer`` is -1 when the wait was for several;
 #: ``calls`` is the address (in the reporting process) of that rank's int32 call counter for the
 #: tile, which every rank keeps at the same heap offset (0 when the wait has none): the host
-#: compares the ranks' counters to name the ranks that never made the call.
-RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "calls")
+#: compares the ranks' counters to name the ranks that never made the call. A call mismatch
+#: (``STATE_CALL_MISMATCH``, see ``iris.device._calls``) has ``peer`` the rank whose call differs,
+#: ``index`` the call's number, ``seen`` the peer's fingerprint and ``target`` this rank's.
+#: ``ack`` is the host's: 1 once it lets the stopped waits go (see the module docstring).
+RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "calls", "ack")
 RECORD_WORDS = len(RECORD_FIELDS)
 STATE_TIMED_OUT = 1  #: this rank's wait ran out of time
 STATE_DRAINED = 2    #: this rank stopped waiting because another wait (maybe a peer's) ran out of time
 STATE_FAILED = 3     #: this rank stopped waiting because a rank failed (see the runtime's message)
+STATE_CALLS_DIFFER = 4  #: this rank stopped waiting because a rank found that the ranks' calls differ
+STATE_CALL_MISMATCH = 5  #: this rank found that a peer made another collective call than it (iris.device._calls)
 #: A point-to-point message arrived with another size or dtype than its receive expects (no wait
 #: ran out: the receiver saw it at once; ``seen`` and ``target`` hold both messages' headers, see
 #: :func:`message_header`). The runtime ends the job as after a timeout.
-STATE_MISMATCH = 4
+STATE_SIZE_MISMATCH = 6
 #: A call received more rows than its output holds (or was told to send more rows than its input
 #: has): no wait ran out, the kernel saw it at once and wrote only what fits; ``seen`` holds the
 #: rows, ``target`` the room, ``flag`` names what overflowed (``out rows``, ``expert rows``: then
 #: ``index`` is the local expert; ``inp rows``). The runtime ends the job as after a timeout.
-STATE_CAPACITY = 5
+STATE_CAPACITY = 7
 #: Values of the drain word (the state a draining wait reports is ``1 + value``).
-DRAIN_TIMED_OUT = 1  #: a wait ran out of time somewhere
+DRAIN_TIMED_OUT = 1  #: a wait ran out of time somewhere (or a host-side wait did)
 DRAIN_FAILED = 2     #: a rank failed: it raised, or its process is gone
+DRAIN_CALLS_DIFFER = 3  #: a rank found that the ranks made different collective calls
 _STATE: tl.constexpr = tl.constexpr(0)
 _CALL: tl.constexpr = tl.constexpr(1)
 _FLAG: tl.constexpr = tl.constexpr(2)
@@ -101,8 +118,11 @@ _SEEN: tl.constexpr = tl.constexpr(6)
 _TARGET: tl.constexpr = tl.constexpr(7)
 _WAITED: tl.constexpr = tl.constexpr(8)
 _CALLS: tl.constexpr = tl.constexpr(9)
+_ACK: tl.constexpr = tl.constexpr(10)
+ACK_INDEX = _ACK.value
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
-_MISMATCH: tl.constexpr = tl.constexpr(STATE_MISMATCH)
+_CALL_MISMATCH: tl.constexpr = tl.constexpr(STATE_CALL_MISMATCH)
+_SIZE_MISMATCH: tl.constexpr = tl.constexpr(STATE_SIZE_MISMATCH)
 _CAPACITY: tl.constexpr = tl.constexpr(STATE_CAPACITY)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
@@ -277,6 +297,44 @@ def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, ta
 
 
 @triton.jit
+def _peek64(word):
+    # The int64 at ``word`` (relaxed, system scope: the host writes it).
+    return tl.inline_asm_elementwise("// iris watchdog check\n\tld.relaxed.sys.global.b64 $0, [$1];", "=l,l",
+                                     [word], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.constexpr_function
+def _sleep_until_ack(record):
+    # Interpreter only: the wait runs in the main thread; sleep (the watchdog thread runs meanwhile)
+    # until the host acknowledges, which it does right before it ends the job while holding the
+    # interpreter lock, so the raise below is for a host that could not end it.
+    import ctypes
+    import time
+
+    from ._debug import host_scalar
+    from ._errors import IrisBackendError
+
+    ack = ctypes.c_int64.from_address(host_scalar(record) + 8 * ACK_INDEX)
+    while ack.value == 0:
+        time.sleep(0.01)
+    raise IrisBackendError("iris watchdog: a wait of this rank stopped (its report is above) and the job did not end; "
+                           "nothing this kernel computed is valid")
+
+
+@triton.jit
+def _await_ack(trailer):
+    # After a stop: hold the calling thread, so that its kernel does not end, until the host's
+    # watchdog thread acknowledges (see the module docstring). Per thread, no barrier.
+    if INTERPRETER:
+        _sleep_until_ack(tl.load(trailer + WATCHDOG_RECORD_C))
+    else:
+        ack = tl.cast(tl.load(trailer + WATCHDOG_RECORD_C), tl.pointer_type(tl.int64)) + _ACK
+        seen = _peek64(ack)
+        while seen == 0:
+            seen = _peek64(ack)
+
+
+@triton.jit
 def _drain_word(heap_bases, me, trailer):
     # This rank's drain word (int32, in its signal pad after the heap).
     address = tl.load(heap_bases + me) + tl.load(trailer + HEAP_SIZE_C) + DRAIN_OFFSET_C
@@ -318,7 +376,9 @@ def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen,
     ``peer`` (-1: several), ``index`` (tile or slot), ``seen`` and ``target`` go into the report
     (int64 scalars); so does ``calls``, the address (int64) of this rank's call counter for the tile
     (which every rank keeps at the same heap offset), or 0. The first thread of the process that
-    stops writes the report (a claim word beside the drain word). The rest is the host's, whose
+    stops writes the report (a claim word beside the drain word); every thread that stops then
+    waits until the host acknowledges (the record's ``ack`` word), so that the kernel does not end
+    before the job does. The rest is the host's, whose
     watchdog thread reads the report: it compares the call counters (who never made the call), and
     after a timeout raises every rank's drain word, so that every rank's waits stop and report too;
     then it prints the report and ends the job. The device side is kept this small on purpose: a
@@ -334,6 +394,7 @@ def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen,
     reason = _peek(drain)
     state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
     _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, _now() - start, calls)
+    _await_ack(trailer)
 
 
 @triton.jit
@@ -406,20 +467,44 @@ def watchdog_tick(heap_bases, polls, start, call: tl.constexpr, what: tl.constex
 
 
 @triton.jit
-def watchdog_report_mismatch(heap_bases, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target):
-    """Report a point-to-point size mismatch now (state STATE_MISMATCH), with no wait: the runtime's
+def watchdog_report_call_mismatch(heap_bases, peer, index, theirs, mine):
+    """Report that ``peer`` made another collective call than this rank (call ``index`` of the
+    context; ``theirs`` and ``mine`` the calls' fingerprints, see ``iris.device._calls``), and hold
+    the calling threads until the host acknowledges: the host's watchdog thread names both calls
+    and ends the job (state ``STATE_CALL_MISMATCH``). Nothing happens while the watchdog is off (its
+    limit 0: no thread would read the report). Granularity: per thread, no barrier (every thread
+    of the program that calls it, which is every thread that reaches it). Memory semantics: as
+    :func:`watchdog_thread_stop`. Scope: this process."""
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    if tl.load(trailer + WATCHDOG_NS_C) > 0:
+        drain = _drain_word(heap_bases, me, trailer)
+        zero = tl.full([], 0, tl.int64)
+        _report(trailer, drain, tl.full([], _CALL_MISMATCH, tl.int64), zero, zero, me, peer, index, theirs, mine,
+                zero, zero)
+        _await_ack(trailer)
+
+
+@triton.jit
+def watchdog_report_size_mismatch(heap_bases, call: tl.constexpr, what: tl.constexpr, peer, index, seen, target):
+    """Report a point-to-point size mismatch now (state STATE_SIZE_MISMATCH), with no wait: the runtime's
     watchdog thread prints it (:func:`mismatch_text`, ``seen`` and ``target`` being the two message
     headers, ``index`` the tag) and ends the job, as after a timeout. Only where the watchdog is
-    compiled in (``WATCHDOG``); a caller prints something itself otherwise.
+    compiled in (``WATCHDOG``); a caller prints something itself otherwise. Like a stopped wait,
+    the calling threads are then held until the host acknowledges (while the context's watchdog
+    runs), so that the receive, whose output holds no message, never returns.
 
     Granularity: per thread, no CTA barrier: the first thread of the process that calls it writes
-    the report (the claim word of :func:`watchdog_thread_stop`), the others return. Memory
-    semantics: the report's words are fenced at system scope before its state word."""
+    the report (the claim word of :func:`watchdog_thread_stop`), the others only wait for the
+    acknowledgement. Memory semantics: the report's words are fenced at system scope before its
+    state word."""
     me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     args = watchdog_arguments(call, what, peer, index, seen, target, None)
-    _report(trailer, _drain_word(heap_bases, me, trailer), _MISMATCH, args[0], args[1], me, args[2], args[3],
+    _report(trailer, _drain_word(heap_bases, me, trailer), _SIZE_MISMATCH, args[0], args[1], me, args[2], args[3],
             args[4], args[5], 0, args[6])
+    if tl.load(trailer + WATCHDOG_NS_C) > 0:
+        _await_ack(trailer)
 
 
 @triton.jit
@@ -428,12 +513,17 @@ def watchdog_report_capacity(heap_bases, call: tl.constexpr, what: tl.constexpr,
     thread prints it (:func:`capacity_text`; ``what`` a name of WAIT_FLAGS: ``"out rows"``,
     ``"expert rows"`` (``index``: the local expert) or ``"inp rows"``) and ends the job, as after a
     timeout. Only where the watchdog is compiled in (``WATCHDOG``); a caller prints something
-    itself otherwise. Granularity and memory semantics: as :func:`watchdog_report_mismatch`."""
+    itself otherwise. Like a stopped wait, the calling threads are then held until the host
+    acknowledges (while the context's watchdog runs), so that the call, whose output lacks the rows
+    that did not fit, never returns. Granularity and memory semantics: as
+    :func:`watchdog_report_size_mismatch`."""
     me = tl.load(heap_bases + CUR_RANK_AT_C)
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     args = watchdog_arguments(call, what, -1, index, rows, room, None)
     _report(trailer, _drain_word(heap_bases, me, trailer), _CAPACITY, args[0], args[1], me, args[2], args[3],
             args[4], args[5], 0, args[6])
+    if tl.load(trailer + WATCHDOG_NS_C) > 0:
+        _await_ack(trailer)
 
 
 @triton.jit

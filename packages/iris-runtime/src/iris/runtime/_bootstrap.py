@@ -102,6 +102,11 @@ class Bootstrap(abc.ABC):
     def abort(self, code: int) -> NoReturn:
         """End the whole job with exit code ``code``, from any thread, without waiting for peers."""
 
+    def end_job(self, code: int) -> NoReturn:
+        """:meth:`abort`, for a caller that has already given the launcher time to forward what it
+        printed (the watchdog's thread, which must not release the interpreter lock meanwhile)."""
+        self.abort(code)
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release what this bootstrap made for one ``Iris`` (collective)."""

@@ -106,6 +106,9 @@ class MpiBootstrap(Bootstrap):
         time.sleep(ABORT_GRACE_S)
         self._comm.Abort(code)
 
+    def end_job(self, code: int):
+        self._comm.Abort(code)  # no sleep first: it would let the main thread run (see Bootstrap.end_job)
+
     def close(self) -> None:
         # Each Iris splits off a node communicator; free it, or repeated iris() calls exhaust MPI's ids.
         self._node_comm.Free()

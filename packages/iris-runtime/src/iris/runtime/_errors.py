@@ -24,6 +24,16 @@ class IrisTimeoutError(IrisError, RuntimeError):
     """
 
 
+class IrisCallMismatchError(IrisUsageError):
+    """The ranks made different collective calls: another collective, other shapes, dtypes, op,
+    root or config, or a call that a rank skipped.
+
+    Raised on every rank by the call agreement of the host collectives (``IRIS_CHECK_CALLS``), and
+    by ``IRIS_DEBUG=1``'s lock-record signatures. The message names the call, each rank's call in
+    the caller's shapes, and the fix.
+    """
+
+
 class RankError(IrisUsageError):
     """A rank number outside ``[0, world_size)``."""
 
@@ -38,6 +48,7 @@ __all__ = [
     "HeapExhaustedError",
     "IrisBackendError",
     "IrisBootstrapError",
+    "IrisCallMismatchError",
     "IrisError",
     "IrisTimeoutError",
     "IrisUnsupportedError",

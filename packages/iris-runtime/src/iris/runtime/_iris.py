@@ -10,16 +10,19 @@ import weakref
 
 import torch
 
+from iris.device import _calls as device_calls
 from iris.device import _layout as layout
-from iris.device._watchdog import timeout_from_env
+from iris.device._watchdog import DEFAULT_TIMEOUT_S, timeout_from_env
 
 from . import _backend
+from ._agreement import CallAgreement
 from ._allocator import SymmetricAllocator, format_bytes
 from ._bootstrap import add_abort_hook, remove_abort_hook
 from ._bootstrap_start import start_bootstrap
 from ._context import build_context
-from ._errors import IrisUsageError, NotOnHeapError, RankError, SymmetryError
+from ._errors import IrisCallMismatchError, IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
+from ._host_waits import WatchedBootstrap
 from ._logging import configure_logging, logger
 from ._reach import Reach, RegistrationCache
 from ._registration import Registration, close_cuda, peer_addresses
@@ -70,7 +73,8 @@ class Iris(TensorFactories):
             timeout_s = timeout_from_env()
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s >= 0:
             raise IrisUsageError(f"iris.runtime.iris(timeout_s={timeout_s!r}): pass a number of seconds >= 0 "
-                                 f"(0 switches the watchdog off; the default is IRIS_TIMEOUT_S, else 300)")
+                                 f"(0 switches the watchdog off; the default is IRIS_TIMEOUT_S, else "
+                                 f"{DEFAULT_TIMEOUT_S:g})")
         self.backend = _backend.resolve_backend(backend)
         _backend.check_interpreter_matches(self.backend)
         boot = start_bootstrap(bootstrap, comm, self.backend)
@@ -107,6 +111,18 @@ class Iris(TensorFactories):
         self._context = build_context(self.rank, self.world_size, self._heap.device_bases, self.heap_size,
                                       self.device)
         self._watchdog = self._start_watchdog(float(timeout_s))
+        # From here every host collective is watched: the watchdog bounds it (iris.runtime._host_waits)
+        self._host_waits = self._watchdog.host_waits
+        self._boot = WatchedBootstrap(boot, self._host_waits)
+        self._calls = CallAgreement(self)
+        # weakly: the watchdog outlives the context (an exit handler holds it), which must not keep
+        # the context (and its process groups) alive
+        calls = weakref.ref(self._calls)
+        self._watchdog.describe_call = lambda fp: calls().describe(fp) if calls() is not None else None
+        self._watchdog.mismatch_message = lambda *args: (calls().device_mismatch(*args) if calls() is not None
+                                                         else None)
+        if self.backend == "cpu":  # kernels run in this thread: a mismatch they find raises here
+            device_calls.DESCRIBERS[self._watchdog.address] = weakref.WeakMethod(self._raise_call_mismatch)
         self.tracing = Tracing(self)
         self._closed = False
         self._registrations: list[Registration] = []
@@ -127,6 +143,34 @@ class Iris(TensorFactories):
         atexit.register(watchdog.mark_exit)
         write_watchdog_info(self._context, self.world_size, watchdog.timeout_ns, watchdog.address)
         return watchdog
+
+    def _raise_call_mismatch(self, rank: int, peer: int, call: int, mine: int, theirs: int):
+        raise IrisCallMismatchError(self._calls.device_mismatch(rank, peer, call, mine, theirs))
+
+    # --- the call agreement ------------------------------------------------------------------------
+    def agree_call(self, signature, describe, call: str, always: bool = False) -> int:
+        """The fingerprint of a collective call, agreed with every rank when its ``signature`` is new.
+
+        For collective libraries (``iris.collectives`` calls it for every host collective and fused
+        op): ``signature`` is a hashable value with no address in it (the call, its options, each
+        tensor's shape, dtype and, where peers reach it in place, its heap offset), ``describe()``
+        the call's text in the caller's terms, ``call`` the collective's name. A signature agreed
+        before costs a dictionary lookup; a new one is exchanged with every rank (a host collective
+        that the watchdog bounds), and if any rank's text differs, every rank raises
+        :class:`IrisCallMismatchError` naming each rank's call. The fingerprint (a 31-bit int, the
+        same on every rank for the same call) goes to the call's kernel, whose device-side check
+        (``iris.device._calls``) compares calls that skip this agreement. 0 when the agreement is
+        off (``IRIS_CHECK_CALLS=0``). ``always``: exchange even when the signature was agreed
+        before (for a collective whose next step is another host exchange rather than a kernel
+        that checks the call). See ``iris.runtime._agreement``."""
+        if not device_calls.CHECK_CALLS.value:
+            return 0
+        return self._calls.agree(signature, describe, call, always)
+
+    def host_call(self, label: str):
+        """A context manager naming the host collectives made inside it (``label``: the call, as the
+        watchdog's reports show it, e.g. "the plan of iris.collectives.ccl.all_reduce(...)")."""
+        return self._host_waits.label(label)
 
     @property
     def timeout_s(self) -> float:
@@ -197,7 +241,8 @@ class Iris(TensorFactories):
             raise IrisUsageError(f"resident_grid(num_work={num_work!r}): pass a positive int, e.g. the tile count")
         mine = num_work if self.device.type != "cuda" else resident_grid(
             compiled, num_work, self.device, max(self.ranks_on_device, gpu_sharers()))
-        return self._boot.allreduce(mine, "min")
+        with self._host_waits.label("iris.runtime.Iris.resident_grid()"):
+            return self._boot.allreduce(mine, "min")
 
     # --- heap and context ------------------------------------------------------------------------
     def get_heap_bases(self) -> torch.Tensor:
@@ -284,7 +329,8 @@ class Iris(TensorFactories):
         """
         call = "register()"
         self._check_open(call)
-        addresses, opened = peer_addresses(self, self._heap, tensor, call)
+        with self._host_waits.label("iris.runtime.Iris.register()"):
+            addresses, opened = peer_addresses(self, self._heap, tensor, call)
         try:
             registration = Registration(self, tensor, addresses, opened, serial=self._next_serial())
         except BaseException:
@@ -314,7 +360,8 @@ class Iris(TensorFactories):
         milliseconds, once). Returns one :class:`Reach` per tensor; ``iris.collectives.ccl`` asks
         for it above a message size (``Config.register``). See ``iris.runtime._reach``."""
         self._check_open("reach()")
-        return self._reach.reach(list(tensors))
+        with self._host_waits.label("iris.runtime.Iris.reach()"):
+            return self._reach.reach(list(tensors))
 
     def registration_of(self, tensor: torch.Tensor) -> Registration | None:
         """The open :class:`Registration` whose tensor holds all of ``tensor``'s memory, or None."""
@@ -326,9 +373,10 @@ class Iris(TensorFactories):
     def _close_registration(self, registration: Registration) -> None:
         # Registration.close(): every rank's kernels that may map the tensors are done before the
         # mappings go, and every peer has unmapped this rank's tensor before it may be freed.
-        self.barrier()
-        close_cuda(registration._opened)
-        self._boot.barrier()
+        with self._host_waits.label("iris.runtime.Registration.close()"):
+            self.barrier()
+            close_cuda(registration._opened)
+            self._boot.barrier()
         registration.closed = True
         registration.tensor = None
         if registration in self._registrations:  # else one of the collectives' cache (_reach), which counts its own
@@ -351,9 +399,10 @@ class Iris(TensorFactories):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._watchdog.check("barrier()")
-        if self.verify:
-            self._verify_symmetric_calls()
-        self._boot.barrier()
+        with self._host_waits.label("iris.runtime.Iris.barrier()", synced=True):
+            if self.verify:
+                self._verify_symmetric_calls()
+            self._boot.barrier()
 
     def _verify_symmetric_calls(self) -> None:
         logs = self._boot.allgather(self._allocator.take_log())
@@ -368,6 +417,13 @@ class Iris(TensorFactories):
                 f"barrier(verify=True): allocation call #{i} since the last barrier differs: rank 0 made "
                 f"{mine!r}, rank {rank} made {theirs!r}; make the same allocations in the same order on every rank")
 
+    def allgather(self, obj, call: str = "iris.runtime.Iris.allgather()") -> list:
+        """Every rank's ``obj`` (picklable), in rank order. Collective, on the host: the watchdog
+        bounds it like every host collective of the context, and its reports name ``call`` (the
+        caller's name for what the ranks exchange)."""
+        with self._host_waits.label(call):
+            return self._boot.allgather(obj)
+
     def broadcast(self, obj, src: int = 0):
         """``obj`` from rank ``src`` on every rank. Tensors come back on this rank's device;
         anything else must be picklable."""
@@ -378,7 +434,8 @@ class Iris(TensorFactories):
             # whole heap), and the sender must not get back an alias of its own tensor.
             is_tensor = isinstance(obj, torch.Tensor)
             payload = ("tensor", obj.detach().to("cpu", copy=True)) if is_tensor else ("object", obj)
-        kind, value = self._boot.bcast(payload, root=src)
+        with self._host_waits.label(f"iris.runtime.Iris.broadcast(src={src})"):
+            kind, value = self._boot.bcast(payload, root=src)
         return value.to(self.device) if kind == "tensor" else value
 
     # --- lifetime --------------------------------------------------------------------------------
@@ -392,17 +449,22 @@ class Iris(TensorFactories):
         if self._closed:
             return
         self._watchdog.mark_exit()  # peers must not take this rank's end for a crash
-        for registration in list(self._registrations):  # registered in the same order on every rank
-            registration.close()
-        self._reach.close()
-        self.barrier()
+        # The watchdog bounds the barriers below too (a rank that never comes to close() is
+        # named), so its thread stops last; it stops touching the heap before the heap goes.
+        with self._host_waits.label("iris.runtime.Iris.close()"):
+            for registration in list(self._registrations):  # registered in the same order on every rank
+                registration.close()
+            self._reach.close()
+            self.barrier()
+            remove_abort_hook(self._watchdog.before_abort)
+            device_calls.DESCRIBERS.pop(self._watchdog.address, None)
+            self.tracing.close()
+            self._buffer = None
+            self._watchdog.detach_heap()
+            self._heap.close()
+            self._closed = True
+            self._boot.barrier()
         self._watchdog.close()
-        remove_abort_hook(self._watchdog.before_abort)
-        self.tracing.close()
-        self._buffer = None
-        self._heap.close()
-        self._closed = True
-        self._boot.barrier()
         self._boot.close()
 
     def __enter__(self) -> Iris:
@@ -426,10 +488,11 @@ def iris(heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, **optio
     uses torch.distributed when a default process group exists or torchrun started the process,
     MPI under an MPI launcher, else a world of one; ``"mpi"``; ``"torch"``), ``comm`` (an mpi4py
     communicator, MPI only), ``verify`` (check allocation order at each barrier), ``log_level``,
-    ``timeout_s`` (the watchdog's bound on every wait of iris.collectives, in seconds: default
-    ``IRIS_TIMEOUT_S`` or 300; 0 switches it off). When a wait runs out, the ranks print what
-    they waited for and the job ends (``MPI_Abort``; under torchrun, the rank exits and torchrun
-    ends the others). A launcher that started several ranks which this process cannot reach
+    ``timeout_s`` (the watchdog's bound on every wait of iris.collectives and every host
+    collective of the context, in seconds: default ``IRIS_TIMEOUT_S`` or 60; 0 switches it off).
+    When a wait runs out, the ranks print what they waited for and the job ends (``MPI_Abort``;
+    under torchrun, the rank exits and torchrun ends the others), before any rank can use what the
+    call that gave up computed. A launcher that started several ranks which this process cannot reach
     (``WORLD_SIZE=4`` without torchrun's variables, ``mpirun -n 4`` with an mpi4py of another MPI,
     ``bootstrap="mpi"`` under torchrun) raises :class:`IrisBootstrapError`. Collective: every rank
     calls it.

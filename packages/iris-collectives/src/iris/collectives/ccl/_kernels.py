@@ -17,6 +17,11 @@ the other ranks' shares; its own share is stored into ``out`` directly). No sepa
 The flags are the tile collectives' (``iris.collectives._sync``: lock records whose ``EPOCH``
 counts calls, counters that only grow), so back-to-back calls need no barrier and a CUDA graph
 replays them correctly.
+
+Every kernel takes ``call_fp``, the fingerprint of its agreed call (``iris.runtime.Iris.agree_call``),
+and runs the device side of the call agreement around its work (``iris.device._calls``): program 0
+publishes the call on entry and compares every peer's call after its waits. ``call_fp`` is not
+specialised on (any value, one compiled kernel).
 """
 
 # No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
@@ -24,6 +29,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG, load
+from iris.device._calls import call_check, call_enter
 
 from .._all_reduce import all_reduce_one_shot_op, all_reduce_two_shot_op, own_share_rows, reduce_range_in_rank_order
 from .._context import DeviceContext
@@ -69,8 +75,9 @@ def _tile_offsets(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     return t * (BLOCK_M * BLOCK_N) + within
 
 
-@triton.jit
-def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, n, chunk, half, rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp"])
+def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, n, chunk, half, call_fp,
+                      rank: tl.constexpr,
                       world_size: tl.constexpr, OP: tl.constexpr, TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr,
                       COPY_OUT: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)``, ``n`` elements, through ``all_reduce_one_shot`` or
@@ -89,6 +96,7 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, 
     ``BUFFERED`` (one-shot, ``STAGE_IN``): :func:`_buffered_one_shot_round`, whose staging buffer
     has two halves ``half`` elements apart."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     for base in range(0, n, chunk):
         # the heap buffers of this round: the staging buffers start over, the caller's tensors move on
         if STAGE_IN:
@@ -105,6 +113,7 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, 
         else:
             _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, src_bases, dst_bases,
                               tl.minimum(chunk, n - base), OP, TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
+    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
 
 
 @triton.jit
@@ -195,8 +204,9 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, src_bases, dst_bases, n, O
         all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP, None, src_bases)
 
 
-@triton.jit
-def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp"])
+def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, call_fp,
+                          rank: tl.constexpr,
                           world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce over ranks of chunk rank of inp`` (chunks of ``m`` elements). It is
@@ -209,6 +219,7 @@ def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_strid
     (``STAGE_IN``): the one-shot with one flag round trip, as the all-reduce's (see
     :func:`_buffered_one_shot_round`), the staging buffer's halves ``half`` elements apart."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     for base in range(0, m, chunk):
         if STAGE_IN:
             round_src = src
@@ -216,6 +227,7 @@ def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_strid
             round_src = src + base
         _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, src_bases, m,
                               tl.minimum(chunk, m - base), src_stride, half, OP, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
+    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
 
 
 @triton.jit
@@ -242,8 +254,8 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride
         all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine, src_bases)
 
 
-@triton.jit(do_not_specialize=["root"])
-def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, root, rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp", "root"])
+def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, call_fp, root, rank: tl.constexpr,
                   world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)`` on rank ``root`` alone, ``n`` elements: the one-shot
@@ -254,6 +266,7 @@ def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, root, rank
     rank passes any tensor of ``inp``'s dtype). ``root`` is a run-time argument: any rank may be
     the root, call after call. In rounds of ``chunk`` elements, as :func:`all_reduce_kernel`."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     for base in range(0, n, chunk):
         if STAGE_IN:
             round_src = src
@@ -261,6 +274,7 @@ def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, root, rank
             round_src = src + base
         _reduce_round(ctx, inp + base, round_src, out + base, locks, src_bases, tl.minimum(chunk, n - base), root,
                       OP, STAGE_IN, BLOCK_M, BLOCK_N)
+    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
 
 
 @triton.jit
@@ -324,8 +338,9 @@ def _pull_from_every_rank(ctx, mine, ptrs, out, src_bases, m, mask):
         tl.store(out + p * m, data, mask=mask)
 
 
-@triton.jit(do_not_specialize=["root"])
-def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, root, rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp", "root"])
+def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, call_fp, root,
+                rank: tl.constexpr,
                 world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """all_gather (``MODE`` GATHER), all_to_all, broadcast from ``root``, gather to ``root``
@@ -344,6 +359,7 @@ def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, 
     ``BUFFERED`` (``STAGE_IN``): no "done" wait; the staging buffer's halves (``half`` elements
     apart) are used by turns, as in :func:`_buffered_one_shot_round`."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     for base in range(0, m, chunk):
         if STAGE_IN:
             round_src = src
@@ -351,6 +367,7 @@ def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, 
             round_src = src + base
         _pull_round(ctx, inp + base, round_src, out + base, locks, src_bases, m, tl.minimum(chunk, m - base),
                     src_stride, half, root, MODE, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
+    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
 
 
 @triton.jit
@@ -399,7 +416,10 @@ def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, ro
             signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
-@triton.jit
-def barrier_kernel(context, flags, rank: tl.constexpr, world_size: tl.constexpr):
+@triton.jit(do_not_specialize=["call_fp"])
+def barrier_kernel(context, flags, call_fp, rank: tl.constexpr, world_size: tl.constexpr):
     """One program: :func:`iris.collectives.device_barrier` on ``flags`` (two int32 words)."""
-    device_barrier(DeviceContext.initialize(context, rank, world_size), flags)
+    ctx = DeviceContext.initialize(context, rank, world_size)
+    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
+    device_barrier(ctx, flags)
+    call_check(ctx.heap_bases, call_fp, call, rank, world_size)

@@ -17,7 +17,11 @@ import weakref
 
 import torch
 
+from iris.runtime import _agreement
+
 from .. import _workspace
+from .._agree import host_calls
+from .._errors import unwrapped
 from ._config import REGISTER_FROM
 
 #: ``IRIS_CCL_DIRECT_LAUNCH=0`` sends every GPU launch through Triton's launcher (see DirectLaunch).
@@ -101,7 +105,10 @@ def plan_for(ctx, key, make):
     cached under ``key`` unless it is None."""
     plan = lookup(ctx, key) if key is not None else None
     if plan is None:
-        plan = make()
+        # the host collectives of a plan's making (agreement, grid, workspace), named in the watchdog's reports
+        name = key[0] if key is not None else "a call"
+        with host_calls(ctx, f"a new plan of iris.collectives.ccl {name if isinstance(name, str) else name[0]}"):
+            plan = make()
         if key is not None:
             remember(ctx, key, plan)
     return plan
@@ -161,6 +168,12 @@ def forget(ctx) -> None:
     """Drop every plan of ``ctx``."""
     _PLANS.pop(ctx, None)
     _LAST[0] = _LAST[1] = None
+
+
+# The call agreement drops its oldest signatures on every rank at once when it has too many; the
+# plans built on them must go too, or a rank whose plan is cached would skip the agreement that a
+# rank with a new tensor makes (iris.runtime._agreement).
+_agreement.FORGET_HOOKS.append(forget)
 
 
 def capacity(tiles: int) -> int:
@@ -247,7 +260,13 @@ class TritonLaunch:
         self.run, self.options = kernel[(grid,)], options
 
     def __call__(self, *args):
-        self.run(*args, **self.options)
+        try:
+            self.run(*args, **self.options)
+        except Exception as exc:
+            error = unwrapped(exc)
+            if error is exc:
+                raise
+            raise error from None  # the call mismatch the kernel found, not the interpreter's wrapping
 
 
 class DirectLaunch:

@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._agree import agree
 from .._compiling import is_compiling, traced
 from .._sync import BARRIER_WORDS, LOCK_WORDS
 from . import _checks, _launch
@@ -16,15 +17,24 @@ _MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast
           "gather": GATHER_TO_ROOT.value, "scatter": SCATTER.value}
 
 
-def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, nbytes=None, stage=False):
-    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller).
+def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, nbytes=None, stage=False, agreed=None,
+               **options):
+    """The plan of a pull collective moving chunks of ``m`` elements (checks done by the caller),
+    agreed with every rank once its config is checked (``options``: the call's own, e.g. ``src``).
     ``nbytes``: the message that picks the table's row (default ``inp``'s bytes), the same on
     every rank; ``stage``: stage ``inp`` whether or not the peers could read it in place (scatter,
-    whose non-root ranks cannot know where the root's ``inp`` lies)."""
+    whose non-root ranks cannot know where the root's ``inp`` lies). ``agreed``: the ``(name,
+    tensor)`` pairs whose shapes every rank passes alike (default ``out`` and ``inp``, or
+    broadcast's ``tensor``), the last of them the one the peers read in place."""
     W = ctx.world_size
     nbytes = inp.numel() * inp.element_size() if nbytes is None else nbytes
     cfg = choose(name, nbytes, str(inp.dtype).removeprefix("torch."), W, ctx.device.type, config,
                  ranks_per_gpu=ctx.ranks_on_device)
+    if agreed is None:
+        agreed = (("tensor", inp),) if name == "broadcast" else (("out", out), ("inp", inp))
+    peers_read = () if stage else (agreed[-1][0],)
+    fp = agree(ctx, f"iris.collectives.ccl.{name}", agreed, placed=peers_read,
+               reach=None if reach is None or stage else {agreed[-1][0]: reach[0]}, **options, config=config)
     block, width = cfg.block, cfg.width
     # pull_buffered always stages, into the half of the staging buffer that the call's parity
     # picks, and skips the wait for the peers' reads (see the kernel's _buffered_one_shot_round)
@@ -52,13 +62,13 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, nbytes
     constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, 0)
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
     run = _launch.launcher(ctx, ws, pull_kernel, cap if buffered else tiles, cap, cfg, args, constexprs,
                            root_last=True)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, root)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, root)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -139,11 +149,14 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
         _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
         return tensor
     def make():
-        _checks.check_tensor("iris.collectives.ccl.broadcast", ctx, "tensor", tensor)
-        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach)
+        call = "iris.collectives.ccl.broadcast"
+        _checks.check_tensor(call, ctx, "tensor", tensor)
+        return _plan_pull(ctx, key, "broadcast", tensor, tensor, tensor.numel(), config, reach, src=src)
 
     reach = _launch.agreed_reach(ctx, config, tensor)  # the peers read src's tensor
-    key = _launch.call_key("broadcast", config, tensor, tensor, reach)
+    # src in the key: each source's plan carries its own agreed call (the kernel still takes src
+    # as a run-time argument, so no source compiles anything)
+    key = _launch.call_key(("broadcast", src), config, tensor, tensor, reach)
     _launch.call(ctx, key, make, tensor, tensor, src)
     return tensor
 
@@ -157,6 +170,7 @@ def barrier(ctx) -> None:
         return traced().barrier(ctx)
     plan = _launch.lookup(ctx, "barrier")
     if plan is None:
+        fp = agree(ctx, "iris.collectives.ccl.barrier", ())
         ws = _launch.workspace(ctx, ("ccl.barrier",),
                                lambda ctx: {"flags": ctx.zeros(BARRIER_WORDS, dtype=torch.int32)})
         context, flags = ctx.get_device_context(), ws.buffers["flags"]
@@ -164,7 +178,7 @@ def barrier(ctx) -> None:
         rank, W = ctx.rank, ctx.world_size
 
         def plan():
-            run(context, flags, rank, W)
+            run(context, flags, fp, rank, W)
 
         _launch.remember(ctx, "barrier", plan)
     plan()

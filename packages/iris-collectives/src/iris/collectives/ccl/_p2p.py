@@ -17,6 +17,20 @@ NCCL. Calls of one peer, tag and direction pair up with the peer's in the order 
 Nothing is kept per call on the host: a call's plan (its launch, keyed by tensor, peer and tag)
 is cached, the counters that pair the chunks are in device memory, so a CUDA graph of sends and
 receives replays correctly (make each call once before capturing it).
+
+The call agreement: ``init_p2p`` is collective, and agreed like every collective call (its
+settings), on every call rather than when new: its next step is another host exchange, where a
+rank whose agreement was cached would meet one that agrees on a new call. A send or receive is
+not agreed: only its two ranks take part, so an agreement among every rank would make the others
+wait for calls that are not theirs, and one between the two would cost a host round trip per new
+call and take away the either-order, any-stream property. Their check is the message's: every
+chunk carries the header of its send (element count and dtype), which the receiving kernel
+compares with its own on every call, cached or replayed in a graph (:class:`IrisMessageSizeError`,
+or on the GPU the watchdog's report). A send or receive whose peer or tag does not match waits
+for a message that never comes, and the watchdog names the call, the peer and the tag. Nor do
+they count among the context's collective calls whose fingerprints the collectives' kernels
+compare (``iris.device._calls``): the ranks that make no point-to-point call would count
+differently.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from iris.device._watchdog import MESSAGE_DTYPES, message_header
 from iris.runtime import IrisUsageError
 
 from .. import _workspace
+from .._agree import agree
 from .._compiling import is_compiling, traced
 from . import _checks, _launch, _ranks
 from ._config import Config
@@ -126,7 +141,11 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     grid = _positive(call, "grid", _default_grid(ctx) if grid is None else grid)
     num_warps = _positive(call, "num_warps", num_warps, power_of_two=True)
     mine = P2PSettings(tags, slots, chunk_bytes, block_bytes, grid, num_warps)
-    everyone = [P2PSettings(*values) for values in ctx.comm.allgather(dataclasses.astuple(mine))]
+    # the call agreement on the settings the ranks must share (not the grid: each rank's default),
+    # on every call: what follows is another host exchange, where a rank whose agreement was cached
+    # would meet a rank that agrees on something new
+    agree(ctx, call, (), always=True, **{k: v for k, v in dataclasses.asdict(mine).items() if k != "grid"})
+    everyone = [P2PSettings(*values) for values in ctx.allgather(dataclasses.astuple(mine), f"{call}()")]
     for rank, theirs in enumerate(everyone):  # the grid may differ (each rank's default): the smallest counts
         if dataclasses.replace(theirs, grid=0) != dataclasses.replace(everyone[0], grid=0):
             raise IrisUsageError(f"{call}: rank 0 passed {_describe(everyone[0])} but rank {rank} "

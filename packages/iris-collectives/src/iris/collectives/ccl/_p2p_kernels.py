@@ -32,7 +32,7 @@ import triton.language as tl
 from iris.device import INTERPRETER, put, store
 from iris.device._debug import host_scalar
 from iris.device._layout import HEAP_BASES_C
-from iris.device._watchdog import WATCHDOG, mismatch_text, watchdog_report_mismatch, watchdog_reported
+from iris.device._watchdog import WATCHDOG, mismatch_text, watchdog_report_size_mismatch, watchdog_reported
 
 from .._errors import IrisMessageSizeError
 from .._sync import advance, signal, wait_at_least
@@ -122,7 +122,7 @@ def _report_mismatch(heap_bases, rank, peer, tag, sent, expected):
             _raise_mismatch(rank, peer, tag, sent, expected)
     else:
         if WATCHDOG:
-            watchdog_report_mismatch(heap_bases, RECV_CALL, "message size", peer, tag, sent, expected)
+            watchdog_report_size_mismatch(heap_bases, RECV_CALL, "message size", peer, tag, sent, expected)
         else:
             tl.device_print("iris: iris.collectives.ccl.recv: the message differs in size or dtype (headers: "
                             "element count * 16 + dtype): rank, peer, tag, sent, expected = ", rank, peer, tag, sent,

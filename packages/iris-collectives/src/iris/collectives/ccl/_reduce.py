@@ -6,6 +6,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._agree import agree
 from .._compiling import is_compiling, traced
 from .._sync import LOCK_WORDS
 from . import _checks, _launch
@@ -57,6 +58,9 @@ def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     W, n = ctx.world_size, inp.numel()
     cfg = choose("all_reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config,
                  ranks_per_gpu=ctx.ranks_on_device)
+    # a valid call: agree on it with every rank (peers read inp, and two-shot writes out)
+    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("out", "inp"),
+               reach=None if reach is None else {"inp": reach[0], "out": reach[-1]}, op=op, config=config)
     two_shot = cfg.variant == "two_shot" and W > 1
     buffered = cfg.variant == "one_shot_buffered" and W > 1
     same = out.data_ptr() == inp.data_ptr()
@@ -107,12 +111,12 @@ def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     src_bases = heap if stage_in else in_bases
     dst_bases = heap if copy_out or not two_shot else out_bases
     args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
-            dst_bases, n, chunk, half)
+            dst_bases, n, chunk, half, fp)
     run = _launch.launcher(ctx, ws, all_reduce_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
         run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
-            dst_bases, n, chunk, half)
+            dst_bases, n, chunk, half, fp)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -146,6 +150,8 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     m = out.numel()
     cfg = choose("reduce_scatter", inp.numel() * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type,
                  config, ranks_per_gpu=ctx.ranks_on_device)
+    fp = agree(ctx, call, (("out", out), ("inp", inp)), placed=("inp",),
+               reach=None if reach is None else {"inp": reach[0]}, op=op, config=config)
     block, width = cfg.block, cfg.width
     buffered = cfg.variant == "pull_buffered" and W > 1  # always staged, as all_reduce's one_shot_buffered
     in_place, in_bases = _launch.peer_reach(ctx, inp, reach[0] if reach else None)
@@ -171,11 +177,11 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered,
                       BLOCK_M=block // width, BLOCK_N=width)
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp)
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp)
         _launch.promote(ctx, key, run)
 
     return plan

@@ -7,6 +7,12 @@ root pulls every rank's part; every rank pulls its chunk of the root's tensor). 
 kernel argument, not a compile-time one: any rank may be the root, call after call, and a CUDA
 graph replays the root it captured. Tensors only the root has (``reduce``'s and ``gather``'s
 ``out``, ``scatter``'s ``inp``) may be ``None`` on the other ranks.
+
+The call agreement (``iris.collectives._agree``) compares what every rank passes alike: the root,
+the op and config, and the tensors every rank has (``reduce``'s and ``gather``'s ``inp``,
+``scatter``'s ``out``), with where the root reads them in place. The root's own tensor is checked
+against those on the root alone (its shape follows from theirs), so it is no part of the
+signature. Each root's plan carries its own agreed call, as broadcast's does.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import torch
 
 from iris.runtime import IrisUsageError
 
+from .._agree import agree
 from .._sync import LOCK_WORDS
 from . import _checks, _launch, _ranks
 from ._config import choose
@@ -42,7 +49,8 @@ def reduce(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, op: str =
     if ctx.rank != root and out is None:
         out = inp  # never written: the kernel writes out on the root alone
     reach = _launch.agreed_reach(ctx, config, inp)  # the root reads the others' inp
-    key = _launch.call_key(("reduce", op), config, out, inp, reach)
+    # the root in the key: each root's plan carries its own agreed call (still a run-time argument)
+    key = _launch.call_key(("reduce", op, root), config, out, inp, reach)
     _launch.call(ctx, key, lambda: _plan_reduce(ctx, key, out, inp, root, op, config, reach), out, inp, root)
     return out if ctx.rank == root else None
 
@@ -61,6 +69,9 @@ def _plan_reduce(ctx, key, out, inp, root, op, config, reach=None):
     W, n = ctx.world_size, inp.numel()
     cfg = choose("reduce", n * inp.element_size(), _dtype_name(inp.dtype), W, ctx.device.type, config,
                  ranks_per_gpu=ctx.ranks_on_device)
+    # a valid call: agree on it with every rank (the root reads the others' inp where it is)
+    fp = agree(ctx, call, (("inp", inp),), placed=("inp",), reach=None if reach is None else {"inp": reach[0]},
+               dst=root, op=op, config=config)
     in_place, in_bases = _launch.peer_reach(ctx, inp, reach[0] if reach else None)
     stage_in = W > 1 and not in_place
     block, width = cfg.block, cfg.width
@@ -81,11 +92,11 @@ def _plan_reduce(ctx, key, out, inp, root, op, config, reach=None):
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
     constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width,
                       BLOCK_N=width)
-    args = (context, inp, src, out, locks, src_bases, n, chunk, root)
+    args = (context, inp, src, out, locks, src_bases, n, chunk, fp, root)
     run = _launch.launcher(ctx, ws, reduce_kernel, tiles, cap, cfg, args, constexprs, root_last=True)
 
     def plan(out, inp, root):
-        run(context, inp, src, out, locks, src_bases, n, chunk, root)
+        run(context, inp, src, out, locks, src_bases, n, chunk, fp, root)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -114,9 +125,10 @@ def gather(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, config=No
             _checks.check_same_dtype(call, out, inp)
             _checks.check_disjoint(call, out, inp, same_allowed=False)
             _checks.check_dim0(call, "out", out, "inp", inp, _ranks.group_size(ctx))
-        return _plan_pull(ctx, key, "gather", out, inp, inp.numel(), config, reach)
+        return _plan_pull(ctx, key, "gather", out, inp, inp.numel(), config, reach, agreed=(("inp", inp),),
+                          dst=root)
 
-    key = _launch.call_key("gather", config, out, inp, reach)
+    key = _launch.call_key(("gather", root), config, out, inp, reach)
     _launch.call(ctx, key, make, out, inp, root)
     return out if ctx.rank == root else None
 
@@ -145,8 +157,8 @@ def scatter(ctx, out: torch.Tensor, inp: torch.Tensor | None, src: int, config=N
             _checks.check_dim0(call, "inp", inp, "out", out, W)
         # the table's row by the root's message, which every rank knows from its own out
         return _plan_pull(ctx, key, "scatter", out, inp, out.numel(), config, nbytes=W * out.numel() *
-                          out.element_size(), stage=True)
+                          out.element_size(), stage=True, agreed=(("out", out),), src=root)
 
-    key = _launch.call_key("scatter", config, out, inp)
+    key = _launch.call_key(("scatter", root), config, out, inp)
     _launch.call(ctx, key, make, out, inp, root)
     return out

@@ -311,7 +311,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         if input_split_sizes or output_split_sizes:
             # Split sizes differ between ranks when they are uneven, and a rank whose own look equal
             # would wait in the kernel for one that raised: every rank learns whether any is uneven.
-            others = [u for u in ctx.comm.allgather(uneven) if u is not None]
+            others = [u for u in ctx.allgather(uneven, call) if u is not None]
             uneven = uneven or (f"another rank's {others[0]}" if others else None)
         if uneven is not None:
             raise IrisUnsupportedError(
@@ -351,7 +351,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         sizes = [t.numel() for t in (*input_tensors, *output_tensors)]
         mine = len(input_tensors) != W or len(output_tensors) != W or any(s != n for s in sizes)
         # sizes of a list all-to-all may differ between ranks: every rank learns whether any is uneven
-        if any(ctx.comm.allgather(mine)):
+        if any(ctx.allgather(mine, call)):
             raise IrisUnsupportedError(
                 f"{call}: tensors of {sizes[:len(input_tensors)]} elements in and {sizes[len(input_tensors):]} out; "
                 f"the iris backend exchanges {W} tensors of one size each way (variable sizes need all_to_all_v, "

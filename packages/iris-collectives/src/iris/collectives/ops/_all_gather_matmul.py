@@ -24,8 +24,10 @@ import triton
 import triton.language as tl
 
 from iris.device import round_to, translate
+from iris.device._calls import call_check, call_enter
 
 from .. import _host
+from .._agree import agree_fused
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
@@ -94,9 +96,9 @@ def _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M: t
     return row_major_descriptor(base, M_LOCAL, K, row_stride, BLOCK_M, BLOCK_K)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
-                              stride_bk, stride_bn, stride_om, stride_on, rank: tl.constexpr,
+                              stride_bk, stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr,
                               world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
                               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -107,6 +109,7 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
     tile lies in one shard): A and B through tensor descriptors, one of the tile's shard per
     tile."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     pid = tl.program_id(0)
     entry = flags + (2 * pid) * BARRIER_WORDS_C
     if world_size > 1:
@@ -138,6 +141,7 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
                  mask=mask)
     if world_size > 1:
         device_barrier(ctx, entry + BARRIER_WORDS_C)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 @triton.jit
@@ -178,9 +182,9 @@ def _rows_of_rank(p, M_LOCAL, BLOCK_M: tl.constexpr):
     return (p * M_LOCAL + BLOCK_M - 1) // BLOCK_M, ((p + 1) * M_LOCAL + BLOCK_M - 1) // BLOCK_M
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak, stride_bk,
-                    stride_bn, stride_om, stride_on, rank: tl.constexpr, world_size: tl.constexpr,
+                    stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr, world_size: tl.constexpr,
                     HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Strategy ``arrival``: consume the shards in the order they arrive, own shard first.
@@ -197,6 +201,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
     the interpreter, which runs programs in turn, cannot deadlock. ``USE_TMA``: as in the pull
     kernel (every tile in one shard), one descriptor of A per shard."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
@@ -240,6 +245,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
         if pid == programs - 1:
             wait_at_least(flags + world_size, epoch * (world_size - 1) * programs, CALL_C, "done reading", rank, -1,
                           -1, ctx.heap_bases)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Tensor,
@@ -259,6 +265,8 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config, a_shard.element_size())
+    fp = agree_fused(ctx, CALL, (M, N, K, a_shard.dtype, out.dtype, bias is not None and bias.dtype, cfg),
+                     (("out", out), ("a_shard", a_shard), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     if cfg.variant == "unfused":
         unfused_gather(ctx, ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg), out,
                        a_shard, b, bias, gather_first=True)
@@ -286,7 +294,7 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     use_tma = use_tma if m_local % cfg.block_m == 0 else TMA_OFF
     args = (ctx.get_device_context(), a_shard, staged, b, bias if bias is not None else b, out, ws.buffers["flags"],
             M, N, K, m_local, a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1), out.stride(0),
-            out.stride(1))
+            out.stride(1), fp)
     constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None, USE_TMA=use_tma,
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                       GROUP_M=cfg.group_m)

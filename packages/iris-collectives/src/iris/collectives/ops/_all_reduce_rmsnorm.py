@@ -20,7 +20,9 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG
+from iris.device._calls import call_check, call_enter
 
+from .._agree import agree
 from .._all_reduce import own_share_rows
 from .._all_reduce_norm import CALL as DEVICE_CALL
 from .._all_reduce_norm import ROW_SCALES, all_reduce_rmsnorm_op, norm_tiles
@@ -70,10 +72,10 @@ def _copy_out(tiles, out, out_dst, res_out, res_dst, scale, scale_dst, M, N, WRI
             tl.store(scale + rows, tl.load(scale_dst + rows, mask=keep), mask=keep)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out_dst, res_out, res_dst, scale,
                                scale_dst, locks, src_bases, out_bases, res_bases, scale_bases, M, N, eps, half,
-                               rank: tl.constexpr, world_size: tl.constexpr, TWO_SHOT: tl.constexpr,
+                               call_fp, rank: tl.constexpr, world_size: tl.constexpr, TWO_SHOT: tl.constexpr,
                                BUFFERED: tl.constexpr, STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr,
                                HAS_RESIDUAL: tl.constexpr, WRITE_RESIDUAL: tl.constexpr, QUANT: tl.constexpr,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -91,8 +93,12 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
     waited for every peer's "ready" of the call in between, which each peer signals after it has
     read this call's half (program order). That needs a tile in the same program in every call of
     the workspace: the host fixes the grid per workspace (the argument of ccl's buffered
-    all-reduce)."""
+    all-reduce).
+
+    ``call_fp``: the fingerprint of the agreed call, checked against the peers' by program 0
+    (``iris.device._calls``: published on entry, compared after the waits)."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles = TileRange(tl.program_id(0), (M + BLOCK_M - 1) // BLOCK_M, tl.num_programs(0), 1, BLOCK_M, BLOCK_N)
     dst = TensorView(out_dst, M, N, N, 1)
     if HAS_RESIDUAL:
@@ -140,6 +146,7 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
         if COPY_OUT:
             _copy_out(tiles, out, out_dst, res_out, res_dst, scale, scale_dst, M, N, WRITE_RESIDUAL, QUANT, rank,
                       world_size, BLOCK_M, BLOCK_N)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 def all_reduce_residual_rmsnorm(ctx, out: torch.Tensor, residual_out: torch.Tensor | None, partial: torch.Tensor,
@@ -165,7 +172,8 @@ def all_reduce_residual_rmsnorm(ctx, out: torch.Tensor, residual_out: torch.Tens
     1 / (448 * 512))`` for each row; the quotient saturated at +-448 and rounded to nearest even,
     so ``out.float() * scale`` approximates ``y``, the normalised row in fp32.
 
-    Collective: every rank calls it with the same shapes, dtypes, eps and config. Enqueued on
+    Collective: every rank calls it with the same shapes, dtypes, eps and config; the ranks check
+    that they do (the call agreement: else every rank raises ``IrisCallMismatchError``). Enqueued on
     torch's current stream; back-to-back calls need no barrier, and a CUDA graph of it replays
     correctly. ``config``: an :class:`~iris.collectives.ops.Config` forcing ``variant``
     (``one_shot``, ``one_shot_buffered``, ``two_shot``), ``block_m`` (rows per tile),
@@ -218,6 +226,12 @@ def _plan(ctx, key, out, residual_out, partial, residual, weight, eps, scale, co
     two_shot = cfg.variant == "two_shot" and W > 1
     buffered = cfg.variant == "one_shot_buffered" and W > 1
     write_residual, row_scales = residual_out is not None, quant == ROW_SCALES.value
+    # a valid call: agree on it with every rank (the peers read partial where it is, and two-shot's
+    # peers write the outputs where they are)
+    written = ("out", "residual_out", "scale") if two_shot else ()
+    fp = agree(ctx, CALL, (("out", out), ("residual_out", residual_out), ("partial", partial),
+                           ("residual", residual), ("weight", weight), ("scale", scale)),
+               placed=("partial", *written), reach=reach, eps=float(eps), config=config)
     reach = reach or {}
     sym_in, in_bases = _launch.peer_reach(ctx, partial, reach.get("partial"))
     # the outputs that two-shot's peers write: (in place?, bases) of each
@@ -276,7 +290,7 @@ def _plan(ctx, key, out, residual_out, partial, residual, weight, eps, scale, co
         return (context, partial, partial if stage is None else stage, partial if residual is None else residual,
                 weight, out, out if out_buf is None else out_buf, res_out, res_out if res_buf is None else res_buf,
                 scale, scale if scale_buf is None else scale_buf, locks, src_bases, out_bases, res_bases, scale_bases,
-                M, N, float(eps), half)
+                M, N, float(eps), half, fp)
 
     constexprs = dict(rank=ctx.rank, world_size=W, TWO_SHOT=two_shot, BUFFERED=buffered, STAGE_IN=stage_in,
                       COPY_OUT=copy_out, HAS_RESIDUAL=residual is not None, WRITE_RESIDUAL=write_residual,

@@ -6,6 +6,8 @@ import torch
 
 from iris.device import INTERPRETER
 
+from .._agree import host_calls
+from .._errors import unwrapped
 from .._workspace import Workspace, ensure_allocator
 from . import _gemm
 
@@ -83,6 +85,16 @@ def launch(ctx, ws: Workspace, kernel, num_tiles: int, cfg, args: tuple, constex
         compiled = None
         if ctx.device.type == "cuda":
             compiled = kernel.warmup(*args, grid=(1,), **options)
-        resident = ctx.resident_grid(num_tiles, compiled)
+        with host_calls(ctx, f"the grid of iris.collectives.ops {getattr(kernel, '__name__', 'kernel')}"):
+            resident = ctx.resident_grid(num_tiles, compiled)
         grid = ws.grids[variant] = min(resident, cfg.grid) if cfg.grid else resident
-    kernel[(grid,)](*args, **options)
+    if not INTERPRETER:
+        kernel[(grid,)](*args, **options)
+        return
+    try:
+        kernel[(grid,)](*args, **options)
+    except Exception as exc:
+        error = unwrapped(exc)
+        if error is exc:
+            raise
+        raise error from None  # the call mismatch the kernel found, not the interpreter's wrapping

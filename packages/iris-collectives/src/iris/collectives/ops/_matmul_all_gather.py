@@ -19,8 +19,10 @@ import triton
 import triton.language as tl
 
 from iris.device import round_to
+from iris.device._calls import call_check, call_enter
 
 from .. import _host
+from .._agree import agree_fused
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._gather import all_gather
@@ -48,9 +50,9 @@ def _copy_peer_rows(ctx, staged, out, local_rows, cols, M_LOCAL, N, stride_om, s
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, values, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
-                              stride_bk, stride_bn, stride_om, stride_on, rank: tl.constexpr,
+                              stride_bk, stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr,
                               world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
                               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -59,6 +61,7 @@ def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K,
     halves of ``M x N`` (``out``'s dtype, contiguous) on the heap; ``flags``: one barrier slot per
     tile."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     a_op, b_op = gemm_operands(a, M_LOCAL, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -80,6 +83,7 @@ def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K,
             all_gather(ctx, Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, result), TensorView(staged, M, N, N, 1), 0)
             device_barrier(ctx, slot, epoch)
             _copy_peer_rows(ctx, staged, out, local_rows, cols, M_LOCAL, N, stride_om, stride_on)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
@@ -98,6 +102,8 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_gather", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
+    fp = agree_fused(ctx, CALL, (M, N, K, a.dtype, out.dtype, bias is not None and bias.dtype, cfg),
+                     (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     key = ("matmul_all_gather", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
     if cfg.variant == "unfused":
         unfused_gather(ctx, key, out, a, b, bias, gather_first=False)
@@ -112,7 +118,7 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["staging"], out,
             ws.buffers["flags"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-            out.stride(1))
+            out.stride(1), fp)
     constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
                       USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)

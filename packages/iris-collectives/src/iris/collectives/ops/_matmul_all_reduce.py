@@ -18,8 +18,10 @@ import triton
 import triton.language as tl
 
 from iris.device import round_to
+from iris.device._calls import call_check, call_enter
 
 from .. import _host
+from .._agree import agree_fused, out_place
 from .._all_reduce import all_reduce_one_shot, all_reduce_two_shot
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
@@ -35,9 +37,9 @@ from ._unfused import unfused
 CALL = "iris.collectives.ops.matmul_all_reduce"
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K, stride_am, stride_ak, stride_bk,
-                              stride_bn, stride_om, stride_on, rank: tl.constexpr, world_size: tl.constexpr,
+                              stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr, world_size: tl.constexpr,
                               TWO_SHOT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
                               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -45,6 +47,7 @@ def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K,
     rank) of ``a @ b`` and all-reduces each one at once. ``partial`` (fp32, M x N, contiguous) is
     the heap staging the peers read; ``out`` is where the sum goes (on the heap for two-shot)."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     src = TensorView(partial, M, N, N, 1)
     dst = TensorView(out, M, N, stride_om, stride_on)
     tiles_m = (M + BLOCK_M - 1) // BLOCK_M
@@ -70,6 +73,7 @@ def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K,
                 all_reduce_two_shot(ctx, tile, src, dst, locks)
             else:
                 all_reduce_one_shot(ctx, tile, src, dst, locks)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
@@ -93,13 +97,19 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("matmul_all_reduce", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
+    # the chosen config follows torch's fp32 setting; out's place decides two-shot's workspace, whose
+    # peers write into out where it is
+    placed = out_place(ctx, out) if cfg.variant == "two_shot" and ctx.world_size > 1 else None
+    fp = agree_fused(ctx, CALL, (M, N, K, a.dtype, out.dtype, bias is not None and bias.dtype, cfg, placed),
+                     (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config, chosen=cfg,
+                     **({} if placed is None else {"out_place": placed}))
     if cfg.variant == "unfused":
         key = ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg, out.is_contiguous())
         unfused(ctx, key, out, a, b, bias, cfg, scatter=False)
         return out
     if cfg.variant == "rotated" and ctx.world_size > 1 and M % ctx.world_size == 0:
         rotated(CALL, ctx, ("matmul_all_reduce", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg), out, a, b, bias,
-                cfg, gather=True)
+                cfg, gather=True, fp=fp)
         return out
     two_shot = cfg.variant == "two_shot" and ctx.world_size > 1
     out_on_heap = ctx.is_symmetric(out)
@@ -117,7 +127,7 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"], dst,
             ws.buffers["locks"], M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), dst.stride(0),
-            dst.stride(1))
+            dst.stride(1), fp)
     constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, TWO_SHOT=two_shot, HAS_BIAS=bias is not None,
                       USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)

@@ -24,8 +24,10 @@ import triton
 import triton.language as tl
 
 from iris.device import round_to
+from iris.device._calls import call_check, call_enter
 
 from .. import _host
+from .._agree import agree_fused
 from .._all_reduce import _sum_in_rank_order
 from .._compiling import is_compiling, traced
 from .._context import DeviceContext
@@ -54,9 +56,9 @@ def _hand_to_owner(ctx, tile, owner, record, epoch, partial_ptrs, mask):
     signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N, K, M_LOCAL, stride_am, stride_ak,
-                                  stride_bk, stride_bn, stride_om, stride_on, rank: tl.constexpr,
+                                  stride_bk, stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr,
                                   world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
                                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -64,6 +66,7 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
     ``c`` = tiles ``[c * T_c, (c + 1) * T_c)``, grouped order inside a chunk; the same on every
     rank). ``partial`` is fp32 ``M x N`` contiguous on the heap; ``out`` is ``M_LOCAL x N``."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     per_chunk = tiles_m * tiles_n
@@ -97,6 +100,7 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
                 signal_all(record + DONE, rank, world_size, ctx.heap_bases)
             else:
                 _hand_to_owner(ctx, tile, owner, record, epoch, partial_ptrs, mask)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 
@@ -116,12 +120,14 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     m_local = check_rows_divide(CALL, "a", M, ctx.world_size)
     check_matrix(CALL, "out", out, (m_local, N))
     cfg = choose("matmul_reduce_scatter", M, N, K, ctx.world_size, ctx.device.type, config, a.element_size())
+    fp = agree_fused(ctx, CALL, (M, N, K, a.dtype, out.dtype, bias is not None and bias.dtype, cfg),
+                     (("out", out), ("a", a), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     key = ("matmul_reduce_scatter", M, N, K, a.dtype, out.dtype, ctx.world_size, cfg)
     if cfg.variant == "unfused":
         unfused(ctx, key + (out.is_contiguous(),), out, a, b, bias, cfg, scatter=True)
         return out
     if cfg.variant == "rotated" and ctx.world_size > 1:
-        rotated(CALL, ctx, key, out, a, b, bias, cfg, gather=False)
+        rotated(CALL, ctx, key, out, a, b, bias, cfg, gather=False, fp=fp)
         return out
     num_tiles = ctx.world_size * _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)
 
@@ -133,7 +139,7 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"], out,
             ws.buffers["locks"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            out.stride(0), out.stride(1))
+            out.stride(0), out.stride(1), fp)
     constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
                       USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
@@ -142,9 +148,10 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
 
 
 def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias, cfg,
-            gather: bool) -> None:
+            gather: bool, fp: int = 0) -> None:
     """Launch strategy ``rotated`` (``ops._rotated``) of ``matmul_reduce_scatter`` (``out`` is
-    ``[M / W, N]``) or, with ``gather``, of ``matmul_all_reduce`` (``out`` is ``[M, N]``)."""
+    ``[M / W, N]``) or, with ``gather``, of ``matmul_all_reduce`` (``out`` is ``[M, N]``); ``fp``:
+    the fingerprint of the agreed call."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     m_local = M // ctx.world_size
     per_chunk = _host.num_tiles(m_local, N, cfg.block_m, cfg.block_n)  # more programs would idle
@@ -153,7 +160,7 @@ def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: t
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"],
             ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0),
-            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))
+            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), fp)
     constexprs = dict(call=call, rank=ctx.rank, world_size=ctx.world_size, RECORD=record_words(ctx.world_size),
                       GATHER=gather, HAS_BIAS=bias is not None, USE_TMA=use_tma,
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,

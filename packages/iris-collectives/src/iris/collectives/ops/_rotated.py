@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from iris.device import round_to, translate
+from iris.device._calls import call_check, call_enter
 
 from .._context import DeviceContext
 from .._sync import advance, signal, wait_at_least
@@ -156,9 +157,9 @@ def _copy_chunk(ctx, gathered, owner, parity, out, M_LOCAL, N, tiles_m, tiles_n,
         tl.store(out + (owner * M_LOCAL + local_rows)[:, None] * stride_om + cols[None, :] * stride_on, x, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call_fp"])
 def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
-                   stride_bk, stride_bn, stride_om, stride_on, call: tl.constexpr, rank: tl.constexpr,
+                   stride_bk, stride_bn, stride_om, stride_on, call_fp, call: tl.constexpr, rank: tl.constexpr,
                    world_size: tl.constexpr, RECORD: tl.constexpr, GATHER: tl.constexpr, HAS_BIAS: tl.constexpr,
                    USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -168,6 +169,7 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
     with ``GATHER``, else ``[M_LOCAL, N]``; ``flags``: ``RECORD`` int32 words per program on the
     heap, zeroed once."""
     ctx = DeviceContext.initialize(context, rank, world_size)
+    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
     a_op, b_op = gemm_operands(a, M, K, stride_am, b, N, stride_bk, stride_bn, USE_TMA, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -206,6 +208,7 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
             _copy_chunk(ctx, gathered, owner, parity, out, M_LOCAL, N, tiles_m, tiles_n, stride_om, stride_on,
                         BLOCK_M, BLOCK_N, GROUP_M)
             signal(record + (ARRIVED + world_size) + rank, rank, owner, ctx.heap_bases)
+    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 def rotated_buffers(ctx, M: int, N: int, staged_dtype: torch.dtype, out_dtype: torch.dtype, programs: int,

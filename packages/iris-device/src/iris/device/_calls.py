@@ -1,0 +1,186 @@
+"""The device side of the call agreement: the ranks' collective calls, counted and compared where
+their kernels meet.
+
+Every rank must make the same collective calls, in the same order, with the same shapes, dtypes
+and options. The host agrees on a call when its signature is new (``iris.runtime``'s call
+agreement, one exchange among the ranks); a call whose launch plan is cached launches with no
+host exchange, and this is its check. Each collective kernel gets the *fingerprint* of its call
+(31 bits of a hash of the call's signature, the same on every rank for the same call; a run-time
+argument, so that new calls compile nothing), and its program 0:
+
+- on entry (:func:`call_enter`), before its first signal, counts the call (this rank's ``n``-th
+  collective call of the context: a counter in its signal pad, in device memory, so that CUDA
+  graph replays count too) and stores ``(n, fingerprint)`` into slot ``[n % 2][rank]`` of every
+  rank's signal pad: remote stores that the call's first signal publishes (its release orders
+  them), no round trip;
+- after its waits (:func:`call_check`), which imply that every peer's program 0 has entered the
+  call too, reads slots ``[n % 2]`` of its own pad (one load of ``W`` words, local memory) and
+  compares: a peer whose slot holds call ``n`` with another fingerprint made another call. A peer
+  cannot be two calls ahead (each call waits for every rank), so two slots per rank keep the words
+  of the call being compared while a peer already enters the next one.
+
+A rank that finds a mismatch ends the job: on the GPU program 0 writes a report into the
+watchdog's host record (``STATE_CALL_MISMATCH``) and waits there until the host has printed both calls
+and is ending the job, so the wrong result is never used; under the interpreter (the ``cpu``
+backend) it raises ``IrisCallMismatchError`` at once, through the describer the runtime registers
+for the context (:data:`DESCRIBERS`), which names both calls. Only a word of a rank whose
+fingerprint is equal is never read wrongly: the check cannot report a mismatch where there is
+none, and it finds every mismatch where program 0 waits for every peer's program 0 (every host
+collective of ``iris.collectives`` does; ``matmul_reduce_scatter``'s owner strategy on rank 0
+only, whose report names both calls as well).
+
+Compiled in unless ``IRIS_CHECK_CALLS=0`` (read at import, like ``IRIS_DEBUG``), for worlds of 2
+to ``CALL_CHECK_MAX_RANKS`` ranks, and only with the watchdog on the GPU (the report is the
+watchdog's). Peers reached only over the network (the ``nvshmem`` backend's other nodes) are not
+compared. Cost: program 0 adds one local atomic and ``W`` stores on entry, and one load of ``W``
+int64 words (one transaction up to 8 ranks) and a comparison at its end.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+from ._interpreter import INTERPRETER
+from ._layout import (
+    CALL_CHECK_MAX_RANKS,
+    CALL_COUNTER_AT,
+    CALL_SLOTS_AT,
+    CUR_RANK_AT_C,
+    HEAP_SIZE_C,
+    PAD_RESERVED_BYTES,
+    SIGNAL_PAD_BYTES,
+    WATCHDOG_RECORD_C,
+)
+from ._layout import HEAP_BASES as _HEAP_BASES
+from ._layout import NUM_RANKS as _NUM_RANKS
+from ._watchdog import WATCHDOG, watchdog_report_call_mismatch
+
+
+def calls_check_from_env() -> bool:
+    """``IRIS_CHECK_CALLS``: the call agreement is on unless it is ``0`` (or empty)."""
+    return os.environ.get("IRIS_CHECK_CALLS", "1").strip() not in ("0", "")
+
+
+#: Compile-time switch (``IRIS_CHECK_CALLS``, read at import): the call agreement is on.
+CHECK_CALLS: tl.constexpr = tl.constexpr(calls_check_from_env())
+
+#: Byte offsets, from a rank's heap base plus the heap size, of its call counter and slots.
+COUNTER_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_COUNTER_AT
+SLOTS_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_SLOTS_AT
+_COUNTER_C: tl.constexpr = tl.constexpr(COUNTER_OFFSET)
+_SLOTS_C: tl.constexpr = tl.constexpr(SLOTS_OFFSET)
+_NUM_RANKS_AT: tl.constexpr = tl.constexpr(_NUM_RANKS - _HEAP_BASES)
+
+#: The fingerprints are 31-bit (a non-negative int32 kernel argument) and never 0 (an empty slot).
+FINGERPRINT_MASK = 0x7FFFFFFF
+_MASK: tl.constexpr = tl.constexpr(FINGERPRINT_MASK)
+
+#: Interpreter only: the watchdog record's address of a context -> a weak reference to
+#: ``describe(rank, peer, call, mine, theirs)``, which raises the context's
+#: ``IrisCallMismatchError`` (registered by ``iris.runtime``, which knows the calls behind the
+#: fingerprints).
+DESCRIBERS: dict = {}
+
+
+def fingerprint(text: str) -> int:
+    """The fingerprint of a call's signature text: 31 bits of its CRC-32, never 0 (the same in
+    every process, unlike ``hash``)."""
+    import zlib
+
+    return (zlib.crc32(text.encode()) & FINGERPRINT_MASK) or 1
+
+
+@triton.constexpr_function
+def checked(world_size):
+    """Whether a kernel for ``world_size`` ranks carries the check (compile time)."""
+    return bool(CHECK_CALLS.value) and 1 < world_size <= CALL_CHECK_MAX_RANKS
+
+
+@triton.constexpr_function
+def _pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+@triton.jit
+def _first_program():
+    return (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0)
+
+
+@triton.jit
+def _pad(heap_bases, rank):
+    # Address of rank's signal pad end words: its heap base plus the heap size (the same on every rank).
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    return tl.load(heap_bases + rank) + tl.load(trailer + HEAP_SIZE_C)
+
+
+@triton.jit
+def call_enter(heap_bases, fingerprint, rank: tl.constexpr, world_size: tl.constexpr):
+    """Count this rank's collective call and publish its fingerprint to every rank; returns the
+    call's number (1 for the first call of the context; 0 where the check is compiled out or in
+    programs other than the first). Call it on entry of a collective kernel, in every program,
+    before the kernel's first signal.
+
+    Granularity: program 0 only (the others return 0 at once). Memory semantics: a relaxed
+    atomic on this rank's counter (GPU scope: kernel boundaries order this rank's calls), then a
+    weak store of ``(n << 32) | fingerprint`` into slot ``[n % 2][rank]`` of every rank's pad
+    reachable by pointer; the kernel's next release (its first signal) publishes them."""
+    count = tl.full([], 0, tl.int32)
+    if checked(world_size):
+        if _first_program():
+            own = _pad(heap_bases, rank)
+            count = tl.atomic_add(tl.cast(own + _COUNTER_C, tl.pointer_type(tl.int32)), 1, sem="relaxed",
+                                  scope="gpu") + 1
+            word = (count.to(tl.int64) << 32) | fingerprint.to(tl.int64)
+            slot = _SLOTS_C + ((count % 2) * world_size + rank).to(tl.int64) * 8
+            heap_size = own - tl.load(heap_bases + rank)
+            for q in tl.static_range(world_size):
+                base = tl.load(heap_bases + q)
+                if base != 0:  # 0: a peer on another node (nvshmem), not reachable by pointer
+                    tl.store(tl.cast(base + heap_size + slot, tl.pointer_type(tl.int64)), word)
+    return count
+
+
+@triton.constexpr_function
+def _raise_mismatch(record, rank, peer, call, mine, theirs):
+    # Interpreter only: the context's describer raises IrisCallMismatchError naming both calls.
+    from . import _calls
+    from ._debug import host_scalar
+    from ._errors import IrisUsageError
+
+    values = [host_scalar(v) for v in (record, rank, peer, call, mine, theirs)]
+    describe = _calls.DESCRIBERS.get(values[0])  # through the module: Triton refuses a global's methods
+    if describe is not None and describe() is not None:
+        describe()(*values[1:])
+    raise IrisUsageError(f"iris: rank {values[1]} and rank {values[2]} made different collective calls (call "
+                         f"{values[3]} of the context; fingerprints {values[4]:#x} and {values[5]:#x}); every rank "
+                         f"must make the same calls in the same order")
+
+
+@triton.jit
+def call_check(heap_bases, fingerprint, count, rank: tl.constexpr, world_size: tl.constexpr):
+    """Compare this rank's call ``count`` (what :func:`call_enter` returned) with every peer's
+    call of the same number, and end the job when a peer's fingerprint differs (see the module
+    docstring). Call it in every program after the kernel's waits for every peer (program 0's).
+
+    Granularity: program 0 only. Memory semantics: volatile loads of this rank's own slots, which
+    the peers' stores reached before their signals that this program acquired. Scope: the job."""
+    if checked(world_size):
+        if _first_program():
+            me = tl.load(heap_bases + CUR_RANK_AT_C)
+            own = _pad(heap_bases, me)
+            slots = tl.cast(own + _SLOTS_C + ((count % 2) * world_size).to(tl.int64) * 8, tl.pointer_type(tl.int64))
+            q = tl.arange(0, _pow2(world_size))
+            theirs = tl.load(slots + q, mask=q < world_size, other=0, volatile=True)
+            differs = ((theirs >> 32) == count.to(tl.int64)) & ((theirs & _MASK) != fingerprint)
+            peer = tl.min(tl.where(differs & (q < world_size), q, world_size))
+            if peer < world_size:
+                other = tl.sum(tl.where(q == peer, theirs & _MASK, 0))
+                if INTERPRETER:
+                    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+                    _raise_mismatch(tl.load(trailer + WATCHDOG_RECORD_C), me, peer, count, fingerprint, other)
+                else:
+                    if WATCHDOG:
+                        watchdog_report_call_mismatch(heap_bases, peer, count, other, fingerprint)
