@@ -43,6 +43,7 @@ def test_ccl_cuda_graph_replays(nranks):
 
 
 @pytest.mark.multirank
+@pytest.mark.gpu_fault
 def test_ccl_debug_reports_mismatch():
     # Debug mode: two ranks passing different sizes of one size class get an error naming both.
     # On the cpu backend it is an exception the worker catches; on the GPU a device assert
