@@ -98,3 +98,35 @@ def test_processes_sharing_claims_run_every_test_once(tmp_path):
     assert sorted(t for tests in ran for t in tests) == everything, outputs  # each test once, none lost
     for tests in ran:
         assert ("test_c[2]" in tests) == ("test_c[4]" in tests), ran
+
+
+MODULE_FIXTURES = """
+import time
+import pytest
+
+@pytest.fixture(scope="module")
+def opened():
+    yield "open"
+
+def test_{m}1(opened): time.sleep(0.2)
+def test_{m}2(opened): time.sleep(0.2)
+def test_{m}3(opened): time.sleep(0.2)
+"""
+
+
+def test_claims_tear_down_module_fixtures_between_modules(tmp_path):
+    # A process that skips the tests of a module that others claimed must still have torn down that
+    # module's fixtures before it sets up the next module's ("previous item was not torn down").
+    for m in ("one", "two", "three"):
+        (tmp_path / f"test_{m}.py").write_text(MODULE_FIXTURES.format(m=m))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               IRIS_TEST_CLAIMS=str(tmp_path / "claims"))
+    cmd = [sys.executable, "-m", "pytest", "-p", "pytest_shard", "-v", "-p", "no:cacheprovider",
+           "test_one.py", "test_two.py", "test_three.py"]
+    jobs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)]
+    outputs = [job.communicate(timeout=120)[0] for job in jobs]
+    assert all(job.returncode in (0, 5) for job in jobs), outputs
+    passed = sorted(line.split("::", 1)[1].split()[0] for out in outputs for line in out.splitlines()
+                    if " PASSED" in line)
+    assert passed == sorted(f"test_{m}{k}" for m in ("one", "two", "three") for k in (1, 2, 3)), outputs

@@ -10,6 +10,8 @@
 # times the largest world size), so that waiting kernels of different jobs cannot starve each
 # other. Most of a job's time is on the CPU (start-up, Triton and inductor compilation), which
 # the machine's cores run side by side. IRIS_GPU_PARALLEL=1 runs one shard at a time.
+# The tests marked gpu_fault (a device assert on purpose: under MPS it ends every job on the GPU)
+# run after the others, in one process.
 # Each shard's output goes to $IRIS_GPU_LOGS (default a temporary folder); what failed and each
 # shard's summary are printed at the end, then one line: card, commit, counts, seconds.
 #
@@ -86,15 +88,28 @@ rm -rf "$IRIS_SUITE_RESULTS" "$IRIS_TEST_CLAIMS"
 echo "=== $parallel processes side by side, IRIS_GPU_RANKS=$IRIS_GPU_RANKS, logs in $logs"
 start=$(date +%s)
 pids=()
+# First every test but the gpu_fault ones, side by side.
 for i in $(seq 1 "$parallel"); do
   IRIS_TEST_PROCESS="$i-of-$parallel" "${deadline[@]}" python3 -m pytest "${plugins[@]}" --durations=10 \
-    "${skip_compile[@]}" "$@" >"$logs/shard-$i.log" 2>&1 &
+    -m "not gpu_fault" "${skip_compile[@]}" "$@" >"$logs/shard-$i.log" 2>&1 &
   pids+=($!)
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-for i in $(seq 1 "$parallel"); do
-  echo "=== process $i/$parallel ($logs/shard-$i.log)"
+# Then the gpu_fault tests, in one process: each ends a kernel with a device assert on purpose,
+# which under MPS ends every job sharing the GPU (the jobs of the other processes included).
+# The deadline is the whole run's: this phase gets what the first left (at least 30 s).
+fault_deadline=()
+if [ -n "${GPU_TESTS_DEADLINE_S:-}" ]; then
+  left=$(( GPU_TESTS_DEADLINE_S - ($(date +%s) - start) ))
+  fault_deadline=(timeout -s INT -k 30 $(( left > 30 ? left : 30 )))
+fi
+IRIS_TEST_CLAIMS="" IRIS_TEST_PROCESS="faults" "${fault_deadline[@]}" python3 -m pytest "${plugins[@]}" \
+  --durations=10 -m gpu_fault "${skip_compile[@]}" "$@" >"$logs/shard-faults.log" 2>&1
+rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 5 ] || status=1  # 5: none collected (--eight has none)
+for i in $(seq 1 "$parallel") faults; do
+  echo "=== process $i ($logs/shard-$i.log)"
   # pytest's short summary (failures, errors, skips with -rfEs) and its last lines
   sed -n '/short test summary info/,$p' "$logs/shard-$i.log" | tail -n 40
   grep -q "short test summary info" "$logs/shard-$i.log" || tail -n 15 "$logs/shard-$i.log"

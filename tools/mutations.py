@@ -346,6 +346,8 @@ MUTATIONS = [
              [(f"{DEVICE}/_calls.py", "            if peer < world_size:\n", "            if peer < 0:\n", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_hit-2")],
              expect="CHECK result rank"),
+    # Not in QUICK: the host silences stdout as soon as it reads the report, so without the hold a
+    # result gets printed only when the call returns before that (most runs, not every one).
     Mutation("stopped-wait-returns", "a wait that gave up holds its kernel until the job ends: no rank prints a "
              "result",
              [(f"{DEVICE}/_watchdog.py", "calls)\n    _await_ack(trailer)\n", "calls)\n", 1)],
@@ -393,8 +395,7 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
          "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
          "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code",
-         "rmsnorm-of-rounded-residual", "agreement-ignores-dtype", "device-check-blind", "stopped-wait-returns",
-         "deadline-names-no-rank"]
+         "rmsnorm-of-rounded-residual", "agreement-ignores-dtype", "device-check-blind", "deadline-names-no-rank"]
 
 
 def copy_packages(root: str) -> None:

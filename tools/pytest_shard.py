@@ -22,6 +22,7 @@ import hashlib
 import os
 
 import pytest
+from _pytest.runner import runtestprotocol
 
 
 def shard_of(value: str) -> tuple[int, int]:
@@ -61,7 +62,19 @@ def pytest_runtest_protocol(item, nextitem):
     if function not in _WON:
         os.makedirs(folder, exist_ok=True)
         _WON[function] = claim(folder, "::".join(function))
-    return None if _WON[function] else True  # True: handled (by another process), not run here
+    if not _WON[function]:
+        return True  # handled (by another process), not run here
+    # pytest tears down after a test only the fixtures that ``nextitem`` does not share; the next
+    # test this process runs is known only when it wins that claim, so past the last
+    # parametrisation of this function everything is torn down (else the next test it does run, in
+    # another module, finds the previous module's fixtures still set up: "previous item was not
+    # torn down properly").
+    if nextitem is not None and _function_of(nextitem) != function:
+        nextitem = None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    runtestprotocol(item, nextitem=nextitem, log=True)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
 
 
 def pytest_collection_modifyitems(config, items):

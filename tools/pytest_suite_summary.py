@@ -3,9 +3,9 @@
     suite: NVIDIA H200, commit 1a2b3c4, worlds 2,4, shard all: 310 passed, 0 failed, 0 errors, 4 skipped in 498 s
 
 The card comes from ``nvidia-smi`` (no CUDA context is made in the pytest process), "no GPU"
-where there is none; the commit from ``git``, or ``IRIS_TREE_COMMIT`` where the tree is a copy
-without its ``.git`` (a GPU machine). With ``IRIS_TEST_TIMINGS`` set, the breakdown of
-``tools/suite_timings.py`` is printed above the line. Loaded by ``tools/gpu-tests.sh``.
+where there is none; ``IRIS_TREE_COMMIT`` where set (a copy of the tree on a GPU machine, whose
+``.git``, if any, is not the tree's), else the commit from ``git``. With ``IRIS_TEST_TIMINGS``
+set, the breakdown of ``tools/suite_timings.py`` is printed above the line. Loaded by ``tools/gpu-tests.sh``.
 
 With ``IRIS_SUITE_RESULTS=<folder>`` the counts also go to ``<folder>/<shard>.json``, and
 ``python tools/pytest_suite_summary.py <folder> <seconds>`` prints one line for the shards that
@@ -36,6 +36,8 @@ def card() -> str:
 
 
 def commit() -> str:
+    if os.environ.get("IRIS_TREE_COMMIT"):  # the caller knows better than a .git that came along
+        return os.environ["IRIS_TREE_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
@@ -87,7 +89,10 @@ def combine(folder: str, seconds: float) -> str:
             for key, value in json.load(f).items():
                 if key != "seconds":
                     total[key] += value
-    return summary_line(f"{len(shards)} processes side by side", total)
+    side_by_side = [name for name in shards if name != "faults.json"]
+    how = f"{len(side_by_side)} processes side by side" + (", then the gpu_fault tests alone"
+                                                           if "faults.json" in shards else "")
+    return summary_line(how, total)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def test_exchange_capacity_is_reported():
 
 
 @pytest.mark.multirank
+@pytest.mark.gpu_fault
 def test_ccl_debug_reports_mismatch():
     # Debug mode: two ranks passing different sizes of one size class get an error naming both.
     # On the cpu backend it is an exception the worker catches; on the GPU a device assert

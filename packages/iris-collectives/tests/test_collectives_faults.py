@@ -138,13 +138,17 @@ def device_report_ranks(out: str) -> tuple[set[int], set[int]]:
     return named
 
 
+# The cases that end in a device assert on the GPU (debug mode), which under MPS ends every job
+# sharing the GPU: tools/gpu-tests.sh runs them alone, after the rest (the gpu_fault mark).
+DEVICE_ASSERTS = ("bad_pointer", *MISMATCHES)
 CASES = ["skip", "recv_without_send", *(["message_size"] if CUDA else []), "kill", "raise", "exhaust", "double_free",
          "foreign", "bad_pointer", *MISMATCHES]
 
 
 @pytest.mark.multirank
 @pytest.mark.once
-@pytest.mark.parametrize("case, nranks", [(c, n) for c in CASES for n in WORLDS
+@pytest.mark.parametrize("case, nranks", [pytest.param(c, n, marks=pytest.mark.gpu_fault if c in DEVICE_ASSERTS else ())
+                                          for c in CASES for n in WORLDS
                                           if n == WORLDS[0] or c in SPREAD or CUDA])
 def test_fault_ends_the_job_and_says_why(case, nranks):
     mismatch = case in MISMATCHES

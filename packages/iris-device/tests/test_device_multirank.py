@@ -30,6 +30,7 @@ def test_every_primitive_every_peer(world_size):
 
 
 @pytest.mark.multirank
+@pytest.mark.gpu_fault
 def test_debug_checks_across_ranks():
     env = rank_env(debug=True)
     if backend() == "cpu":

@@ -1192,7 +1192,7 @@ def scenario_cuda_graph(ctx):
     h = torch.empty(W * n, device=dev)
     u = torch.empty(n, device=dev)  # plain tensors registered on the fly in the warm-up
     p, q = torch.empty(n, device=dev), torch.empty(n, device=dev)  # received point to point
-    ccl.init_p2p(ctx, tags=2)
+    ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 16)  # 4 MiB or less of the heap at 8 ranks
     nxt, prev = (r + 1) % W, (r - 1) % W
     stream = torch.cuda.Stream(dev)
 

@@ -99,7 +99,7 @@ def scenario_recv_without_send(ctx):
     """Rank 0 receives from the last rank, which never sends: the watchdog names the recv, the
     rank, the peer and the tag instead of a hang."""
     setup(ctx)
-    ccl.init_p2p(ctx, tags=2)
+    ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 16)
     last = ctx.world_size - 1
     if ctx.rank == 0:
         fault_at(f"rank 0 receives from rank {last}, which never sends")
@@ -115,7 +115,7 @@ def scenario_message_size(ctx):
     ends the job, and the receive never returns, so its output is never printed; the cpu backend's
     IrisMessageSizeError is tested in ccl_worker.py p2p_errors)."""
     setup(ctx)
-    ccl.init_p2p(ctx, tags=1)
+    ccl.init_p2p(ctx, tags=1, slots=2, chunk_bytes=1 << 16)
     last = ctx.world_size - 1
     if ctx.rank == 0:
         ccl.send(ctx, torch.ones(10, device=ctx.device), last)

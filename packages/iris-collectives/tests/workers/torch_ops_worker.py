@@ -239,7 +239,7 @@ def scenario_p2p_compiles_fullgraph(ctx):
     # iris:: node each, kept in the order traced, the messages right; a recv whose result goes
     # unused still takes its message (a side effect), or the next call would get it
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
-    ccl.init_p2p(ctx, tags=2)
+    ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 16)  # 4 MiB or less of the heap at 8 ranks
     if W == 1:
         return
     nxt, prev = (r + 1) % W, (r - 1) % W
