@@ -1119,6 +1119,37 @@ def scenario_calls_agree(ctx):
         ccl.reduce(ctx, out, inp, 1, config=one)
         if r == 1:
             check(out, torch.full((64,), float(W)), "reduce after its kernel found the mismatch")
+    # the exchanges agree on what sizes their heap buffers; a rank's own rows (its tokens, its
+    # output's capacity) may differ between ranks and calls and make no new agreement
+    a2av, counts = "iris.collectives.ccl.all_to_all_v", torch.zeros(W, dtype=torch.int64, device=dev)
+
+    def exchange(width, out_rows=8, in_rows=4):
+        got = torch.empty(W, dtype=torch.int64, device=dev)
+        ccl.all_to_all_v(ctx, torch.empty(out_rows, width, device=dev), torch.zeros(in_rows, width, device=dev),
+                         counts, got, config=SMALL_V)
+
+    differ(lambda: exchange(8 if odd else 16), a2av, "inp=float32[4, 8], out=float32[capacity, 8]",
+           "inp=float32[4, 16], out=float32[capacity, 16]")
+    exchange(16)
+    agreed = ctx._calls.count
+    for out_rows in (6 + r, 9 + 2 * r):  # this rank's own capacity, a new tensor each time
+        exchange(16, out_rows)
+    assert ctx._calls.count == agreed, "an all_to_all_v with a known signature made a host agreement"
+    E = 2 * W
+
+    def dispatch(hidden, tokens=3):
+        x = torch.zeros(tokens, hidden, device=dev)
+        idx = torch.arange(2 * tokens, device=dev).reshape(tokens, 2) % E
+        return moe.dispatch(ctx, x, idx, torch.ones(tokens, 2, device=dev), E, max_tokens=4, config=SMALL_V)
+
+    differ(lambda: dispatch(8 if odd else 16), "iris.collectives.moe.dispatch(x=float32[T, 8]", "x=float32[T, 16]")
+    expert_x, _, handle = dispatch(16)
+    agreed = ctx._calls.count
+    dispatch(16, tokens=1 + r % 4)  # tokens of this rank's own (up to max_tokens)
+    assert ctx._calls.count == agreed, "a dispatch of other tokens with a known signature made a host agreement"
+    differ(lambda: moe.combine(ctx, torch.zeros(expert_x.shape[0], 8 if odd else 16, device=dev), handle,
+                               config=SMALL_V), "iris.collectives.moe.combine(expert_y=float32[", ", 8]", ", 16]")
+    moe.combine(ctx, torch.zeros(expert_x.shape[0], 16, device=dev), handle, config=SMALL_V)
     # heap tensors the peers read in place must be at the same offset on every rank
     slabs = [ctx.zeros(64) for _ in range(2)]
     differ(lambda: ccl.all_reduce(ctx, ones(64), slabs[0 if odd else 1], config=SMALL), "on the heap at offset")

@@ -7,6 +7,7 @@ import torch
 from iris.device._watchdog import capacity_text
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 
+from .._agree import agree, rows_of
 from .._compiling import is_compiling, traced
 from .._errors import IrisCapacityError
 from . import _checks, _launch, _ranks
@@ -89,6 +90,12 @@ def _plan(ctx, out, inp, in_splits, out_splits, out_offsets, config):
         _check_splits(ctx, "out_offsets", out_offsets)
     row = _row_elements(inp)
     cfg = settings(ctx, config, row, CALL)
+    # Agreed before the workspace (whose size follows inp) is allocated: inp's shape (a capacity the
+    # same on every rank), out's rows past dim 0 (its own capacity may differ), the splits' dtypes.
+    # The plans are per tensor address; a new address of a known signature exchanges nothing.
+    agree(ctx, CALL, (("inp", inp),), out=rows_of(out, "capacity"), in_splits=rows_of(in_splits),
+          out_splits=rows_of(out_splits), out_offsets=None if out_offsets is None else rows_of(out_offsets),
+          config=config)
     ex = Exchange(ctx, "ccl.all_to_all_v", CALL, inp.dtype, row, inp.shape[0], 1, cfg)
     n, capacity = inp.shape[0], out.shape[0]
     publish_cx = ex.publish_constexprs(STAGE_SEGMENTS, prefix=True, check_rows=True)

@@ -17,6 +17,7 @@ import torch
 from iris.device._watchdog import capacity_text
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 
+from .._agree import agree, rows_of
 from .._errors import IrisCapacityError
 from ..ccl import _launch, _ranks
 from ..ccl._exchange import STAGE_ROWS, STAGE_SEGMENTS, Exchange, combine_constexprs, pull_constexprs, settings
@@ -118,6 +119,12 @@ def dispatch_plan(ctx, x, topk_idx, wdtype, num_experts, capacity, expert_capaci
     K = topk_idx.shape[1]
     s = Sizes(ctx, DISPATCH, T, H, K, num_experts, capacity, expert_capacity, max_tokens)
     cfg = settings(ctx, config, H, DISPATCH)
+    # Agreed before the heap buffers (sized by these) are allocated; the tokens (T) may differ
+    # between ranks and calls where max_tokens is given, so a new T of a known signature exchanges
+    # nothing.
+    agree(ctx, DISPATCH, (), x=rows_of(x, "T"), topk_idx=rows_of(topk_idx, "T"), weights=wdtype,
+          num_experts=num_experts, max_tokens=s.max_tokens, capacity=capacity, expert_capacity=expert_capacity,
+          config=config)
     ex = Exchange(ctx, "moe.dispatch", DISPATCH, x.dtype, H, s.max_tokens, s.groups, cfg, flat=s.max_tokens * K,
                   weight_dtype=wdtype)
     publish_cx = ex.publish_constexprs(STAGE_ROWS, prefix=False)
@@ -201,6 +208,9 @@ def combine_plan(ctx, expert_y, topk_idx, num_experts, capacity, expert_capacity
                              f"{ctx.device}")
     row = expert_y.shape[-1]
     cfg = settings(ctx, config, row, call)
+    agree(ctx, call, (("expert_y", expert_y),), topk_idx=rows_of(topk_idx, "T"), num_experts=num_experts,
+          max_tokens=s.max_tokens, capacity=capacity, expert_capacity=expert_capacity, weighted=weighted,
+          reduce=reduce, config=config)
     ex = Exchange(ctx, "moe.combine", call, expert_y.dtype, row, s.rows, s.groups, cfg, kind="combine")
     publish_cx = ex.publish_constexprs(STAGE_SEGMENTS, prefix=False)
     combine_cx = combine_constexprs(ex, topk=K, reduce=reduce, padded=s.padded)
