@@ -114,7 +114,8 @@ def pytest(session: nox.Session, *args: str, posargs: list[str], triton: str | N
         # Any posargs (or -- --triton=) run everything.
         env["IRIS_TEST_WORLD_SIZES"] = os.environ.get("IRIS_TEST_WORLD_SIZES", "2")
         select = ["-m", "not once"]
-    session.run("pytest", *args, *select, *posargs, env=env, success_codes=[0, 5])
+    # --durations: CI's log says which tests to look at when the suite nears its time budget
+    session.run("pytest", "--durations=15", *args, *select, *posargs, env=env, success_codes=[0, 5])
 
 
 @nox.session
