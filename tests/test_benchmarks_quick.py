@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,20 @@ def test_p2p_quick_writes_latency_and_bandwidth(tmp_path):
     text = stem.with_suffix(".md").read_text()
     assert "latency: half a ping-pong round trip" in text and "ccl/flr" in text and "grph/mty" in text, text
     assert "ccl/flr" in proc.stdout, proc.stdout
+
+
+@pytest.mark.multirank
+def test_moe_quick_prints_its_table(tmp_path):
+    # dispatch and combine at two token counts, each checked (counts per expert, the combine bit for bit,
+    # the peer's sums close), beside gloo's all_to_all_single and the copy floor; no files on the cpu backend
+    proc = run_ranks(2, os.path.join(BENCH, "moe.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    out = proc.stdout
+    assert "peer = gloo all_to_all_single" in out and "iris/peer" in out and "grph/flr" in out, out
+    for tokens in (4, 8):
+        for op in ("dispatch", "combine"):
+            assert re.search(rf"(?m)^ +{tokens} +{op} +\d", out), (tokens, op, out)
+    assert "wrong result" not in out and "WRONG" not in out, out
+    assert "no results files" in out and not list(tmp_path.iterdir()), out
 
 
 @pytest.mark.multirank

@@ -57,6 +57,11 @@ CASES = {
         ["--steps", "2", "--microbatches", "3", "--batch", "12", "--width", "32"],
         [r"GPipe pipeline: {n} stages", r"(?m)^  parameters of every stage after 2 steps  correct "],
     ),
+    # Expert parallelism: random token counts and routing (some tokens all to expert 0), against one process.
+    "07_moe.py": (
+        ["--tokens", "12", "--hidden", "16", "--ffn", "24", "--top-k", "2", "--skew", "0.5"],
+        [r"expert-parallel MoE: {n} ranks", r"(?m)^  outputs of every rank  correct "],
+    ),
 }
 
 

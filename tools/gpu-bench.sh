@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
-# [ccl] [ccl_host] [fused] [tp_mlp] [norm] (no argument: rma collectives trace examples; the others
-# only when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS and NORM_WORLDS set
-# the world sizes, EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS, CCL_ARGS,
-# FUSED_ARGS, MLP_ARGS and NORM_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
+# [ccl] [ccl_host] [fused] [tp_mlp] [norm] [moe] (no argument: rma collectives trace examples; the
+# others only when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS, NORM_WORLDS
+# and MOE_WORLDS set the world sizes, EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS,
+# CCL_ARGS, FUSED_ARGS, MLP_ARGS, NORM_ARGS and MOE_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
 # Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each benchmark
 # measures, and the commands behind the committed results: docs/performance.md.
 set -uo pipefail
@@ -20,7 +20,7 @@ start_mps
 MPI="mpirun --allow-run-as-root --oversubscribe -x PYTHONPATH -x IRIS_BACKEND -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -x IRIS_TIMEOUT_S -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x PYTHONUNBUFFERED"
 LOG=${OUT:-/tmp}
 stages=${*:-rma collectives trace examples}
-want() { [[ " ${EX_ONLY:-00 01 02 03 04} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
+want() { [[ " ${EX_ONLY:-00 01 02 03 04 07} " == *" $1 "* ]]; }  # EX_ONLY="02 03": a subset of the examples
 status=0
 summary=()
 # A step past STEP_TIMEOUT gets SIGTERM (mpirun passes it to the ranks), and SIGKILL 10 s later.
@@ -37,6 +37,7 @@ for s in $stages; do
         want 02 && step "ex02_$w" $MPI -n "$w" python3 -m mpi4py examples/02_gemm_all_reduce.py --variant all --m 8192 --n 8192 --k-per-rank 1024 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 03 && step "ex03_$w" $MPI -n "$w" python3 -m mpi4py examples/03_gemm_all_gather.py --m 8192 --n 8192 --k 8192 --block-m 128 --block-n 128 --block-k 64 --iters 5
         want 04 && step "ex04_$w" $MPI -n "$w" python3 -m mpi4py examples/04_tp_mlp.py --m 8192 --hidden 8192 --intermediate 28672 --iters 10
+        want 07 && step "ex07_$w" $MPI -n "$w" python3 -m mpi4py examples/07_moe.py --tokens 128 --hidden 7168 --ffn 2048 --experts 256 --top-k 8 --skew 0 --capacity-factor 2 --iters 20
       done ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
@@ -50,6 +51,9 @@ for s in $stages; do
       done ;;
     norm) for w in ${NORM_WORLDS:-2 4 8}; do
         step "norm_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/fused_norm.py ${NORM_ARGS:-}
+      done ;;
+    moe) for w in ${MOE_WORLDS:-2 4 8}; do
+        step "moe_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/moe.py ${MOE_ARGS:-}
       done ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac

@@ -37,7 +37,7 @@ if [ "${1:-}" = "--eight" ]; then
   export IRIS_TEST_WORLD_SIZES=8 IRIS_GPU_PARALLEL=${IRIS_GPU_PARALLEL:-2}
   eight="test_ccl_scenarios or test_ccl_cuda_graph_replays or test_collectives_scenarios or test_range_scenarios"
   eight+=" or test_ops_scenarios or test_ops_cuda_graph_replays or test_promises or test_torch_ops_scenarios"
-  eight+=" or test_every_primitive_every_peer"
+  eight+=" or test_every_primitive_every_peer or test_exchanges_in_cuda_graph"
   default_paths=(packages/iris-collectives/tests packages/iris-device/tests/test_device_multirank.py)
 fi
 export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:$PWD/packages/iris-collectives/src${PYTHONPATH:+:$PYTHONPATH}"

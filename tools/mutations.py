@@ -200,6 +200,15 @@ MUTATIONS = [
              [(f"{COLL}/functional/_p2p_ops.py", "    torch.fx.node.has_side_effect(torch.ops.iris.recv.default)\n",
                "    pass\n", 1)],
              [("worker", "2", "torch_ops_worker.py", "p2p_compiles_fullgraph")], expect="received a message"),
+    Mutation("combine-last-slot-first", "moe.combine sums a token's rows in slot order (the same bits everywhere)",
+             [(f"{COLL}/ccl/_exchange_kernels.py", "            for k in tl.static_range(TOPK):\n",
+               "            for j in tl.static_range(TOPK):\n                k: tl.constexpr = TOPK - 1 - j\n", 1)],
+             [("worker", "2", "ccl_worker.py", "moe_dispatch_combine")], expect=": combine:"),
+    Mutation("exchange-capacity-unchecked", "a variable-size exchange whose rows do not fit raises on the cpu "
+             "backend (IrisCapacityError)",
+             [(f"{COLL}/ccl/_all_to_all_v.py", "        if interpreted:  # the launches have run: what the GPU's kernels "
+               "report, said here\n", "        if False:\n", 1)],
+             [("worker", "2", "ccl_worker.py", "all_to_all_v")], expect="expected IrisCapacityError"),
     Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
              [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
                "bias if ctx.rank == 0 else None", 1),
@@ -333,6 +342,11 @@ MUTATIONS = [
              [(f"{COLL}/_agree.py", "        return (t.shape, t.dtype, strides, ", "        return (t.shape, "
                "torch.float32, strides, ", 1)],
              [("worker", "2", "ccl_worker.py", "calls_agree")], expect="float64[1024]"),
+    Mutation("exchange-rows-agreed", "an exchange agrees on the rows past dim 0 (what sizes its heap buffers), not "
+             "on each rank's own row count",
+             [(f"{COLL}/_agree.py", '    rest = "".join(f", {d}" for d in t.shape[1:])\n',
+               '    rest = ""\n', 1)],
+             [("worker", "2", "ccl_worker.py", "calls_agree")], expect="out=float32[capacity, 8]"),
     Mutation("device-check-blind", "a cached call that differs between ranks is caught by its kernel",
              [(f"{DEVICE}/_calls.py", "            if peer < world_size:\n", "            if peer < 0:\n", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_hit-2")],
@@ -386,7 +400,8 @@ QUICK = ["sum-own-first", "two-shot-own-first", "owner-sums-own-first", "owner-t
          "unfused-bias-rounded-first", "broadcast-negative-src", "all-to-all-short-out", "gather-rows-unchecked",
          "call-key-ignores-inp-strides", "reach-ignores-offsets", "strided-bias-read-flat",
          "reduce-scatter-avg-grad-not-divided", "p2p-no-credit", "p2p-size-unchecked", "p2p-recv-dead-code",
-         "rmsnorm-of-rounded-residual", "agreement-ignores-dtype", "device-check-blind", "deadline-names-no-rank"]
+         "rmsnorm-of-rounded-residual", "agreement-ignores-dtype", "exchange-rows-agreed", "device-check-blind",
+         "deadline-names-no-rank"]
 
 
 def copy_packages(root: str) -> None:

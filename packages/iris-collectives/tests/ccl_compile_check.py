@@ -21,8 +21,11 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 
 import triton  # noqa: E402
 
+from iris.collectives.ccl import _exchange_kernels as X  # noqa: E402
 from iris.collectives.ccl import _kernels as K  # noqa: E402
 from iris.collectives.ccl import _p2p_kernels as P  # noqa: E402
+from iris.collectives.ccl._exchange import COMBINE_OPTIONS  # noqa: E402
+from iris.collectives.moe import _routing as ROUTING  # noqa: E402
 from iris.collectives.ops import _all_reduce_rmsnorm as NORM  # noqa: E402
 from iris.device.testing import compile_ptx  # noqa: E402
 
@@ -85,6 +88,64 @@ def cases():
                    (data, "inbox", "n", "chunk"))
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp"), dict(rank=0, world_size=2), ())
     yield from norm_cases()
+    yield from exchange_cases()
+
+
+def exchange_cases():
+    """ccl.all_to_all_v and the MoE dispatch and combine (DeepSeek-V3-like: 8 ranks, 32 local experts,
+    top-8, rows of 7168): the publish, pull and combine kernels, and the routing kernel. The combine
+    is compiled as it is launched, without fused multiply-adds."""
+    big = dict(rank=1, world_size=8, GROUPS=32, ROW=7168, BLOCK_R=2, BLOCK=8192)
+    small = dict(rank=1, world_size=4, GROUPS=1, ROW=16, BLOCK_R=64, BLOCK=16)
+    for name, dt, cx, routed, split in (("moe_dispatch", "bf16", big, True, "*i32"),
+                                        ("moe_combine", "bf16", big, False, "*i32"),
+                                        ("all_to_all_v", "fp32", small, False, "*i64")):
+        signature = {"context": "*i64", "src": PTR[dt], "stage": PTR[dt], "n_rows": "i32", "counts": split,
+                     "offsets": split, "peer_stride": "i32", "group_stride": "i32", "table": "*i32"}
+        extra = {}
+        if routed:
+            signature.update(route="*i32", route_stage="*i32", weights="*fp32", weight_stage="*fp32")
+        else:
+            extra = dict.fromkeys(("route", "route_stage", "weights", "weight_stage"))
+        signature.update(n_flat="i32", locks="*i32", programs="i32")
+        stage = X.STAGE_ROWS.value if name == "moe_dispatch" else X.STAGE_SEGMENTS.value
+        call = {"moe_dispatch": X.DISPATCH_CALL, "moe_combine": X.COMBINE_CALL}.get(name, X.ALL_TO_ALL_V_CALL).value
+        yield (f"{name}/publish/{dt}", X.publish_kernel, {k: signature[k] for k in signature if k not in extra},
+               dict(cx, STAGE=stage, PREFIX=name == "all_to_all_v", CHECK_ROWS=name == "all_to_all_v", CALL=call,
+                    **extra), ("src", "stage"))
+    pull = {"context": "*i64", "out": "*bf16", "stage": "*bf16", "n_src_rows": "i32", "table": "*i32",
+            "route_stage": "*i32", "weight_stage": "*fp32", "row_weights": "*fp32", "recv_counts": "*i32",
+            "recv_offsets": "*i32", "group_counts": "*i32", "group_offsets": "*i32", "capacity": "i32",
+            "expert_capacity": "i32", "locks": "*i32", "programs": "i32"}
+    for padded in (False, True):
+        yield (f"moe_dispatch/pull/bf16/padded{int(padded)}", X.pull_kernel, pull,
+               dict(big, TOPK=8, PADDED=padded, WRITE_LAYOUT=True, CALL=X.DISPATCH_CALL.value), ("out", "stage"))
+    again = {k: v for k, v in pull.items() if k not in ("row_weights", "group_counts", "group_offsets")}
+    yield ("moe_dispatch/redispatch/bf16", X.pull_kernel, again,
+           dict(big, TOPK=8, PADDED=True, WRITE_LAYOUT=False, CALL=X.DISPATCH_CALL.value, row_weights=None,
+                group_counts=None, group_offsets=None), ("out", "stage"))
+    a2av = {k: v.replace("bf16", "fp32") for k, v in pull.items()
+            if k not in ("route_stage", "weight_stage", "row_weights", "group_counts", "group_offsets")}
+    a2av.update(recv_counts="*i64", recv_offsets="*i64")
+    yield ("all_to_all_v/pull/fp32", X.pull_kernel, a2av,
+           dict(small, TOPK=0, PADDED=False, WRITE_LAYOUT=True, CALL=X.ALL_TO_ALL_V_CALL.value, route_stage=None,
+                weight_stage=None, row_weights=None, group_counts=None, group_offsets=None), ("out", "stage"))
+    combine = {"context": "*i64", "out": "*bf16", "stage": "*bf16", "table": "*i32", "topk_idx": "*i64",
+               "weights": "*fp32", "slots": "*i32", "send_offsets": "*i32", "scratch": "*i32", "n_tokens": "i32",
+               "capacity": "i32", "expert_capacity": "i32", "locks": "*i32", "programs": "i32"}
+    no_fma = COMBINE_OPTIONS  # as the combine is launched
+    cx = {k: v for k, v in big.items() if k != "BLOCK_R"}
+    for dt in ("bf16", "fp64"):
+        sig_dt = {k: v.replace("bf16", dt) for k, v in combine.items()}
+        yield (f"moe_combine/reduce/{dt}", X.combine_kernel, sig_dt,
+               dict(cx, TOPK=8, REDUCE=True, PADDED=False, CALL=X.COMBINE_CALL.value), ("out", "stage"), no_fma)
+    yield ("moe_combine/gather/fp32", X.combine_kernel,
+           {k: v.replace("bf16", "fp32") for k, v in combine.items() if k != "weights"},
+           dict(cx, TOPK=8, REDUCE=False, PADDED=True, CALL=X.COMBINE_CALL.value, weights=None), ("out", "stage"),
+           no_fma)
+    yield ("moe_routing", ROUTING.routing_kernel,
+           {"sorted_keys": "*i64", "order": "*i64", "layout": "*i32", "n": "i32", "steps": "i32"},
+           dict(NUM_EXPERTS=256, EXPERTS_P=256, BLOCK=1024), ("order", "layout"))
 
 
 def norm_cases():
@@ -119,14 +180,15 @@ def counts(ptx: str) -> dict:
         "vector_loads": len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),
         "bar_sync": len(re.findall(r"bar\.sync|barrier\.sync", ptx)),
         "fp8_conversions": len(re.findall(r"cvt\.rn\.satfinite\.e4m3x2\.f32", ptx)),
+        "fma": len(re.findall(r"\bfma\.rn\.f(?:32|64)", ptx)),
     }
 
 
 def main() -> int:
     results = {}
-    for name, fn, signature, constexprs, aligned in cases():
+    for name, fn, signature, constexprs, aligned, *options in cases():
         try:
-            ptx = compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4})
+            ptx = compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4, **(options or [{}])[0]})
             results[name] = dict(ok=True, **counts(ptx))
         except Exception as exc:  # reported to the test
             results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],

@@ -1,11 +1,12 @@
 """GPU-path checks of iris.collectives.ccl that need no GPU: every kernel (every variant,
 staged or not, every op, fp32/fp16/bf16/int32/int64; reduce-scatter; the pull kernel's
 all-gather, all-to-all, broadcast, gather and scatter; reduce; the point-to-point send and recv;
-the barrier; and ops.all_reduce_residual_rmsnorm's kernel, which takes the same host path) compiled
+the barrier; ops.all_reduce_residual_rmsnorm's kernel, which takes the same host path; all_to_all_v's
+and the MoE dispatch's and combine's exchange kernels, and the MoE routing kernel) compiled
 for an H200 (sm_90) in a child process with Triton's interpreter off. They catch what the
 interpreter never sees: compile errors of the GPU paths, flags that are not acquired and released
 at system scope, data paths without vector loads, fp8 outputs without the hardware's rounding
-conversion."""
+conversion, a combine whose sums would round differently from the cpu backend's (fused multiply-adds)."""
 
 from __future__ import annotations
 
@@ -34,11 +35,14 @@ def test_every_ccl_kernel_compiles_for_sm90(compiled):
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
     assert {k.split("/")[0] for k in compiled} == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                                                    "broadcast", "reduce", "gather", "scatter", "send", "recv",
-                                                   "barrier", "all_reduce_rmsnorm"}
+                                                   "barrier", "all_reduce_rmsnorm", "all_to_all_v",
+                                                   "moe_dispatch", "moe_combine", "moe_routing"}
 
 
 def test_flags_are_acquired_and_released_at_system_scope(compiled):
     for key, r in compiled.items():
+        if key == "moe_routing":  # local: the routing of this rank's tokens, no flags
+            continue
         assert r["acquire_sys_loads"] > 0 and r["release_sys"] > 0, (key, r)
 
 
@@ -52,8 +56,17 @@ def test_messages_signal_after_a_barrier_and_wait_with_acquire(compiled):
 
 def test_data_moves_in_vectors(compiled):
     for key, r in compiled.items():
-        if key != "barrier":
+        if key not in ("barrier", "moe_routing"):  # the routing moves ids, gathered and scattered
             assert r["vector_loads"] > 0, (key, r)
+
+
+def test_combine_rounds_each_product_and_sum(compiled):
+    # moe.combine's weighted sum is product, then sum, each rounded, as on the cpu backend and in
+    # torch (the same bits everywhere): launched without fp fusion, its PTX has no fma
+    combines = [k for k in compiled if k.startswith("moe_combine/reduce/") or k.startswith("moe_combine/gather/")]
+    assert len(combines) == 3, compiled.keys()
+    for key in combines:
+        assert compiled[key]["fma"] == 0, (key, compiled[key])
 
 
 def test_fp8_outputs_round_to_nearest_even_and_saturate_in_hardware(compiled):

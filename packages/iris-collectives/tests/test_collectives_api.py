@@ -147,7 +147,10 @@ def test_every_waiting_call_is_named_in_the_watchdog_reports():
     from iris.collectives.ccl import _p2p_kernels
 
     assert "iris.collectives.wait_signal" in waiting, waiting
-    waiting += [*ccl_kernels.PULL_CALLS, ccl_kernels.REDUCE_CALL.value, *_p2p_kernels.P2P_CALLS]
+    from iris.collectives.ccl import _exchange_kernels
+
+    waiting += [*ccl_kernels.PULL_CALLS, ccl_kernels.REDUCE_CALL.value, *_p2p_kernels.P2P_CALLS,
+                *_exchange_kernels.EXCHANGE_CALLS]
     assert [c for c in waiting if c not in WAIT_CALLS] == []
 
 

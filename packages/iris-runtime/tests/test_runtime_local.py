@@ -313,6 +313,26 @@ def test_watchdog_report_names_the_tag_of_a_message_and_a_size_mismatch():
         assert text in mismatch, (text, mismatch)
 
 
+def test_watchdog_report_says_which_rows_did_not_fit():
+    # A variable-size exchange whose rows do not fit: no wait ran out, the report names the call,
+    # the rank, what overflowed (the output, a local expert, the input's splits) and both sizes
+    from iris.device import _watchdog as device_watchdog
+    from iris.runtime._watchdog import describe
+
+    def words(call, flag, rank, index, seen, target):
+        return [device_watchdog.STATE_CAPACITY, device_watchdog.WAIT_CALLS.index(call),
+                device_watchdog.WAIT_FLAGS.index(flag), rank, -1, index, seen, target, 0, 0, 0]
+
+    out = describe(words("iris.collectives.ccl.all_to_all_v", "out rows", 2, 0, 70, 64), world_size=4, timeout_s=3)
+    for text in ("iris watchdog: iris.collectives.ccl.all_to_all_v: rank 2 receives 70 rows but its output holds 64",
+                 "larger output", "Ending the job"):
+        assert text in out, (text, out)
+    expert = describe(words("iris.collectives.moe.dispatch", "expert rows", 1, 3, 9, 8), world_size=2, timeout_s=3)
+    assert "rank 1 receives 9 rows for its local expert 3 but expert_capacity is 8" in expert, expert
+    splits = describe(words("iris.collectives.ccl.all_to_all_v", "inp rows", 0, 0, 12, 10), world_size=2, timeout_s=3)
+    assert "rank 0's in_splits add up to 12 rows" in splits and "inp has 10 rows" in splits, splits
+
+
 @pytest.mark.skipif(not os.path.isdir(testing.SHM_DIR), reason="no /dev/shm here: MPICH keeps no segments there")
 def test_dead_mpich_segments_are_removed_and_live_ones_kept(monkeypatch):
     monkeypatch.setattr(testing, "_YOUNG_S", 0.3)  # keeps the test short; the rule is the same

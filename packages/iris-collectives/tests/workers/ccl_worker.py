@@ -22,7 +22,7 @@ import torch
 
 import iris.device
 import iris.runtime.testing
-from iris.collectives import IrisMessageSizeError, _workspace, ccl
+from iris.collectives import IrisCapacityError, IrisMessageSizeError, _workspace, ccl, moe
 from iris.collectives._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
@@ -48,8 +48,8 @@ def reference(op: str, parts: list[torch.Tensor], dtype: torch.dtype) -> torch.T
 
 
 def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Bit for bit."""
-    actual = actual.cpu().reshape(expected.shape)
+    """Bit for bit (element by element, any shapes of the same size)."""
+    actual, expected = actual.cpu().reshape(-1), expected.reshape(-1)
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
     bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[expected.element_size()]
     differ = actual.contiguous().view(bits) != expected.contiguous().view(bits)
@@ -834,6 +834,223 @@ def scenario_rooted_collectives(ctx):
     expect_error(lambda: ccl.scatter(ctx, x, None, -1), RankError, "ccl.scatter(src=...)", "rank -1")
 
 
+# --- variable-size all-to-all and MoE dispatch / combine ----------------------------------------------
+
+#: Small blocks for the exchanges: rows of 16 elements cut into blocks of 8 columns, 2 programs.
+SMALL_V = ccl.Config(block=8, grid=2)
+
+
+def splits_of(q: int, W: int, seed: int, high: int = 5) -> torch.Tensor:
+    """Rank q's in_splits in a call of seed ``seed`` (CPU): 0 .. high - 1 rows to each rank."""
+    return torch.randint(0, high, (W,), generator=torch.Generator().manual_seed(70_000 + 100 * seed + q))
+
+
+def run_all_to_all_v(ctx, rows: int, row_shape: tuple, dtype, seed: int, heap_in=False, split_dtype=torch.int64,
+                     with_offsets=True, silent=(), config=SMALL_V):
+    """One all_to_all_v of random splits (ranks in ``silent`` send nothing), checked exactly."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+
+    def splits(q):  # at most rows in all
+        return torch.zeros(W, dtype=torch.int64) if q in silent else splits_of(q, W, seed, rows // W + 1)
+
+    def rows_of(q):
+        n = rows * max(1, int(torch.tensor(row_shape).prod()))
+        return data(n, dtype, seed * 10 + q).reshape(rows, *row_shape)
+
+    inp = place(ctx, rows_of(r), heap_in)
+    capacity = W * rows
+    out = poison(torch.empty(capacity, *row_shape, dtype=dtype, device=dev))
+    before = out.clone()
+    out_splits = torch.full((W,), -1, dtype=split_dtype, device=dev)
+    out_offsets = torch.full((W,), -1, dtype=split_dtype, device=dev) if with_offsets else None
+    assert ccl.all_to_all_v(ctx, out, inp, splits(r).to(split_dtype).to(dev), out_splits, out_offsets,
+                            config=config) is out
+    got = [int(splits(q)[r]) for q in range(W)]
+    parts = [rows_of(q)[int(splits(q)[:r].sum()):int(splits(q)[:r].sum()) + got[q]] for q in range(W)]
+    expected = torch.cat(parts)
+    what = f"all_to_all_v(rows={rows}, {row_shape}, {dtype}, seed {seed}, heap_in={heap_in})"
+    assert out_splits.tolist() == got, f"{what}: out_splits {out_splits.tolist()}, expected {got}"
+    if with_offsets:
+        assert out_offsets.tolist() == [sum(got[:q]) for q in range(W)], f"{what}: out_offsets {out_offsets.tolist()}"
+    check(out[:len(expected)], expected, what)
+    check(out[len(expected):], before[len(expected):].cpu(), f"{what}: rows past the received ones")
+
+
+def scenario_all_to_all_v(ctx):
+    # split sizes on the device: random (zeros among them), dtypes, rows of one element and of
+    # 2-D blocks (several column blocks), heap and plain inputs, int32 and int64 splits, a rank
+    # that sends nothing; back to back with new splits in the same tensors (one plan); rows that do
+    # not fit raise on the receiving rank alone (and the next call works); errors name the fix
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    cases = [(7, (), torch.float32), (6, (3, 7), torch.bfloat16), (9, (16,), torch.int64), (5, (20,), torch.float16)]
+    for i, (rows, shape, dtype) in enumerate(cases):
+        run_all_to_all_v(ctx, rows, shape, dtype, 10 + i, heap_in=i % 2 == 1,
+                         split_dtype=(torch.int32, torch.int64)[i % 2], with_offsets=i != 2,
+                         silent=(W - 1,) if i == 3 else ())
+    run_all_to_all_v(ctx, 6, (16,), torch.float32, 20, config=ccl.Config())  # the default blocks and grid
+    # back to back: the same tensors, new splits and rows each call, no barrier in between
+    inp = torch.empty(8, 4, device=dev)
+    out = torch.empty(8 * W, 4, device=dev)
+    send = torch.empty(W, dtype=torch.int64, device=dev)
+    got = torch.empty(W, dtype=torch.int64, device=dev)
+    for k in range(12):
+        inp.copy_(data(32, torch.float32, 300 + 10 * k + r).reshape(8, 4))
+        send.copy_(splits_of(r, W, 300 + k, high=3))
+        ccl.all_to_all_v(ctx, out, inp, send, got, config=SMALL_V)
+        counts = [int(splits_of(q, W, 300 + k, high=3)[r]) for q in range(W)]
+        starts = [int(splits_of(q, W, 300 + k, high=3)[:r].sum()) for q in range(W)]
+        expected = torch.cat([data(32, torch.float32, 300 + 10 * k + q).reshape(8, 4)[starts[q]:starts[q] + counts[q]]
+                              for q in range(W)])
+        assert got.tolist() == counts, (k, got.tolist(), counts)
+        check(out[:len(expected)], expected, f"back-to-back all_to_all_v call {k}")
+    call = "iris.collectives.ccl.all_to_all_v"
+    # rank 0 gets 2 rows from every rank into an out of 2 rows (the others have room)
+    small = 2 if r == 0 else 2 * W
+    x = torch.ones(2 * W, 3, device=dev)
+    two = torch.full((W,), 2, dtype=torch.int64, device=dev)
+    splits = torch.empty(W, dtype=torch.int64, device=dev)
+    attempt = lambda: ccl.all_to_all_v(ctx, torch.zeros(small, 3, device=dev), x, two, splits, config=SMALL_V)
+    if r == 0 and W > 1:
+        expect_error(attempt, IrisCapacityError, call, f"rank 0 receives {2 * W} rows but its output holds 2",
+                     "larger output")
+    else:
+        attempt()
+    run_all_to_all_v(ctx, 7, (), torch.float32, 30)  # the exchange goes on
+    # the last rank asks for one row more than its inp has
+    asked = torch.zeros(W, dtype=torch.int64, device=dev)
+    asked[r] = 2 * W + (r == W - 1)
+    attempt = lambda: ccl.all_to_all_v(ctx, torch.zeros(2 * W + 1, 3, device=dev), x, asked, splits, config=SMALL_V)
+    if r == W - 1:
+        expect_error(attempt, IrisCapacityError, call, f"rank {r}'s in_splits add up to {2 * W + 1} rows",
+                     f"inp has {2 * W} rows")
+    else:
+        attempt()
+    run_all_to_all_v(ctx, 7, (), torch.float32, 31)
+    wrong = torch.zeros(W + 1, dtype=torch.int64, device=dev)
+    expect_error(lambda: ccl.all_to_all_v(ctx, torch.zeros(8, device=dev), torch.zeros(4, device=dev), wrong, splits),
+                 UnsupportedDtypeError, call, "in_splits", f"shape ({W},)")
+    expect_error(lambda: ccl.all_to_all_v(ctx, torch.zeros(8, device=dev), torch.zeros(4, device=dev),
+                                          two.float(), splits), UnsupportedDtypeError, call, "int32 or int64")
+    expect_error(lambda: ccl.all_to_all_v(ctx, torch.zeros(8, 2, device=dev), torch.zeros(4, 3, device=dev), two,
+                                          splits), IrisUsageError, call, "same shape", "(capacity, 3)")
+
+
+def moe_inputs(q: int, seed: int, T: int, H: int, E: int, K: int, dtype, pattern: str):
+    """Rank q's tokens ``[T, H]``, top-k experts ``[T, K]`` and weights (CPU): ``random`` (K distinct
+    experts per token), ``skewed`` (every token's first expert is expert 0), ``masked`` (the last
+    slot of every other token is -1: no expert)."""
+    g = torch.Generator().manual_seed(80_000 + 1000 * seed + q)
+    x = torch.randint(-8, 9, (T, H), generator=g).to(dtype) / 4
+    idx = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(T)]) if T else torch.zeros(0, K).long()
+    if pattern == "skewed" and T:
+        idx = torch.stack([torch.cat([torch.zeros(1).long(), 1 + torch.randperm(E - 1, generator=g)[:K - 1]])
+                           for _ in range(T)])
+    if pattern == "masked" and T:
+        idx[::2, -1] = -1
+    weights = torch.rand(T, K, generator=g)
+    return x, idx, weights
+
+
+def moe_expected(r: int, W: int, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern: str):
+    """Rank r's rows and weights per local expert, in the documented order (source rank, then
+    token and slot), from every rank's inputs."""
+    per_expert = []
+    for g in range(G):
+        rows, weights = [], []
+        for q in range(W):
+            x, idx, w = moe_inputs(q, seed, tokens[q], H, W * G, K, dtype, pattern)
+            for t in range(tokens[q]):
+                for k in range(K):
+                    if idx[t, k] == r * G + g:
+                        rows.append(x[t])
+                        weights.append(float(w[t, k]))
+        per_expert.append((rows, weights))
+    return per_expert
+
+
+def expert_function(rows: torch.Tensor) -> torch.Tensor:
+    """What the 'experts' compute in these checks: exact in every dtype here."""
+    return rows * 2 + 1
+
+
+def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern: str, padded: bool):
+    """A dispatch and a combine, checked exactly against the single-process reference: rows,
+    counts, offsets, row weights, padding zeros, and the weighted sums in slot order."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    E = W * G
+    x, idx, w = moe_inputs(r, seed, tokens[r], H, E, K, dtype, pattern)
+    mt = max(tokens)
+    options = dict(expert_capacity=W * mt) if padded else {}
+    expert_x, meta, handle = moe.dispatch(ctx, x.to(dev), idx.to(dev), w.to(dev), E, max_tokens=mt,
+                                          config=SMALL_V, **options)
+    what = f"moe(seed {seed}, tokens {tokens}, {dtype}, {pattern}, padded={padded})"
+    per_expert = moe_expected(r, W, seed, tokens, H, G, K, dtype, pattern)
+    counts = [len(rows) for rows, _ in per_expert]
+    assert meta.counts.tolist() == counts, f"{what}: counts {meta.counts.tolist()}, expected {counts}"
+    if padded:
+        assert expert_x.shape == (G, W * mt, H)
+        assert meta.offsets.tolist() == [g * W * mt for g in range(G + 1)], meta.offsets
+        for g, (rows, weights) in enumerate(per_expert):
+            if rows:
+                check(expert_x[g, :len(rows)], torch.stack(rows), f"{what}: expert {g}'s rows")
+            check(expert_x[g, len(rows):], torch.zeros(W * mt - len(rows), H, dtype=dtype), f"{what}: padding")
+            wrow = meta.weights.reshape(G, -1)[g]
+            check(wrow, torch.tensor(weights + [0.0] * (W * mt - len(rows))), f"{what}: row weights of {g}")
+    else:
+        assert meta.offsets.tolist() == [sum(counts[:g]) for g in range(G + 1)], meta.offsets
+        rows = [row for rows, _ in per_expert for row in rows]
+        if rows:
+            check(expert_x[:len(rows)], torch.stack(rows), f"{what}: rows")
+            check(meta.weights[:len(rows)], torch.tensor([v for _, ws in per_expert for v in ws]), f"{what}: weights")
+    y = moe.combine(ctx, expert_function(expert_x), handle, config=SMALL_V)
+    acc = torch.zeros(tokens[r], H)
+    for k in range(K):  # the documented order, in fp32, one rounding
+        used = ((idx[:, k] >= 0) & (idx[:, k] < E)).float()[:, None]
+        acc = acc + used * w[:, k:k + 1] * expert_function(x).float()
+    check(y, acc.to(dtype), f"{what}: combine")
+
+
+def scenario_moe_dispatch_combine(ctx):
+    # dispatch grouped by local expert, combine summed in slot order: exact against one process,
+    # packed and padded, fp32 and bf16; tokens per rank differ (some ranks have none), one token in
+    # all, every token to one expert, slots with no expert; rows past an expert's capacity raise on
+    # its rank alone, and the exchange goes on; errors name the fix
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    varied = [(3, 0, 5, 1)[q % 4] for q in range(W)]
+    one = [1] + [0] * (W - 1)
+    cases = [(1, varied, torch.float32, "random", False), (2, varied, torch.bfloat16, "masked", True),
+             (3, one, torch.float32, "random", True), (4, [4] * W, torch.bfloat16, "skewed", False),
+             (5, varied, torch.float32, "skewed", True)]
+    for seed, tokens, dtype, pattern, padded in cases:
+        run_moe(ctx, seed, tokens, 12, 2, 2, dtype, pattern, padded)
+    run_moe(ctx, 8, varied, 12, 3, 3, torch.float32, "random", False)  # three slots: their order shows in the sums
+    # every token to experts 0 and 1 (rank 0's): W * 3 rows each there, room for 2 per expert
+    E, call = 2 * W, "iris.collectives.moe.dispatch"
+    x, _, w = moe_inputs(r, 6, 3, 4, E, 2, torch.float32, "random")
+    idx = torch.tensor([[0, 1]] * 3)
+    attempt = lambda: moe.dispatch(ctx, x.to(dev), idx.to(dev), w.to(dev), E, expert_capacity=2, config=SMALL_V)
+    if r == 0:
+        expect_error(attempt, IrisCapacityError, call, f"rank 0 receives {3 * W} rows for its local expert 0 but "
+                     f"expert_capacity is 2")
+    else:
+        attempt()
+    run_moe(ctx, 7, [2] * W, 12, 2, 2, torch.float32, "random", False)  # the exchange goes on
+    x, idx, w = x.to(dev), idx.to(dev), w.to(dev)
+    odd = E + 1 if W > 1 else 0
+    expect_error(lambda: moe.dispatch(ctx, x, idx, w, odd), IrisUsageError, call, f"num_experts={odd}",
+                 f"multiple of the world size {W}")
+    expect_error(lambda: moe.dispatch(ctx, x, idx, w, E, max_tokens=2), IrisUsageError, call, "max_tokens=2",
+                 "3 tokens")
+    expect_error(lambda: moe.dispatch(ctx, x, idx, w, E, capacity=8, expert_capacity=4), IrisUsageError, call,
+                 "not both")
+    expect_error(lambda: moe.dispatch(ctx, x, idx[:, :1], w, E), IrisUsageError, call, "[T, K]")
+    expect_error(lambda: moe.dispatch(ctx, x, idx.float(), w, E), UnsupportedDtypeError, call, "topk_idx")
+    _, _, handle = moe.dispatch(ctx, x, idx, w, E, config=SMALL_V)
+    expect_error(lambda: moe.combine(ctx, torch.zeros(5, 4, device=dev), handle), IrisUsageError,
+                 "iris.collectives.moe.combine", "expert_y has shape (5, 4)", f"({W * 3 * 2}, H)")
+    moe.combine(ctx, torch.zeros(W * 3 * 2, 4, device=dev), handle, config=SMALL_V)  # the pair completes
+
+
 def scenario_calls_agree(ctx):
     # The call agreement: a rank whose call differs (first call of its signature) makes every rank
     # raise IrisCallMismatchError naming each rank's call in the caller's shapes; the context stays
@@ -902,6 +1119,37 @@ def scenario_calls_agree(ctx):
         ccl.reduce(ctx, out, inp, 1, config=one)
         if r == 1:
             check(out, torch.full((64,), float(W)), "reduce after its kernel found the mismatch")
+    # the exchanges agree on what sizes their heap buffers; a rank's own rows (its tokens, its
+    # output's capacity) may differ between ranks and calls and make no new agreement
+    a2av, counts = "iris.collectives.ccl.all_to_all_v", torch.zeros(W, dtype=torch.int64, device=dev)
+
+    def exchange(width, out_rows=8, in_rows=4):
+        got = torch.empty(W, dtype=torch.int64, device=dev)
+        ccl.all_to_all_v(ctx, torch.empty(out_rows, width, device=dev), torch.zeros(in_rows, width, device=dev),
+                         counts, got, config=SMALL_V)
+
+    differ(lambda: exchange(8 if odd else 16), a2av, "inp=float32[4, 8], out=float32[capacity, 8]",
+           "inp=float32[4, 16], out=float32[capacity, 16]")
+    exchange(16)
+    agreed = ctx._calls.count
+    for out_rows in (6 + r, 9 + 2 * r):  # this rank's own capacity, a new tensor each time
+        exchange(16, out_rows)
+    assert ctx._calls.count == agreed, "an all_to_all_v with a known signature made a host agreement"
+    E = 2 * W
+
+    def dispatch(hidden, tokens=3):
+        x = torch.zeros(tokens, hidden, device=dev)
+        idx = torch.arange(2 * tokens, device=dev).reshape(tokens, 2) % E
+        return moe.dispatch(ctx, x, idx, torch.ones(tokens, 2, device=dev), E, max_tokens=4, config=SMALL_V)
+
+    differ(lambda: dispatch(8 if odd else 16), "iris.collectives.moe.dispatch(x=float32[T, 8]", "x=float32[T, 16]")
+    expert_x, _, handle = dispatch(16)
+    agreed = ctx._calls.count
+    dispatch(16, tokens=1 + r % 4)  # tokens of this rank's own (up to max_tokens)
+    assert ctx._calls.count == agreed, "a dispatch of other tokens with a known signature made a host agreement"
+    differ(lambda: moe.combine(ctx, torch.zeros(expert_x.shape[0], 8 if odd else 16, device=dev), handle,
+                               config=SMALL_V), "iris.collectives.moe.combine(expert_y=float32[", ", 8]", ", 16]")
+    moe.combine(ctx, torch.zeros(expert_x.shape[0], 16, device=dev), handle, config=SMALL_V)
     # heap tensors the peers read in place must be at the same offset on every rank
     slabs = [ctx.zeros(64) for _ in range(2)]
     differ(lambda: ccl.all_reduce(ctx, ones(64), slabs[0 if odd else 1], config=SMALL), "on the heap at offset")
@@ -1028,6 +1276,80 @@ def scenario_cuda_graph(ctx):
             sent = torch.arange(n, dtype=torch.float32) + k + prev
             check(p, sent, f"graph replay {k}: recv")
             check(q, sent, f"graph replay {k}: irecv")
+
+
+def scenario_exchanges_in_cuda_graph(ctx):
+    # GPU only: all_to_all_v, a MoE dispatch and its combine captured once in a CUDA graph, replayed
+    # 10 times with new splits, tokens and routing written into the captured inputs: the counts
+    # never reach the host, and every replay is checked exactly
+    if ctx.device.type != "cuda":
+        raise SystemExit("scenario exchanges_in_cuda_graph needs the cuda backend (test_exchanges_in_cuda_graph)")
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    T, H, G, K, rows = 24, 64, 2, 2, 3 * W
+    E = W * G
+    x, w = torch.empty(T, H, device=dev), torch.empty(T, K, device=dev)
+    idx = torch.empty(T, K, dtype=torch.int64, device=dev)
+    inp, send = torch.empty(rows, 16, device=dev), torch.empty(W, dtype=torch.int64, device=dev)
+    out, got = torch.empty(W * rows, 16, device=dev), torch.empty(W, dtype=torch.int64, device=dev)
+    result = {}
+
+    def fill(k):
+        tokens, experts, weights = moe_inputs(r, 500 + k, T, H, E, K, torch.float32, "random")
+        x.copy_(tokens)
+        idx.copy_(experts)
+        w.copy_(weights)
+        inp.copy_(data(rows * 16, torch.float32, 600 + 10 * k + r).reshape(rows, 16))
+        send.copy_(splits_of(r, W, 600 + k, high=4))
+
+    def sequence():
+        ccl.all_to_all_v(ctx, out, inp, send, got)
+        expert_x, meta, handle = moe.dispatch(ctx, x, idx, w, E)
+        result["counts"], result["y"] = meta.counts, moe.combine(ctx, expert_function(expert_x), handle)
+
+    stream = torch.cuda.Stream(dev)
+    fill(0)
+    with torch.cuda.stream(stream):
+        sequence()  # warm-up: plans, workspaces, kernels
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        sequence()
+    ctx.barrier()
+    for k in range(1, 11):
+        fill(k)
+        graph.replay()
+        torch.cuda.synchronize(dev)
+        counts = [int(splits_of(q, W, 600 + k, high=4)[r]) for q in range(W)]
+        starts = [int(splits_of(q, W, 600 + k, high=4)[:r].sum()) for q in range(W)]
+        expected = torch.cat([data(rows * 16, torch.float32, 600 + 10 * k + q).reshape(rows, 16)[s:s + c]
+                              for q, s, c in zip(range(W), starts, counts)])
+        assert got.tolist() == counts, (k, got.tolist(), counts)
+        check(out[:len(expected)], expected, f"graph replay {k}: all_to_all_v")
+        tokens, _, weights = moe_inputs(r, 500 + k, T, H, E, K, torch.float32, "random")
+        per_expert = moe_expected(r, W, 500 + k, [T] * W, H, G, K, torch.float32, "random")
+        assert result["counts"].tolist() == [len(sent) for sent, _ in per_expert], f"graph replay {k}: counts"
+        acc = torch.zeros(T, H)
+        for j in range(K):
+            acc = acc + weights[:, j:j + 1] * expert_function(tokens)
+        check(result["y"], acc, f"graph replay {k}: dispatch and combine")
+        ctx.barrier()  # no rank refills its inputs while a peer's replay may still read them
+
+
+def scenario_capacity_report(ctx):
+    # GPU only (test_exchange_capacity_is_reported): rank 0 receives more rows than its output
+    # holds; the kernel reports it and the watchdog ends the job with the message
+    if ctx.device.type != "cuda" or ctx.world_size < 2:
+        raise SystemExit("scenario capacity_report needs the cuda backend and 2 ranks")
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    splits = torch.empty(W, dtype=torch.int64, device=dev)
+    out = torch.zeros(2 if r == 0 else 2 * W, 3, device=dev)
+    two = torch.full((W,), 2, dtype=torch.int64, device=dev)
+    ccl.all_to_all_v(ctx, out, torch.ones(2 * W, 3, device=dev), two, splits)
+    torch.cuda.synchronize(dev)
+    import time
+
+    time.sleep(5)  # the watchdog's thread ends the job meanwhile
+    ctx.barrier()
 
 
 if __name__ == "__main__":

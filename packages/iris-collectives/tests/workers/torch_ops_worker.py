@@ -18,6 +18,7 @@ replicated results carry the same whole gradient on every rank).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -25,10 +26,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import iris.runtime.testing
-from iris.collectives import ccl, ops
+from iris.collectives import ccl, moe, ops
 from iris.collectives import functional as F
 from iris.collectives.functional import _handles
-from iris.collectives.nn import ColumnParallelLinear, RowParallelLinear
+from iris.collectives.nn import ColumnParallelLinear, ExpertParallelMoE, RowParallelLinear
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 from iris.runtime.testing import expect_error
 
@@ -82,11 +83,13 @@ class Stacked(torch.autograd.Function):
         return grad[ctx.rank], None, None
 
 
-def global_gradcheck(ctx, name, fn, inputs, output_kind):
+def global_gradcheck(ctx, name, fn, inputs, output_kind, fast=False):
     """gradcheck of ``fn`` (this rank's operator call) as a function of every rank's inputs.
 
     ``inputs``: ``(kind, tensor)`` pairs; ``"own"``: ``[W, ...]``, every rank's value; ``"same"``: one
-    value, every rank's. ``output_kind``: ``"own"`` (stacked over the ranks) or ``"same"``."""
+    value, every rank's. ``output_kind``: ``"own"`` (stacked over the ranks) or ``"same"``. ``fast``:
+    gradcheck's fast mode (the Jacobian against random vectors, the same on every rank: a few
+    evaluations instead of one per input element)."""
     comm, rank = ctx.comm, ctx.rank
     leaves = [t.detach().to(ctx.device).requires_grad_(True) for _, t in inputs]  # the ops' device
 
@@ -96,7 +99,7 @@ def global_gradcheck(ctx, name, fn, inputs, output_kind):
         return Stacked.apply(y, comm, rank) if output_kind == "own" else y
 
     torch.manual_seed(0)  # the same random choices on every rank
-    assert torch.autograd.gradcheck(whole, leaves, eps=1e-6, atol=1e-9, rtol=1e-7), name
+    assert torch.autograd.gradcheck(whole, leaves, eps=1e-6, atol=1e-9, rtol=1e-7, fast_mode=fast), name
 
 
 # --- scenarios ---------------------------------------------------------------------------------------
@@ -399,6 +402,121 @@ def scenario_tp_mlp_trains_compiled(ctx):
             got, expected = torch.as_tensor(got), torch.as_tensor(expected)
             same(expected, got, f"{what} (sequence_parallel={sequence_parallel})", 1e-12)
         assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+def moe_reference(x, router, w1, w2, top_k: int):
+    """The single-process MoE the layer splits: every expert here, every rank's tokens at once,
+    each token's expert outputs summed weighted in slot order."""
+    weights, idx = torch.softmax(x @ router.t(), -1).topk(top_k, -1)
+    acc = torch.zeros_like(x)
+    for k in range(top_k):
+        e = idx[:, k]
+        out = torch.bmm(torch.nn.functional.silu(torch.bmm(x[:, None, :], w1[e])), w2[e])[:, 0]
+        acc = acc + weights[:, k:k + 1] * out
+    return acc
+
+
+def scenario_moe_trains_compiled(ctx):
+    # an expert-parallel MoE layer (different token counts per rank), compiled with fullgraph: one SGD
+    # step against the single-process MoE of the same weights, fp64: loss, gradients of the
+    # tokens, the router (summed over the ranks) and this rank's experts, and the loss after
+    from torch._dynamo.utils import counters
+
+    W, r = ctx.world_size, ctx.rank
+    H, F_, E, K = 6, 5, 2 * W, 2
+    tokens = [(4, 1, 3, 2)[q % 4] for q in range(W)]
+    router, w1, w2 = rand((E, H), 400), rand((E, H, F_), 401) / 2, rand((E, F_, H), 402) / 2
+    xs = [rand((tokens[q], H), 410 + q) for q in range(W)]
+    targets = [rand((tokens[q], H), 420 + q) for q in range(W)]
+    n = sum(tokens) * H
+    full = [t.clone().requires_grad_(True) for t in (router, w1, w2)]
+    X = torch.cat(xs).requires_grad_(True)
+    ref_loss = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum() / n
+    ref_loss.backward()
+    layer = ExpertParallelMoE.from_dense(ctx, router.to(ctx.device), w1.to(ctx.device), w2.to(ctx.device), K,
+                                         max_tokens=max(tokens))
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    x, target = xs[r].to(ctx.device).requires_grad_(True), targets[r].to(ctx.device)
+    loss = ((step(x) - target) ** 2).sum() / n
+    loss.backward()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    G, first = E // W, sum(tokens[:r])
+    experts = slice(r * G, (r + 1) * G)
+    same(torch.tensor(ref_loss.item()), torch.tensor(sum(ctx.comm.allgather(loss.item()))), "MoE loss", 1e-12)
+    same(X.grad[first:first + tokens[r]], x.grad, "MoE token gradients", 1e-12)
+    same(full[0].grad, layer.router.grad, "MoE router gradient (summed over the ranks)", 1e-12)
+    same(full[1].grad[experts], layer.w1.grad, "MoE w1 gradients", 1e-12)
+    same(full[2].grad[experts], layer.w2.grad, "MoE w2 gradients", 1e-12)
+    with torch.no_grad():
+        for p, ref in zip((layer.router, layer.w1, layer.w2), full):
+            p -= 0.5 * p.grad
+            ref -= 0.5 * ref.grad
+        after = sum(ctx.comm.allgather(((step(x) - target) ** 2).sum().item() / n))
+        ref_after = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum().item() / n
+    same(torch.tensor(ref_after), torch.tensor(after), "MoE loss after one step", 1e-12)
+    # built from a seed: one router on every rank (rank 0's), and each rank's experts the ones the
+    # same seed draws in one process, expert after expert
+    torch.manual_seed(5 + r)
+    drawn = ExpertParallelMoE(ctx, H, F_, E, K, dtype=F64)
+    routers = ctx.comm.allgather(drawn.router.detach().cpu())
+    assert all(torch.equal(routers[0], other) for other in routers), "the router differs between ranks"
+    if ctx.device.type == "cpu":  # the generator of the device draws
+        torch.manual_seed(5 + r)
+        torch.nn.init.kaiming_uniform_(torch.empty(E, H, dtype=F64), a=math.sqrt(5))
+        a, b = 1 / math.sqrt(H), 1 / math.sqrt(F_)
+        experts = [(torch.empty(H, F_, dtype=F64).uniform_(-a, a), torch.empty(F_, H, dtype=F64).uniform_(-b, b))
+                   for _ in range(E)][r * G:(r + 1) * G]
+        same(torch.stack([w1 for w1, _ in experts]), drawn.w1, "this rank's w1 as one process draws them")
+        same(torch.stack([w2 for _, w2 in experts]), drawn.w2, "this rank's w2 as one process draws them")
+
+
+def scenario_exchanges_compile_and_differentiate(ctx):
+    # ccl.all_to_all_v and moe.dispatch / combine inside torch.compile(fullgraph=True) (one node each,
+    # results as in eager mode); gradcheck in fp64 of all_to_all_v and of a dispatch, a nonlinear
+    # expert and a combine, as functions of every rank's tokens and top-k weights
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    T, H, E, K = 3, 2, 2 * W, 2
+
+    def splits(q):  # 0 .. 2 rows to each rank, of 2 W
+        return torch.tensor([(q + j) % 3 for j in range(W)])
+
+    def routing(q):
+        return torch.tensor([[(q + t) % E, (q + t + 1 + t % 2) % E] for t in range(T)])
+
+    def model(x, w):
+        out = torch.zeros(W * 2 * W, H, device=dev)  # compiled, rows past the received ones become zeros
+        got = torch.empty(W, dtype=torch.int64, device=dev)
+        ccl.all_to_all_v(ctx, out, x, splits(r).to(dev), got)
+        expert_x, meta, handle = moe.dispatch(ctx, x[:T], routing(r).to(dev), w, E)
+        return out, got, meta.counts, moe.combine(ctx, torch.tanh(expert_x) * 3, handle)
+
+    x, w = ints((2 * W, H), 430 + r, dev), ints((T, K), 431 + r, dev).abs()
+    torch._dynamo.reset()
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm.forward
+
+    for fn in (torch.compile(model, backend="aot_eager", fullgraph=True), torch.compile(model, backend=capture,
+                                                                                        fullgraph=True)):
+        for got, expected in zip(fn(x, w), model(x, w)):
+            same(expected.float(), got.float(), "compiled exchanges")
+    assert codes[0].count("iris.all_to_all_v") == 1 and codes[0].count("iris.moe_dispatch") == 1 and \
+        codes[0].count("iris.moe_combine") == 1, codes[0]
+    xs = rand((W, 2 * W, H), 432)
+    global_gradcheck(ctx, "all_to_all_v", lambda x: F.all_to_all_v(ctx, x, splits(r).to(dev))[0], [("own", xs)],
+                     "own", fast=True)
+
+    def moe_block(x, w):  # one program per launch: the interpreter's time is per program
+        expert_x, _, handle = F.moe_dispatch(ctx, x, routing(r)[:2].to(dev), w, E, expert_capacity=2 * W,
+                                             config=ccl.Config(grid=1))
+        return F.moe_combine(ctx, torch.tanh(expert_x) * expert_x, handle)
+
+    global_gradcheck(ctx, "moe dispatch and combine", moe_block,
+                     [("own", rand((W, 2, H), 433)), ("own", rand((W, 2, K), 434))], "own", fast=True)
 
 
 def scenario_layers_initialise_as_linear(ctx):

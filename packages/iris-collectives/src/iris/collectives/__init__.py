@@ -16,9 +16,13 @@ and ``all_reduce_residual_rmsnorm``, built on :func:`all_reduce_rmsnorm`;
 per call on torch's current stream.
 
 Host-callable collectives on whole tensors live in :mod:`iris.collectives.ccl` (``all_reduce``,
-``reduce_scatter``, ``all_gather``, ``all_to_all``, ``broadcast``, ``reduce``, ``gather``, ``scatter``,
-``barrier``, and point to point ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``;
+``reduce_scatter``, ``all_gather``, ``all_to_all``, ``all_to_all_v``, ``broadcast``, ``reduce``, ``gather``,
+``scatter``, ``barrier``, and point to point ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``;
 ``from iris.collectives import ccl``), built on the same tile collectives and flags.
+
+Expert parallelism, the token exchange of a mixture of experts with its counts on the device
+(``dispatch``, ``combine``), lives in :mod:`iris.collectives.moe`, on the kernels of
+``ccl.all_to_all_v``.
 
 Point-to-point messages inside a kernel: :func:`put_with_signal` on the sender, :func:`wait_signal`
 on the receiver.
@@ -49,7 +53,7 @@ from . import functional  # noqa: F401
 from ._all_reduce import all_reduce_atomic, all_reduce_one_shot, all_reduce_spinlock, all_reduce_two_shot
 from ._all_reduce_norm import all_reduce_rmsnorm, rms_norm_rows
 from ._context import CollectiveMethods, DeviceContext
-from ._errors import IrisCallMismatchError, IrisMessageSizeError, IrisWaitTimeoutError
+from ._errors import IrisCallMismatchError, IrisCapacityError, IrisMessageSizeError, IrisWaitTimeoutError
 from ._gather import all_gather, all_to_all, gather
 from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
@@ -66,6 +70,7 @@ __all__ = [
     "CollectiveMethods",
     "DeviceContext",
     "IrisCallMismatchError",
+    "IrisCapacityError",
     "IrisMessageSizeError",
     "IrisWaitTimeoutError",
     "TensorView",

@@ -80,6 +80,21 @@ def out_place(ctx, t: torch.Tensor) -> tuple:
     return _where(ctx, t, None)
 
 
+class _Written(str):
+    """An option's text that the agreement writes as is (no quotes)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def rows_of(t: torch.Tensor, rows: str = "*") -> str:
+    """``t``'s dtype and shape with its row count (dim 0) written ``rows``: for a signature where
+    ranks may pass different numbers of rows (tokens, a capacity of their own), compared by the
+    rest of the shape alone."""
+    rest = "".join(f", {d}" for d in t.shape[1:])
+    return _Written(f"{str(t.dtype).removeprefix('torch.')}[{rows}{rest}]")
+
+
 def agree_fused(ctx, call: str, signature: tuple, tensors, **options) -> int:
     """:func:`agree` for a call whose checks have already fixed what its signature needs in a few
     values (``signature``: e.g. a fused op's ``M, N, K``, dtypes and chosen config, which with the

@@ -36,5 +36,16 @@ class IrisMessageSizeError(IrisUsageError):
     """
 
 
-__all__ = ["IrisCallMismatchError", "IrisMessageSizeError", "IrisUnsupportedError", "IrisUsageError",
-           "IrisWaitTimeoutError"]
+class IrisCapacityError(IrisUsageError):
+    """A variable-size exchange (``ccl.all_to_all_v``, ``moe.dispatch``) received more rows than its
+    output holds, or was told to send more rows than its input has.
+
+    The message names the call, the rank, the rows and the room. Raised by the host call on the
+    cpu backend once the call has run (every rank's part of it done, the rows that fit written);
+    on the GPU the kernel reports it to the watchdog, which prints the same message and ends the
+    job.
+    """
+
+
+__all__ = ["IrisCallMismatchError", "IrisCapacityError", "IrisMessageSizeError", "IrisUnsupportedError",
+           "IrisUsageError", "IrisWaitTimeoutError"]

@@ -99,6 +99,11 @@ STATE_CALL_MISMATCH = 5  #: this rank found that a peer made another collective 
 #: ran out: the receiver saw it at once; ``seen`` and ``target`` hold both messages' headers, see
 #: :func:`message_header`). The runtime ends the job as after a timeout.
 STATE_SIZE_MISMATCH = 6
+#: A call received more rows than its output holds (or was told to send more rows than its input
+#: has): no wait ran out, the kernel saw it at once and wrote only what fits; ``seen`` holds the
+#: rows, ``target`` the room, ``flag`` names what overflowed (``out rows``, ``expert rows``: then
+#: ``index`` is the local expert; ``inp rows``). The runtime ends the job as after a timeout.
+STATE_CAPACITY = 7
 #: Values of the drain word (the state a draining wait reports is ``1 + value``).
 DRAIN_TIMED_OUT = 1  #: a wait ran out of time somewhere (or a host-side wait did)
 DRAIN_FAILED = 2     #: a rank failed: it raised, or its process is gone
@@ -118,6 +123,7 @@ ACK_INDEX = _ACK.value
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
 _CALL_MISMATCH: tl.constexpr = tl.constexpr(STATE_CALL_MISMATCH)
 _SIZE_MISMATCH: tl.constexpr = tl.constexpr(STATE_SIZE_MISMATCH)
+_CAPACITY: tl.constexpr = tl.constexpr(STATE_CAPACITY)
 # Where the header words sit relative to heap_bases (context + HEAP_BASES).
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_layout.NUM_RANKS - _layout.HEAP_BASES)
 
@@ -136,9 +142,10 @@ WAIT_CALLS = ("an iris wait", "iris.collectives.wait_at_least", "iris.collective
               "iris.collectives.ccl.all_gather", "iris.collectives.ccl.all_to_all", "iris.collectives.ccl.broadcast",
               "iris.collectives.ccl.send", "iris.collectives.ccl.recv", "iris.collectives.ccl.reduce",
               "iris.collectives.ccl.gather", "iris.collectives.ccl.scatter", "iris.collectives.wait_signal",
-              "iris.collectives.all_reduce_rmsnorm")
+              "iris.collectives.all_reduce_rmsnorm", "iris.collectives.ccl.all_to_all_v",
+              "iris.collectives.moe.dispatch", "iris.collectives.moe.combine")
 WAIT_FLAGS = ("flag", "arrivals", "ready", "done", "entered", "mutex", "credit", "partial", "result",
-              "done reading", "signal", "message size")
+              "done reading", "signal", "message size", "out rows", "expert rows", "inp rows")
 #: Calls whose report's ``index`` is a message tag (point to point), not a tile or slot.
 TAGGED_CALLS = ("iris.collectives.ccl.send", "iris.collectives.ccl.recv")
 
@@ -170,6 +177,23 @@ def mismatch_text(call: str, rank: int, peer: int, tag: int, sent: int, expected
             f"{describe_header(sent)}, but this call expects {describe_header(expected)}; the send and its "
             f"recv must pass tensors of the same number of elements and dtype (or the calls of this peer "
             f"and tag are not paired in the same order on both ranks)")
+
+
+def capacity_text(call: str, rank: int, what: str, index: int, rows: int, room: int) -> str:
+    """The message of rows that do not fit (``what``: ``"out rows"``, ``"expert rows"`` or ``"inp
+    rows"``, see :data:`STATE_CAPACITY`), the same on every backend: the runtime prints it on the GPU,
+    the host collectives raise it on the cpu backend (``iris.collectives.IrisCapacityError``)."""
+    if what == "expert rows":
+        return (f"{call}: rank {rank} receives {rows} rows for its local expert {index} but expert_capacity is "
+                f"{room}; pass a larger expert_capacity (rows per local expert, the same on every rank; at most "
+                f"world_size x max_tokens rows can arrive), or route fewer tokens to one expert. The rows that did "
+                f"not fit were not written")
+    if what == "inp rows":
+        return (f"{call}: rank {rank}'s in_splits add up to {rows} rows (or hold a negative count) but inp has "
+                f"{room} rows; pass in_splits whose entries are >= 0 and add up to at most inp.shape[0]")
+    return (f"{call}: rank {rank} receives {rows} rows but its output holds {room}; pass a larger output "
+            f"(capacity: rows, the most any rank can receive) or send fewer rows. The rows that did not fit were "
+            f"not written")
 
 
 @triton.constexpr_function
@@ -478,6 +502,25 @@ def watchdog_report_size_mismatch(heap_bases, call: tl.constexpr, what: tl.const
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
     args = watchdog_arguments(call, what, peer, index, seen, target, None)
     _report(trailer, _drain_word(heap_bases, me, trailer), _SIZE_MISMATCH, args[0], args[1], me, args[2], args[3],
+            args[4], args[5], 0, args[6])
+    if tl.load(trailer + WATCHDOG_NS_C) > 0:
+        _await_ack(trailer)
+
+
+@triton.jit
+def watchdog_report_capacity(heap_bases, call: tl.constexpr, what: tl.constexpr, index, rows, room):
+    """Report rows that do not fit now (state STATE_CAPACITY), with no wait: the runtime's watchdog
+    thread prints it (:func:`capacity_text`; ``what`` a name of WAIT_FLAGS: ``"out rows"``,
+    ``"expert rows"`` (``index``: the local expert) or ``"inp rows"``) and ends the job, as after a
+    timeout. Only where the watchdog is compiled in (``WATCHDOG``); a caller prints something
+    itself otherwise. Like a stopped wait, the calling threads are then held until the host
+    acknowledges (while the context's watchdog runs), so that the call, whose output lacks the rows
+    that did not fit, never returns. Granularity and memory semantics: as
+    :func:`watchdog_report_size_mismatch`."""
+    me = tl.load(heap_bases + CUR_RANK_AT_C)
+    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
+    args = watchdog_arguments(call, what, -1, index, rows, room, None)
+    _report(trailer, _drain_word(heap_bases, me, trailer), _CAPACITY, args[0], args[1], me, args[2], args[3],
             args[4], args[5], 0, args[6])
     if tl.load(trailer + WATCHDOG_NS_C) > 0:
         _await_ack(trailer)

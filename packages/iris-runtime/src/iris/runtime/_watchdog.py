@@ -85,6 +85,9 @@ def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 
     if r["state"] == device_watchdog.STATE_SIZE_MISMATCH:
         text = device_watchdog.mismatch_text(call, r["rank"], r["peer"], r["index"], r["seen"], r["target"])
         return f"iris watchdog: {text}. Ending the job."
+    if r["state"] == device_watchdog.STATE_CAPACITY:
+        text = device_watchdog.capacity_text(call, r["rank"], flag, r["index"], r["seen"], r["target"])
+        return f"iris watchdog: {text}. Ending the job."
     tagged = call in device_watchdog.TAGGED_CALLS  # point to point: the index is the message's tag
     missing = [rank for rank in range(world_size) if behind >> rank & 1]
     if missing:
@@ -366,11 +369,12 @@ class Watchdog:
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
             state = int(self._words[0])
-            # A wait of this rank ran out of time, or a message of this rank's had the wrong size:
-            # every rank's waits stop and report theirs.
-            first = state in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_SIZE_MISMATCH,
-                              device_watchdog.STATE_CALL_MISMATCH)
-            if state in (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_SIZE_MISMATCH):
+            # A wait of this rank ran out of time, a message of this rank's had the wrong size, or rows
+            # did not fit its output: every rank's waits stop and report theirs.
+            stopped = (device_watchdog.STATE_TIMED_OUT, device_watchdog.STATE_SIZE_MISMATCH,
+                       device_watchdog.STATE_CAPACITY)
+            first = state in stopped + (device_watchdog.STATE_CALL_MISMATCH,)
+            if state in stopped:
                 self.drain_all(device_watchdog.DRAIN_TIMED_OUT)
             elif state == device_watchdog.STATE_CALL_MISMATCH:
                 self.drain_all(device_watchdog.DRAIN_CALLS_DIFFER)

@@ -7,6 +7,8 @@ the output before the input:
 - :func:`reduce_scatter` ``(ctx, out, inp, op="sum", config=None)``: rank ``r`` gets chunk ``r``;
 - :func:`all_gather` ``(ctx, out, inp, config=None)``: every rank's ``inp`` along dim 0;
 - :func:`all_to_all` ``(ctx, out, inp, config=None)``: chunk ``j`` of rank ``i`` to chunk ``i`` of ``j``;
+- :func:`all_to_all_v` ``(ctx, out, inp, in_splits, out_splits, out_offsets=None, config=None)``: the
+  same with split sizes that only the device knows (device tensors; no host synchronisation);
 - :func:`broadcast` ``(ctx, tensor, src, config=None)``: in place, from rank ``src``;
 - :func:`reduce` ``(ctx, out, inp, dst, op="sum", config=None)``: ``op`` over every rank, on ``dst``;
 - :func:`gather` ``(ctx, out, inp, dst, config=None)``: every rank's ``inp`` along dim 0, on ``dst``;
@@ -38,6 +40,7 @@ Example::
     ccl.all_reduce(ctx, x, x)                  # in place: every element is 0 + 1 + ... + (W - 1)
 """
 
+from ._all_to_all_v import all_to_all_v
 from ._config import REGISTER_FROM, VARIANTS, Config, choose
 from ._launch import forget as _forget_plans
 from ._move import all_gather, all_to_all, barrier, broadcast
@@ -67,6 +70,7 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_to_all",
+    "all_to_all_v",
     "barrier",
     "batch_isend_irecv",
     "broadcast",

@@ -316,8 +316,9 @@ class IrisProcessGroup(dist.ProcessGroup):
         if uneven is not None:
             raise IrisUnsupportedError(
                 f"{call}: {uneven} are not {W} equal splits, which needs an all-to-all of variable sizes "
-                f"(all_to_all_v), which iris.collectives.ccl does not have yet; pass equal splits (rows a multiple "
-                f"of {W}), or run this call on a gloo or nccl group")
+                f"(all_to_all_v), which the iris backend does not route to iris.collectives.ccl.all_to_all_v yet; "
+                f"pass equal splits (rows a multiple of {W}), call ccl.all_to_all_v (split sizes in device tensors) "
+                f"yourself, or run this call on a gloo or nccl group")
         if output.shape != input.shape or output.dtype != input.dtype:
             raise IrisUsageError(f"{call}: output is {tuple(output.shape)} {output.dtype} but input "
                                  f"{tuple(input.shape)} {input.dtype}; with equal splits pass an output of the "
@@ -354,7 +355,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             raise IrisUnsupportedError(
                 f"{call}: tensors of {sizes[:len(input_tensors)]} elements in and {sizes[len(input_tensors):]} out; "
                 f"the iris backend exchanges {W} tensors of one size each way (variable sizes need all_to_all_v, "
-                f"which iris.collectives.ccl does not have yet; run this call on a gloo or nccl group)")
+                f"which the backend does not route to iris.collectives.ccl.all_to_all_v yet; run this call on a gloo "
+                f"or nccl group)")
         if n:
             whole = torch.stack([i.contiguous().view(-1) for i in input_tensors])
             received = torch.empty_like(whole)

@@ -10,6 +10,11 @@ directly otherwise (the operator's dispatch costs more host time than their whol
 
 - :func:`all_reduce`, :func:`reduce_scatter`, :func:`all_gather`, :func:`all_to_all`,
   :func:`broadcast`: as in :mod:`iris.collectives.ccl`, ``x`` in, the result out;
+- :func:`all_to_all_v` ``(ctx, x, in_splits, capacity=None)``: ``(out, out_splits, out_offsets)``,
+  split sizes on the device; gradient: the rows' gradients sent back the way they came;
+- :func:`moe_dispatch` and :func:`moe_combine`: expert parallelism (as :mod:`iris.collectives.moe`),
+  differentiable: ``combine``'s gradient is a dispatch of ``y``'s gradient (and, for the weights,
+  the rows' dot products brought back), ``dispatch``'s a combine of the rows' gradients;
 - :func:`send` and :func:`recv` (point to point, no gradient): ``recv(ctx, shape, dtype, src)``
   returns a new tensor;
 - :func:`matmul_all_reduce`, :func:`matmul_reduce_scatter`, :func:`all_gather_matmul`,
@@ -41,11 +46,13 @@ from __future__ import annotations
 
 import torch
 
+from iris.runtime import IrisUsageError
+
 from ..ccl._config import Config as _CclConfig
 from ..ops._config import Config as _OpsConfig
 
 # registers the operators, and the front doors' compiled form (_front)
-from . import _collective_ops, _front, _fused_ops, _norm_ops, _p2p_ops  # noqa: F401
+from . import _collective_ops, _front, _fused_ops, _moe_ops, _norm_ops, _p2p_ops  # noqa: F401
 from ._collective_ops import DIFFERENTIABLE_OPS
 from ._handles import context_of, encode_config, handle_of
 from ._sum_gradients import sum_gradients
@@ -87,6 +94,51 @@ def broadcast(ctx, x: torch.Tensor, src: int, config=None) -> torch.Tensor:
     """Rank ``src``'s ``x`` on every rank, as a new tensor. Gradient: every rank's, summed, on rank
     ``src``; zero elsewhere."""
     return torch.ops.iris.broadcast(handle_of(ctx), x, src, _ccl_config(config, "broadcast"))
+
+
+def all_to_all_v(ctx, x: torch.Tensor, in_splits: torch.Tensor, capacity: int | None = None, config=None):
+    """``(out, out_splits, out_offsets)``: :func:`iris.collectives.ccl.all_to_all_v` of ``x`` (rows along
+    dim 0, ``in_splits[j]`` of them to rank ``j``, in order) into a new ``out`` of ``capacity`` rows
+    (default: world size x ``x``'s rows, all that can arrive; zeros past the received rows), and
+    the received counts and their offsets (int64, on the device). Gradient: ``out``'s gradient
+    sent back the way the rows came (zeros for the rows of ``x`` that were not sent)."""
+    if capacity is None:
+        capacity = ctx.world_size * x.shape[0]
+    return torch.ops.iris.all_to_all_v(handle_of(ctx), x, in_splits, capacity, _ccl_config(config, "all_to_all_v"))
+
+
+def moe_dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, *,
+                 capacity: int | None = None, expert_capacity: int | None = None, max_tokens: int | None = None,
+                 config=None):
+    """:func:`iris.collectives.moe.dispatch` as the torch operator ``iris::moe_dispatch``:
+    ``(expert_x, ExpertMeta, MoEHandle)``, differentiable in ``x`` and ``topk_weights``."""
+    from ..moe import _dispatch as d
+    from ..moe._handle import ExpertMeta, MoEHandle
+
+    if not isinstance(x, torch.Tensor) or not isinstance(topk_idx, torch.Tensor) or x.dim() != 2 or \
+            topk_idx.dim() != 2:
+        d.check_routing(d.DISPATCH, ctx, x, topk_idx, topk_weights)  # says what is wrong
+    s = d.Sizes(ctx, d.DISPATCH, x.shape[0], x.shape[1], topk_idx.shape[1], num_experts, capacity, expert_capacity,
+                max_tokens)
+    text = _ccl_config(config, "moe_dispatch")
+    expert_x, counts, offsets, row_weights, layout = torch.ops.iris.moe_dispatch(
+        handle_of(ctx), x, topk_idx, topk_weights, num_experts, s.capacity, s.expert_capacity, s.max_tokens, text)
+    handle = MoEHandle(layout, topk_idx, topk_weights, row_weights, num_experts, s.capacity, s.expert_capacity,
+                       s.max_tokens, text)
+    return expert_x, ExpertMeta(counts, offsets, row_weights), handle
+
+
+def moe_combine(ctx, expert_y: torch.Tensor, handle) -> torch.Tensor:
+    """:func:`iris.collectives.moe.combine` as the torch operator ``iris::moe_combine``: ``y``,
+    differentiable in ``expert_y`` and the dispatch's ``topk_weights``."""
+    from ..moe._handle import MoEHandle
+
+    if not isinstance(handle, MoEHandle):
+        raise IrisUsageError(f"iris.collectives.functional.moe_combine: handle={type(handle).__name__} is not the "
+                             f"MoEHandle that moe_dispatch returned")
+    return torch.ops.iris.moe_combine(handle_of(ctx), expert_y, handle.topk_idx, handle.topk_weights,
+                                      handle.row_weights, handle.layout, handle.num_experts, handle.capacity,
+                                      handle.expert_capacity, handle.max_tokens, handle.config)
 
 
 def send(ctx, x: torch.Tensor, dst: int, tag: int = 0) -> None:
@@ -156,12 +208,15 @@ __all__ = [
     "all_reduce",
     "all_reduce_residual_rmsnorm",
     "all_to_all",
+    "all_to_all_v",
     "broadcast",
     "context_of",
     "handle_of",
     "matmul_all_gather",
     "matmul_all_reduce",
     "matmul_reduce_scatter",
+    "moe_combine",
+    "moe_dispatch",
     "recv",
     "reduce_scatter",
     "send",

@@ -16,7 +16,7 @@ from iris.runtime import IrisUsageError
 from .._compiling import use_front
 from ..ccl._config import Config as CclConfig
 from ..ops._config import Config as OpsConfig
-from . import _collective_ops, _fused_ops, _norm_ops, _p2p_ops  # noqa: F401  (registers the operators)
+from . import _collective_ops, _fused_ops, _moe_ops, _norm_ops, _p2p_ops  # noqa: F401  (registers the operators)
 from ._handles import encode_config, handle_of
 
 
@@ -42,6 +42,18 @@ def broadcast(ctx, tensor, src, config=None):
 
 def barrier(ctx) -> None:
     torch.ops.iris.barrier(handle_of(ctx))
+
+
+def all_to_all_v(ctx, out, inp, in_splits, out_splits, out_offsets=None, config=None):
+    """``out``, ``out_splits`` (and ``out_offsets``) = the results of ``iris::all_to_all_v`` (rows of
+    ``out`` past the received ones become zeros, where the eager call leaves them as they were)."""
+    call = "iris.collectives.ccl.all_to_all_v"
+    result, splits, offsets = torch.ops.iris.all_to_all_v(handle_of(ctx), inp, in_splits, out.shape[0],
+                                                          encode_config(config, CclConfig, call))
+    out_splits.copy_(splits)
+    if out_offsets is not None:
+        out_offsets.copy_(offsets)
+    return _into(call, out, result)
 
 
 def send(ctx, tensor, dst, tag=0) -> None:

@@ -1,7 +1,9 @@
 """iris.collectives.nn: tensor-parallel layers on the fused ops, for eager, compiled and trained models.
 
 - :class:`ColumnParallelLinear`: ``torch.nn.Linear`` with its output features split over the ranks;
-- :class:`RowParallelLinear`: with its input features split over the ranks.
+- :class:`RowParallelLinear`: with its input features split over the ranks;
+- :class:`ExpertParallelMoE`: a mixture-of-experts MLP with its experts split over the ranks
+  (router, ``moe_dispatch``, the local experts as batched GEMMs, ``moe_combine``).
 
 Both take the Iris context first and ``sequence_parallel=`` (inputs and outputs split along
 dim 0, communication inside ``all_gather_matmul`` / ``matmul_reduce_scatter``) or not (replicated,
@@ -22,5 +24,6 @@ Example (a tensor-parallel MLP)::
 """
 
 from ._linear import ColumnParallelLinear, RowParallelLinear
+from ._moe import ExpertParallelMoE
 
-__all__ = ["ColumnParallelLinear", "RowParallelLinear"]
+__all__ = ["ColumnParallelLinear", "ExpertParallelMoE", "RowParallelLinear"]
