@@ -385,18 +385,97 @@ def scenario_cpu_gloo(ctx):
         expect_error(lambda: dist.all_reduce(torch.ones(3), group=plain), IrisUsageError, "cuda:iris,cpu:gloo")
 
 
-def scenario_unsupported(ctx):
-    dev = ctx.device
+def scenario_rooted(ctx):
+    # dist.reduce (in place on the root; the others' tensors untouched), dist.gather into the
+    # root's list, dist.scatter from the root's list: every dtype, two roots, bytes that are not
+    # whole words (uint8), and the errors of a bad list
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    for i, dtype in enumerate(DTYPES):
+        root = (W - 1) if i % 2 else 0
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+            t = pattern((3, 5), r, dtype, dev, seed=30 + i)
+            before = t.clone()
+            dist.reduce(t, dst=root, op=op)
+            expected = reduce_all(op, [pattern((3, 5), p, dtype, "cpu", seed=30 + i) for p in range(W)]).to(dtype)
+            same(t, expected if r == root else before, f"reduce {dtype} {op} to {root}")
+        x = pattern((2, 3), r, dtype, dev, seed=40 + i)
+        parts = [torch.full((2, 3), -9, dtype=dtype, device=dev) for _ in range(W)] if r == root else None
+        dist.gather(x, parts, dst=root)
+        if r == root:
+            for p in range(W):
+                same(parts[p], pattern((2, 3), p, dtype, "cpu", seed=40 + i), f"gather {dtype} part {p}")
+        y = torch.full((4,), -9, dtype=dtype, device=dev)
+        chunks = [pattern((4,), 10 + p, dtype, dev, seed=50 + i) for p in range(W)] if r == root else None
+        dist.scatter(y, chunks, src=root)
+        same(y, pattern((4,), 10 + r, dtype, "cpu", seed=50 + i), f"scatter {dtype} from {root}")
+    odd = torch.tensor([r + 1, 2 * r + 1, 3], dtype=torch.uint8, device=dev)  # 3 bytes: not whole words
+    parts = [torch.zeros(3, dtype=torch.uint8, device=dev) for _ in range(W)] if r == 0 else None
+    dist.gather(odd, parts, dst=0)
+    if r == 0:
+        for p in range(W):
+            same(parts[p], torch.tensor([p + 1, 2 * p + 1, 3], dtype=torch.uint8), f"gather uint8 part {p}")
+    mine = torch.zeros(3, dtype=torch.uint8, device=dev)
+    dist.scatter(mine, [torch.full((3,), p + 7, dtype=torch.uint8, device=dev) for p in range(W)] if r == 0 else None,
+                 src=0)
+    same(mine, torch.full((3,), r + 7, dtype=torch.uint8), "scatter uint8")
+    # the object forms, which torch runs through gather and scatter of byte tensors
+    objects = [None] * W if r == 1 % W else None
+    dist.gather_object({"rank": r, "name": "y" * (r + 2)}, objects, dst=1 % W)
+    if r == 1 % W:
+        assert objects == [{"rank": p, "name": "y" * (p + 2)} for p in range(W)], objects
+    received = [None]
+    dist.scatter_object_list(received, [("part", p, "z" * p) for p in range(W)] if r == 0 else None, src=0)
+    assert received == [("part", r, "z" * r)], received
+    if r == 0:  # a list of the wrong length raises on the root, before any rank's call starts
+        expect_error(lambda: dist.group.WORLD.gather([[torch.empty(4, device=dev)] * (W + 1)],
+                                                     [torch.ones(4, device=dev)], dist.GatherOptions()),
+                     IrisUsageError, "torch.distributed.gather(backend='iris')", f"pass {W} tensors")
+
+
+def scenario_point_to_point(ctx):
+    # dist.send / recv / isend / irecv: before the group's mailboxes exist they raise saying how to
+    # make them; then a ring both ways (even ranks send first), isend/irecv pairs, a tag outside the
+    # mailboxes' range, a receive from any source
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    if W < 2:
+        return
+    nxt, prev = (r + 1) % W, (r - 1) % W
     t = torch.ones(4, device=dev)
-    if ctx.world_size > 1:
-        peer = (ctx.rank + 1) % ctx.world_size
-        expect_error(lambda: dist.send(t, peer), IrisUnsupportedError, "send/recv", "gloo")
-        expect_error(lambda: dist.recv(t, peer), IrisUnsupportedError, "send/recv")
-    expect_error(lambda: dist.reduce(t, dst=0), IrisUnsupportedError, "reduce to one rank", "all_reduce")
-    gather_list = [torch.empty(4, device=dev) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
-    expect_error(lambda: dist.gather(t, gather_list, dst=0), IrisUnsupportedError, "gather to one rank")
-    scatter_list = [torch.ones(4, device=dev) for _ in range(ctx.world_size)] if ctx.rank == 0 else None
-    expect_error(lambda: dist.scatter(t, scatter_list, src=0), IrisUnsupportedError, "scatter from one rank")
+    for call in (lambda: dist.send(t, nxt), lambda: dist.recv(t, prev)):
+        expect_error(call, IrisUnsupportedError, "no point-to-point mailboxes",
+                     "ccl.init_p2p(iris.collectives.distributed.context_of(group))")
+    from iris.collectives import ccl
+
+    ccl.init_p2p(idist.context_of(), tags=2, slots=2, chunk_bytes=1 << 12)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        out = torch.full((3000,), -1, dtype=dtype, device=dev)  # more than the 8 KiB inbox for fp32 and int64
+        message = pattern((3000,), r, dtype, dev, seed=60)
+        if r % 2 == 0:
+            dist.send(message, nxt)
+            dist.recv(out, prev)
+        else:
+            dist.recv(out, prev)
+            dist.send(message, nxt)
+        same(out, pattern((3000,), prev, dtype, "cpu", seed=60), f"ring {dtype}")
+    got = torch.zeros(8, device=dev)
+    works = ([dist.isend(torch.full((8,), float(r), device=dev), nxt, tag=1), dist.irecv(got, prev, tag=1)]
+             if r % 2 == 0 else
+             [dist.irecv(got, prev, tag=1), dist.isend(torch.full((8,), float(r), device=dev), nxt, tag=1)])
+    for work in works:
+        work.wait()
+        assert work.is_completed()
+    same(got, torch.full((8,), float(prev)), "isend/irecv on tag 1")
+    # torch's batch_isend_irecv: a ring shift, every rank sending first (messages that fit an inbox:
+    # on the cpu backend, where a send runs when it is made, a larger one waits for a receive that
+    # its peer makes after its own send; ccl.batch_isend_irecv interleaves them)
+    ring = torch.zeros(500, device=dev)
+    ops = [dist.P2POp(dist.isend, torch.full((500,), float(r), device=dev), nxt),
+           dist.P2POp(dist.irecv, ring, prev)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    same(ring, torch.full((500,), float(prev)), "batch_isend_irecv ring")
+    expect_error(lambda: dist.send(t, nxt, tag=5), IrisUsageError, "tag=5", "tags 0 .. 1")
+    expect_error(lambda: dist.recv(t), IrisUnsupportedError, "any source")
 
 
 def scenario_calls_agree(ctx):

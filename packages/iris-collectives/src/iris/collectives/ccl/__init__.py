@@ -44,7 +44,7 @@ from ._all_to_all_v import all_to_all_v
 from ._config import REGISTER_FROM, VARIANTS, Config, choose
 from ._launch import forget as _forget_plans
 from ._move import all_gather, all_to_all, barrier, broadcast
-from ._p2p import P2POp, P2PSettings, Work, batch_isend_irecv, init_p2p, irecv, isend, recv, send
+from ._p2p import P2POp, P2PSettings, Work, batch_isend_irecv, init_p2p, irecv, isend, p2p_settings, recv, send
 from ._reduce import all_reduce, reduce_scatter
 from ._rooted import gather, reduce, scatter
 
@@ -80,6 +80,7 @@ __all__ = [
     "init_p2p",
     "irecv",
     "isend",
+    "p2p_settings",
     "recv",
     "reduce",
     "reduce_scatter",

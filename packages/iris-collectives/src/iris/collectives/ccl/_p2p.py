@@ -167,6 +167,13 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     return settings
 
 
+def p2p_settings(ctx) -> P2PSettings | None:
+    """The settings of ``ctx``'s point-to-point mailboxes (:func:`init_p2p`), or None while it has
+    none. Local: no rank waits."""
+    ws = _workspace.lookup(ctx, MAILBOXES)
+    return None if ws is None else ws.meta["settings"]
+
+
 def _describe(settings: P2PSettings) -> str:
     return ", ".join(f"{f.name}={getattr(settings, f.name)}" for f in dataclasses.fields(P2PSettings)
                      if f.name != "grid")

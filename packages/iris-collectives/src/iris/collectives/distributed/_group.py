@@ -391,44 +391,126 @@ class IrisProcessGroup(dist.ProcessGroup):
         ccl.barrier(ctx)
         return self._work(ctx, [], blocking=True)
 
-    # --- what ccl does not have ------------------------------------------------------------------------
-    def _missing(self, name: str, tensors, args: tuple, what: str):
-        call = f"torch.distributed.{name}(backend='iris')"
-        t = tensors[0] if tensors else None
-        if t is not None and self._ctx_for(t, call) is None:
-            return self._to_gloo(name, *args)
-        raise IrisUnsupportedError(f"{call}: {what}")
-
-    def send(self, tensors, dst, tag=0):
-        return self._missing("send", tensors, (tensors, dst, tag),
-                             "point-to-point send/recv is not in iris.collectives.ccl yet (another change adds it); "
-                             "send this tensor over a gloo group (dist.new_group(backend='gloo')), or pass CPU tensors "
-                             "with backend='cuda:iris,cpu:gloo'")
-
-    def recv(self, tensors, src, tag=0):
-        return self._missing("recv", tensors, (tensors, src, tag),
-                             "point-to-point send/recv is not in iris.collectives.ccl yet (another change adds it); "
-                             "receive this tensor over a gloo group (dist.new_group(backend='gloo')), or pass CPU "
-                             "tensors with backend='cuda:iris,cpu:gloo'")
-
-    def recv_anysource(self, tensors, tag=0):
-        return self._missing("recv_anysource", tensors, (tensors, tag),
-                             "point-to-point recv is not in iris.collectives.ccl yet; use a gloo group")
-
+    # --- to and from one rank ----------------------------------------------------------------------------
     def reduce(self, tensors, opts):
-        return self._missing("reduce", tensors, (tensors, opts),
-                             "a reduce to one rank is not in iris.collectives.ccl; call dist.all_reduce (every rank "
-                             "gets what the root would) or run this call on a gloo group")
+        """``dist.reduce``: ``ccl.reduce`` in place on ``opts.rootRank`` (the other ranks' tensors
+        are left as they were, as torch's backends leave them)."""
+        call = "torch.distributed.reduce(backend='iris')"
+        t = self._one(tensors, call)
+        ctx = self._ctx_for(t, call)
+        if ctx is None:
+            return self._to_gloo("reduce", tensors, opts)
+        op = op_name(call, opts.reduceOp)
+        if t.numel():
+            check_reducible(call, t)
+            self._contiguous(call, tensor=t)
+            ccl.reduce(ctx, flat(t) if ctx.rank == opts.rootRank else None, flat(t), opts.rootRank, op=op)
+        return self._work(ctx, tensors)
 
     def gather(self, output_tensors, input_tensors, opts):
-        return self._missing("gather", input_tensors, (output_tensors, input_tensors, opts),
-                             "a gather to one rank is not in iris.collectives.ccl; call dist.all_gather (every rank "
-                             "gets what the root would) or run this call on a gloo group")
+        """``dist.gather``: ``ccl.gather`` into one buffer on ``opts.rootRank``, then into its list."""
+        call = "torch.distributed.gather(backend='iris')"
+        input = self._one(input_tensors, call)
+        ctx = self._ctx_for(input, call)
+        if ctx is None:
+            return self._to_gloo("gather", output_tensors, input_tensors, opts)
+        root, W = opts.rootRank, self.size()
+        outputs = self._one(output_tensors, call) if ctx.rank == root else []
+        if ctx.rank == root and (len(outputs) != W or any(o.numel() != input.numel() or o.dtype != input.dtype
+                                                           for o in outputs)):
+            shapes = [tuple(o.shape) for o in outputs]
+            raise IrisUsageError(f"{call}: the gather list has tensors of shapes {shapes}; pass {W} tensors of the "
+                                 f"input's size ({input.numel()} elements) and dtype ({input.dtype}) on the root")
+        if input.numel():
+            self._contiguous(call, input=input)
+            src = words(input)
+            if src is None:  # bytes that are not whole words: through a padded buffer
+                src = padded(input)
+            gathered = torch.empty(W * src.numel(), dtype=src.dtype, device=input.device) if ctx.rank == root else None
+            ccl.gather(ctx, gathered, src, root)
+            if ctx.rank == root:
+                nbytes = input.numel() * input.element_size()
+                parts = gathered.view(torch.uint8).view(W, -1)[:, :nbytes]
+                for out, part in zip(outputs, parts):
+                    out.copy_(part.view(input.dtype).view(out.shape))
+        return self._work(ctx, list(outputs))
 
     def scatter(self, output_tensors, input_tensors, opts):
-        return self._missing("scatter", output_tensors, (output_tensors, input_tensors, opts),
-                             "a scatter from one rank is not in iris.collectives.ccl; call dist.broadcast of the whole "
-                             "list and keep this rank's part, or run this call on a gloo group")
+        """``dist.scatter``: the root's list into one buffer, then ``ccl.scatter`` from
+        ``opts.rootRank``."""
+        call = "torch.distributed.scatter(backend='iris')"
+        output = self._one(output_tensors, call)
+        ctx = self._ctx_for(output, call)
+        if ctx is None:
+            return self._to_gloo("scatter", output_tensors, input_tensors, opts)
+        root, W = opts.rootRank, self.size()
+        inputs = self._one(input_tensors, call) if ctx.rank == root else []
+        if ctx.rank == root and (len(inputs) != W or any(i.numel() != output.numel() or i.dtype != output.dtype
+                                                          for i in inputs)):
+            shapes = [tuple(i.shape) for i in inputs]
+            raise IrisUsageError(f"{call}: the scatter list has tensors of shapes {shapes}; pass {W} tensors of the "
+                                 f"output's size ({output.numel()} elements) and dtype ({output.dtype}) on the root")
+        if output.numel():
+            self._contiguous(call, output=output)
+            dst = words(output)
+            staged = dst is None  # bytes that are not whole words: through a padded buffer
+            if staged:
+                dst = padded(output)
+            whole = None
+            if ctx.rank == root:
+                nbytes = output.numel() * output.element_size()
+                whole = torch.zeros(W, dst.numel() * dst.element_size(), dtype=torch.uint8, device=output.device)
+                for part, i in zip(whole, inputs):
+                    part[:nbytes].copy_(i.contiguous().view(-1).view(torch.uint8))
+                whole = whole.view(-1).view(dst.dtype)
+            ccl.scatter(ctx, dst, whole, root)
+            if staged:
+                unpad(dst, output)
+        return self._work(ctx, [output])
+
+    # --- point to point ----------------------------------------------------------------------------------
+    def _p2p(self, name: str, tensors, peer: int, tag: int):
+        call = f"torch.distributed.{name}(backend='iris')"
+        t = self._one(tensors, call)
+        ctx = self._ctx_for(t, call)
+        if ctx is None:
+            return None, None, call
+        settings = ccl.p2p_settings(ctx)
+        if settings is None:
+            raise IrisUnsupportedError(
+                f"{call}: the group's context has no point-to-point mailboxes; call "
+                f"iris.collectives.ccl.init_p2p(iris.collectives.distributed.context_of(group)) on every rank of the "
+                f"group first (collective: once, before the first send or recv), or send over a gloo group "
+                f"(dist.new_group(backend='gloo'))")
+        if not isinstance(tag, int) or not 0 <= tag < settings.tags:
+            raise IrisUsageError(f"{call}: tag={tag!r}, but the group's mailboxes have tags 0 .. {settings.tags - 1}; "
+                                 f"pass a tag in that range or call ccl.init_p2p(context, tags={max(tag, 0) + 1}) "
+                                 f"on every rank")
+        self._contiguous(call, tensor=t)
+        return ctx, t, call
+
+    def send(self, tensors, dst, tag=0):
+        """``dist.send`` / ``dist.isend``: ``ccl.isend`` to ``dst`` (a group rank); needs the
+        context's mailboxes (``ccl.init_p2p`` on ``context_of(group)``, every rank, once)."""
+        ctx, t, _ = self._p2p("send", tensors, dst, tag)
+        if ctx is None:
+            return self._to_gloo("send", tensors, dst, tag)
+        return IrisWork(tensors, inner=ccl.isend(ctx, t, dst, tag))
+
+    def recv(self, tensors, src, tag=0):
+        """``dist.recv`` / ``dist.irecv``: ``ccl.irecv`` from ``src`` (a group rank) into the tensor."""
+        ctx, t, _ = self._p2p("recv", tensors, src, tag)
+        if ctx is None:
+            return self._to_gloo("recv", tensors, src, tag)
+        return IrisWork(tensors, inner=ccl.irecv(ctx, t, src, tag))
+
+    def recv_anysource(self, tensors, tag=0):
+        call = "torch.distributed.recv(src=None, backend='iris')"
+        t = self._one(tensors, call)
+        if self._ctx_for(t, call) is None:
+            return self._to_gloo("recv_anysource", tensors, tag)
+        raise IrisUnsupportedError(f"{call}: a receive from any source is not supported (a mailbox belongs to one "
+                                   f"sender); pass src=, or receive over a gloo group")
 
     # --- checks and lifetime ---------------------------------------------------------------------------
     @staticmethod

@@ -12,6 +12,8 @@ call's output tensors) for DDP's communication hooks.
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -37,13 +39,16 @@ class IrisWork(dist.Work):
     :func:`stream_key`; None on the cpu backend, where the call has run); ``blocking``: ``wait()``
     also waits on the host (``barrier``)."""
 
-    def __init__(self, tensors: list, stream: tuple | None = None, blocking: bool = False):
+    def __init__(self, tensors: list, stream: tuple | None = None, blocking: bool = False, inner=None):
         super().__init__()
         self._tensors, self._stream, self._blocking = tensors, stream, blocking
+        self._inner = inner  # a point-to-point call's ccl.Work (on a stream of its own)
 
     def wait(self, timeout=None) -> bool:
         """Order the current stream after the call (no host wait; ``barrier``: the host waits too).
         Always True: a peer that never comes is the watchdog's to report (``IRIS_TIMEOUT_S``)."""
+        if self._inner is not None:
+            return self._inner.wait()
         key = self._stream
         if key is not None:
             if self._blocking:
@@ -54,6 +59,8 @@ class IrisWork(dist.Work):
 
     def is_completed(self) -> bool:
         """Whether the call has finished on the device (on the cpu backend: always)."""
+        if self._inner is not None:
+            return self._inner.is_completed()
         return self._stream is None or _stream(self._stream).query()
 
     def is_success(self) -> bool:
@@ -68,13 +75,18 @@ class IrisWork(dist.Work):
 
     def synchronize(self) -> None:
         """Wait on the host until the call has finished on the device."""
+        if self._inner is not None:
+            while not self._inner.is_completed():
+                time.sleep(0)
+            return
         if self._stream is not None:
             _stream(self._stream).synchronize()
 
     def get_future(self) -> torch.futures.Future:
         """A future whose value is the call's output tensors, complete on the call's stream (a
         CUDA-aware future: whoever waits on it, or chains a callback, is ordered after the call)."""
-        if self._stream is None:
+        if self._stream is None or self._inner is not None:
+            self.wait()  # a point-to-point call: the current stream waits for it, the future on it
             future = torch.futures.Future()
             future.set_result(self._tensors)
             return future
