@@ -233,24 +233,40 @@ def scenario_all_to_all(ctx):
     dist.all_to_all(outs, ins)
     for p in range(W):
         same(outs[p], torch.full((3,), float(10 * p + r)), f"all_to_all list from {p}")
+    # uneven splits (ccl.all_to_all_v): rank p sends 1 + (p + q) % 3 rows of 2 values to rank q,
+    # so the ranks' inputs and outputs have different numbers of rows; dtypes ccl moves and bytes
+    # that make whole words (uint8 rows of 4), a rank that sends nothing, and every rank at once
+    def sent(p, q):
+        return 0 if p == W - 1 and W > 2 else 1 + (p + q) % 3
+
+    def rows_from(p, q, dtype, width):  # what rank p sends rank q
+        n = sent(p, q)
+        start = sum(sent(p, k) for k in range(q))
+        return ((torch.arange(start * width, (start + n) * width) + 50 * p) % 97).view(n, width).to(dtype)
+
+    for dtype, width in ((torch.float32, 2), (torch.bfloat16, 2), (torch.int64, 2), (torch.uint8, 4)):
+        sends = [sent(r, q) for q in range(W)]
+        receives = [sent(p, r) for p in range(W)]
+        inp = torch.cat([rows_from(r, q, dtype, width) for q in range(W)]).to(dev)
+        out = torch.full((sum(receives), width), 7, dtype=dtype, device=dev)
+        dist.all_to_all_single(out, inp, receives, sends)
+        same(out, torch.cat([rows_from(p, r, dtype, width) for p in range(W)]), f"all_to_all_single uneven {dtype}")
     if W > 1:
-        splits = [1] * (W - 1) + [W + 1]  # uneven: every rank passes the same, so every rank raises
-        inp = torch.zeros(2 * W, device=dev)
-        expect_error(lambda: dist.all_to_all_single(torch.empty_like(inp), inp, splits, splits), IrisUnsupportedError,
-                     "all_to_all_v", "equal splits")
-    expect_error(lambda: dist.all_to_all_single(torch.empty(2 * W + 1, device=dev), torch.empty(2 * W + 1, device=dev)),
-                 IrisUnsupportedError, "equal splits")
-    if W > 1:
-        # only the last rank sends (and keeps) 5 rows to itself: the other ranks' own splits look equal,
-        # and they must raise too, not wait in the kernel for the last rank
+        # a rank whose splits do not add up raises, and so does every other (no rank waits for it)
         splits = [2] * W if r < W - 1 else [2] * (W - 1) + [5]
-        inp = torch.zeros(sum(splits), device=dev)
-        expect_error(lambda: dist.all_to_all_single(torch.empty_like(inp), inp, splits, splits), IrisUnsupportedError,
-                     "all_to_all_v", "another rank's" if r < W - 1 else "input_split_sizes")
+        inp = torch.zeros(2 * W, device=dev)
+        expect_error(lambda: dist.all_to_all_single(torch.empty_like(inp), inp, splits, splits), IrisUsageError,
+                     "input_split_sizes=", f"rank {W - 1}" if r < W - 1 else "this rank")
+        odd = torch.zeros(3, 3, dtype=torch.uint8, device=dev)  # rows of 3 bytes: not whole words
+        three = [3] + [0] * (W - 1)  # uneven: all to rank 0
+        expect_error(lambda: dist.all_to_all_single(torch.empty(3, 3, dtype=torch.uint8, device=dev), odd, three,
+                                                    three), UnsupportedDtypeError, "rows of 3 bytes")
         sizes = [3] * W if r < W - 1 else [3] * (W - 1) + [4]
         expect_error(lambda: dist.all_to_all([torch.empty(n, device=dev) for n in sizes],
                                              [torch.empty(n, device=dev) for n in sizes]), IrisUnsupportedError,
                      "all_to_all_v")
+    expect_error(lambda: dist.all_to_all_single(torch.empty(2 * W + 1, device=dev), torch.empty(2 * W + 1, device=dev)),
+                 IrisUsageError, "not a multiple")
 
 
 # --- barrier and works ----------------------------------------------------------------------------------

@@ -13,12 +13,15 @@ through one flat buffer. A CPU tensor goes to gloo where the group was configure
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
-from iris.runtime import IrisUnsupportedError, IrisUsageError
+from iris.runtime import IrisUnsupportedError, IrisUsageError, UnsupportedDtypeError
 
 from .. import ccl
+from ..ccl._checks import DTYPES as ccl_dtypes
 from . import _context
 from ._convert import OP_NAMES, check_reducible, flat, op_name, padded, unpad, words
 from ._work import IrisWork, completed, stream_key
@@ -296,29 +299,37 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     # --- all_to_all ------------------------------------------------------------------------------------
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts):
-        """``dist.all_to_all_single`` with equal splits: ``ccl.all_to_all`` of the flattened tensors."""
+        """``dist.all_to_all_single``: with equal splits ``ccl.all_to_all`` of the flattened tensors;
+        with split sizes that differ (on any rank) ``ccl.all_to_all_v`` of the rows."""
         call = "torch.distributed.all_to_all_single(backend='iris')"
         ctx = self._ctx_for(input, call)
         if ctx is None:
             return self._to_gloo("all_to_all_single", output, input, output_split_sizes, input_split_sizes, opts)
         W = self.size()
         rows = input.shape[0] if input.dim() else 0
-        uneven = None
-        for name, splits, t in (("input", input_split_sizes, input), ("output", output_split_sizes, output)):
+        uneven = False
+        for splits, t in ((input_split_sizes, input), (output_split_sizes, output)):
             equal = t.dim() and t.shape[0] % W == 0 and all(s == t.shape[0] // W for s in splits)
-            if not equal and uneven is None:
-                uneven = f"{name}_split_sizes={list(splits)} for a tensor of {t.shape[0] if t.dim() else 0} rows"
+            uneven = uneven or not equal
         if input_split_sizes or output_split_sizes:
             # Split sizes differ between ranks when they are uneven, and a rank whose own look equal
-            # would wait in the kernel for one that raised: every rank learns whether any is uneven.
-            others = [u for u in ctx.allgather(uneven, call) if u is not None]
-            uneven = uneven or (f"another rank's {others[0]}" if others else None)
-        if uneven is not None:
-            raise IrisUnsupportedError(
-                f"{call}: {uneven} are not {W} equal splits, which needs an all-to-all of variable sizes "
-                f"(all_to_all_v), which the iris backend does not route to iris.collectives.ccl.all_to_all_v yet; "
-                f"pass equal splits (rows a multiple of {W}), call ccl.all_to_all_v (split sizes in device tensors) "
-                f"yourself, or run this call on a gloo or nccl group")
+            # must take the same path as one whose do not: every rank learns whether any is uneven,
+            # and the most rows any rank sends (all_to_all_v's input capacity, the same everywhere).
+            # A rank whose arguments cannot go that way says so in the same exchange, so that every
+            # rank raises rather than wait for it.
+            problem = self._v_problem(call, output, input, output_split_sizes, input_split_sizes)
+            seen = ctx.allgather((uneven, rows, problem), call)
+            if any(u for u, _, _ in seen):
+                bad = [(q, found) for q, (_, _, found) in enumerate(seen) if found is not None]
+                if bad:
+                    q, (kind, text) = bad[0]
+                    raise (UnsupportedDtypeError if kind == "dtype" else IrisUsageError)(
+                        f"{call}: {'this rank' if q == ctx.rank else f'rank {q}'}: {text}")
+                self._all_to_all_v(ctx, output, input, input_split_sizes, max(n for _, n, _ in seen))
+                return self._work(ctx, [output])
+        elif uneven:
+            raise IrisUsageError(f"{call}: input has {rows} rows, not a multiple of the {W} ranks; pass split sizes "
+                                 f"or rows a multiple of {W}")
         if output.shape != input.shape or output.dtype != input.dtype:
             raise IrisUsageError(f"{call}: output is {tuple(output.shape)} {output.dtype} but input "
                                  f"{tuple(input.shape)} {input.dtype}; with equal splits pass an output of the "
@@ -339,6 +350,50 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._work(ctx, [output])
 
     alltoall_base = all_to_all_single  # the name older torch calls
+
+    def _v_problem(self, call: str, output, input, output_split_sizes, input_split_sizes) -> tuple | None:
+        # What stops this rank's arguments from going through all_to_all_v: ("usage" or "dtype", the
+        # words); None if nothing.
+        W = self.size()
+        if input.dim() == 0 or output.dim() == 0 or input.shape[1:] != output.shape[1:] or input.dtype != output.dtype:
+            return "usage", (f"output is {tuple(output.shape)} {output.dtype} and input {tuple(input.shape)} "
+                             f"{input.dtype}; pass one dtype and rows (dim 0) of one shape")
+        rows, received = input.shape[0], output.shape[0]
+        sends = list(input_split_sizes) or ([rows // W] * W if rows % W == 0 else [])
+        if len(sends) != W or sum(sends) != rows or min(sends) < 0:
+            return "usage", (f"input_split_sizes={list(input_split_sizes)} for an input of {rows} rows; pass {W} "
+                             f"counts that add up to {rows}")
+        if output_split_sizes and (len(output_split_sizes) != W or sum(output_split_sizes) != received):
+            return "usage", (f"output_split_sizes={list(output_split_sizes)} for an output of {received} rows; "
+                             f"pass {W} counts that add up to {received}")
+        if not (input.is_contiguous() and output.is_contiguous()):
+            return "usage", "input and output must be contiguous (torch.distributed's collectives take contiguous ones)"
+        row_bytes = math.prod(input.shape[1:]) * input.element_size()
+        if input.dtype not in ccl_dtypes and row_bytes % 4:
+            return "dtype", (f"rows of {row_bytes} bytes of {input.dtype} with uneven splits: pass a dtype of "
+                             f"{', '.join(str(d).removeprefix('torch.') for d in ccl_dtypes)}, or rows of a multiple "
+                             f"of 4 bytes")
+        return None
+
+    def _all_to_all_v(self, ctx, output, input, input_split_sizes, capacity: int) -> None:
+        # Rows of input (dim 0) to each rank by input_split_sizes (checked: _v_problem), received in
+        # rank order into output's rows; the input staged into `capacity` rows where it has fewer
+        # (all_to_all_v's input is a capacity, the same on every rank). Rows of a dtype ccl does
+        # not move go as int32 words.
+        W = self.size()
+        rows, received = input.shape[0], output.shape[0]
+        sends = list(input_split_sizes) or [rows // W] * W
+        src, dst = input, output
+        if input.dtype not in ccl_dtypes:
+            row = math.prod(input.shape[1:])
+            src, dst = input.view(rows, row).view(torch.int32), output.view(received, row).view(torch.int32)
+        if rows < capacity:
+            staged = torch.empty((capacity, *src.shape[1:]), dtype=src.dtype, device=src.device)
+            staged[:rows].copy_(src)
+            src = staged
+        counts = torch.tensor(sends, dtype=torch.int64).to(input.device, non_blocking=True)
+        got = torch.empty(W, dtype=torch.int64, device=input.device)
+        ccl.all_to_all_v(ctx, dst, src, counts, got)
 
     def alltoall(self, output_tensors, input_tensors, opts):
         """``dist.all_to_all`` of equal tensors: concatenated, ``ccl.all_to_all``, split."""
