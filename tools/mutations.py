@@ -331,10 +331,9 @@ MUTATIONS = [
              [(f"{COLL}/distributed/_convert.py", 'dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"',
                'dist.ReduceOp.MAX: "min", dist.ReduceOp.MIN: "max"', 1)],
              [("worker", "2", "torch_backend_worker.py", "iris", "all_reduce_ops")], expect="all_reduce RedOpType.M"),
-    Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal raises when another "
-             "rank's are uneven (no wait for a rank that raised)",
-             [(f"{COLL}/distributed/_group.py", "            others = [u for u in ctx.allgather(uneven, call) if u is not None]",
-               "            others = []", 1)],
+    Mutation("backend-uneven-splits-alone", "a rank whose own all-to-all splits look equal takes the uneven path "
+             "when another rank's are uneven (no wait in another collective)",
+             [(f"{COLL}/distributed/_group.py", "            if any(u for u, _, _ in seen):", "            if uneven:", 1)],
              [("worker", "2", "torch_backend_worker.py", "iris", "all_to_all", "IRIS_TIMEOUT_S=20")],
              expect="all_to_all"),
     # --- issue #54: wrong calls fail loudly (the call agreement, deadlines on host waits) ------------------

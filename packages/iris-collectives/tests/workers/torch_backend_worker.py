@@ -252,6 +252,14 @@ def scenario_all_to_all(ctx):
         dist.all_to_all_single(out, inp, receives, sends)
         same(out, torch.cat([rows_from(p, r, dtype, width) for p in range(W)]), f"all_to_all_single uneven {dtype}")
     if W > 1:
+        # only the last rank sends (and keeps) 5 rows to itself: the other ranks' own splits look
+        # equal, and they must take the uneven path too, not wait in all_to_all for the last rank
+        splits = [2] * W if r < W - 1 else [2] * (W - 1) + [5]
+        inp = (torch.arange(sum(splits)) + 100 * r).float().to(dev)
+        out = torch.empty(2 * (W - 1) + splits[r], device=dev)
+        dist.all_to_all_single(out, inp, [2] * (W - 1) + [splits[r]], splits)
+        expected = [torch.arange(2 * r, 2 * r + (5 if p == r == W - 1 else 2)).float() + 100 * p for p in range(W)]
+        same(out, torch.cat(expected), "all_to_all_single, uneven on the last rank alone")
         # a rank whose splits do not add up raises, and so does every other (no rank waits for it)
         splits = [2] * W if r < W - 1 else [2] * (W - 1) + [5]
         inp = torch.zeros(2 * W, device=dev)
