@@ -42,7 +42,7 @@ import time
 
 import torch
 import triton
-from common import NO_PLOT, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
@@ -219,65 +219,6 @@ class Case:
         return self.ctx.comm.allreduce(int(not ok)) == 0
 
 
-#: Timed loops per measurement; their median counts.
-REPEATS = 3
-
-
-class Timer:
-    """Seconds per call, the slowest rank's, every rank calling back to back (the median of
-    ``REPEATS`` loops)."""
-
-    def __init__(self, ctx, args):
-        self.ctx, self.args = ctx, args
-        self.cuda = ctx.device.type == "cuda"
-
-    def _once(self, fn, iters: int) -> float:
-        from mpi4py import MPI
-
-        self.ctx.barrier()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3 / iters
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            seconds = (time.perf_counter() - t0) / iters
-        return self.ctx.comm.allreduce(seconds, op=MPI.MAX)
-
-    def __call__(self, fn, per_call: int = 1) -> float:
-        """``fn`` runs ``per_call`` calls (a graph replay); returns seconds per call."""
-        from mpi4py import MPI
-
-        fn()
-        if self.args.quick:
-            return self._once(fn, 1) / per_call
-        once = self._once(fn, 2)
-        iters = int(min(max(self.args.time_per_point / REPEATS / max(once, 1e-7), 5), 500))
-        iters = self.ctx.comm.allreduce(iters, op=MPI.MAX)
-        # the median of a few loops: one slow stretch inside a single loop (several ranks under MPS;
-        # its cause is not known, docs/ccl.md) once made an eager 16 MiB call read 10x its graph time
-        return statistics.median(self._once(fn, iters) for _ in range(REPEATS)) / per_call
-
-    def graphed(self, fn, per_call: int) -> float | None:
-        """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
-        if not self.cuda or per_call < 1:
-            return None
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(per_call):
-                fn()
-        self.ctx.barrier()  # no rank replays while another still captures
-        return self(graph.replay, per_call)
-
-
 # --- the peer: NCCL, torch symm_mem, or none -----------------------------------------------------------
 
 class Peer:
@@ -417,7 +358,7 @@ def run(args, on_size=None) -> dict:
     """Times every size; ``on_size(result)`` (rank 0) gets the result so far after each size."""
     ctx = iris.runtime.iris(heap_size=args.heap_size or max(1 << 26, 8 * max(args.sizes) + (1 << 26)))
     backend, W = ctx.device.type, ctx.world_size
-    timer, peer = Timer(ctx, args), Peer(ctx, not args.no_peer)
+    timer, peer = Timer(ctx, args.time_per_point, args.quick), Peer(ctx, not args.no_peer)
     peer_max_bytes = args.peer_max_bytes
     if peer_max_bytes is None and ctx.ranks_on_device >= 8:
         peer_max_bytes = 1 << 20  # torch's two-shot waits forever from 16 MiB there: the run would end in its stall

@@ -1,11 +1,13 @@
-"""What the benchmarks share: the peers' environment, their plots' matplotlib, and a torch.distributed group over the
-Iris ranks. Import it before ``iris.runtime``."""
+"""What the benchmarks share: the peers' environment, their plots' matplotlib, a torch.distributed group over the
+Iris ranks, and the timer. Import it before ``iris.runtime``."""
 
 from __future__ import annotations
 
 import os
 import socket
+import statistics
 import sys
+import time
 
 NO_PLOT = "matplotlib is not installed: no plot"
 
@@ -61,3 +63,70 @@ def symm_mem_group(group=None):
         except Exception:  # newer torch: nothing to enable
             pass
     return symm_mem, name
+
+
+class Timer:
+    """Seconds per call of ``fn``, the slowest rank's, every rank calling back to back: the median
+    of ``repeats`` timed loops of about ``time_per_point / repeats`` seconds each (one call with
+    ``quick``); :meth:`graphed` times ``per_call`` calls captured in one CUDA graph. The median of
+    a few loops: one slow stretch inside a single loop (several ranks under MPS) once made an eager
+    16 MiB call read 10x its graph time. ``barrier`` and ``slowest`` go through the context's
+    communicator; a subclass may send them elsewhere."""
+
+    def __init__(self, ctx, time_per_point: float, quick: bool = False, repeats: int = 3, max_iters: int = 500):
+        self.ctx, self.time_per_point, self.quick = ctx, time_per_point, quick
+        self.repeats, self.max_iters = repeats, max_iters
+        self.cuda = ctx.device.type == "cuda"
+
+    def barrier(self) -> None:
+        """Every rank here before a timed loop starts."""
+        self.ctx.barrier()
+
+    def slowest(self, value: float) -> float:
+        """The largest of every rank's ``value``."""
+        from mpi4py import MPI
+
+        return self.ctx.comm.allreduce(value, op=MPI.MAX)
+
+    def _once(self, fn, iters: int) -> float:
+        self.barrier()
+        if self.cuda:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                fn()
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3 / iters
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            seconds = (time.perf_counter() - t0) / iters
+        return self.slowest(seconds)
+
+    def __call__(self, fn, per_call: int = 1) -> float:
+        """``fn`` makes ``per_call`` calls (a graph replay); returns seconds per call."""
+        fn()
+        if self.quick:
+            return self._once(fn, 1) / per_call
+        once = self._once(fn, 2)
+        iters = int(self.slowest(min(max(self.time_per_point / self.repeats / max(once, 1e-7), 5), self.max_iters)))
+        return statistics.median(self._once(fn, iters) for _ in range(self.repeats)) / per_call
+
+    def graphed(self, fn, per_call: int) -> float | None:
+        """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
+        if not self.cuda or per_call < 1:
+            return None
+        import torch
+
+        fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(per_call):
+                fn()
+        self.barrier()  # no rank replays while another still captures
+        return self(graph.replay, per_call)

@@ -36,12 +36,10 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
-from common import NO_PLOT, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl, ops
@@ -81,57 +79,6 @@ def parse_args(argv=None):
 
 
 # --- timing --------------------------------------------------------------------------------------------
-
-class Timer:
-    """Seconds per call, the slowest rank's, every rank calling back to back (the median of three
-    loops); in a CUDA graph of ``per_call`` calls with :meth:`graphed`."""
-
-    def __init__(self, ctx, args):
-        self.ctx, self.args, self.cuda = ctx, args, ctx.device.type == "cuda"
-
-    def _once(self, fn, iters: int) -> float:
-        from mpi4py import MPI
-
-        self.ctx.barrier()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3 / iters
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            seconds = (time.perf_counter() - t0) / iters
-        return self.ctx.comm.allreduce(seconds, op=MPI.MAX)
-
-    def __call__(self, fn, per_call: int = 1) -> float:
-        from mpi4py import MPI
-
-        fn()
-        if self.args.quick:
-            return self._once(fn, 1) / per_call
-        once = self._once(fn, 2)
-        iters = self.ctx.comm.allreduce(int(min(max(self.args.time_per_point / 3 / max(once, 1e-7), 5), 1000)),
-                                        op=MPI.MAX)
-        return statistics.median(self._once(fn, iters) for _ in range(3)) / per_call
-
-    def graphed(self, fn, per_call: int) -> float | None:
-        """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
-        if not self.cuda or per_call < 1:
-            return None
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(per_call):
-                fn()
-        self.ctx.barrier()  # no rank replays while another still captures
-        return self(graph.replay, per_call)
-
 
 # --- the implementations ---------------------------------------------------------------------------------
 
@@ -352,7 +299,8 @@ def run(args) -> dict:
     shapes = [(M, H) for H in args.hidden for M in args.tokens] + [(M, max(args.hidden)) for M in args.prefill]
     biggest = max(M * H for M, H in shapes) * dtype.itemsize
     ctx = iris.runtime.iris(heap_size=6 * biggest + (256 << 20))
-    timer, peers = Timer(ctx, args), Peers(ctx, not args.no_peer, args.torch_two_shot_max_ranks)
+    timer = Timer(ctx, args.time_per_point, args.quick, max_iters=1000)
+    peers = Peers(ctx, not args.no_peer, args.torch_two_shot_max_ranks)
     compiled_norm, notes = None, []
     if not args.no_compile:
         compiled_norm = torch.compile(add_norm, backend="inductor" if ctx.device.type == "cuda" else "aot_eager")

@@ -34,19 +34,15 @@ import datetime
 import json
 import math
 import os
-import statistics
 import sys
-import time
 
 import torch
 import triton
-from common import NO_PLOT, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl, moe
 
-#: Timed loops per measurement; their median counts.
-REPEATS = 3
 QUICK = dict(tokens=[4, 8], hidden=64, topk=2, experts_per_rank=2)
 
 
@@ -75,56 +71,6 @@ def parse_args(argv=None):
     args.tokens = args.tokens or [128, 4096]
     args.hidden, args.topk = args.hidden or 7168, args.topk or 8
     return args
-
-
-class Timer:
-    """Seconds per call of ``fn``, the slowest rank's, every rank calling back to back."""
-
-    def __init__(self, ctx, args):
-        self.ctx, self.args, self.cuda = ctx, args, ctx.device.type == "cuda"
-
-    def _once(self, fn, iters: int) -> float:
-        from mpi4py import MPI
-
-        self.ctx.barrier()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3 / iters
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            seconds = (time.perf_counter() - t0) / iters
-        return self.ctx.comm.allreduce(seconds, op=MPI.MAX)
-
-    def __call__(self, fn, per_call: int = 1) -> float:
-        from mpi4py import MPI
-
-        fn()
-        if self.args.quick:
-            return self._once(fn, 1) / per_call
-        once = self._once(fn, 2)
-        iters = int(min(max(self.args.time_per_point / REPEATS / max(once, 1e-7), 3), 500))
-        iters = self.ctx.comm.allreduce(iters, op=MPI.MAX)
-        return statistics.median(self._once(fn, iters) for _ in range(REPEATS)) / per_call
-
-    def graphed(self, fn, per_call: int) -> float | None:
-        """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
-        if not self.cuda or per_call < 1:
-            return None
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(per_call):
-                fn()
-        self.ctx.barrier()  # no rank replays while another still captures
-        return self(graph.replay, per_call)
 
 
 @triton.jit
@@ -370,7 +316,7 @@ def run(args) -> dict:
     experts = args.experts or (QUICK["experts_per_rank"] * W if args.quick else 256)
     if experts % W:
         raise SystemExit(f"benchmarks/moe.py: --experts {experts} is not a multiple of {W} ranks")
-    timer, peer = Timer(ctx, args), Peer(ctx, args)
+    timer, peer = Timer(ctx, args.time_per_point, args.quick), Peer(ctx, args)
     dtype = torch.bfloat16
     notes = [n for n in (peer.reason, getattr(peer, "note", None)) if n]
     if backend != "cuda":

@@ -30,12 +30,11 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 import torch
 import triton
-from common import NO_PLOT, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
@@ -44,8 +43,6 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 LATENCY_SIZES = [4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB]
 BANDWIDTH_SIZES = [MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB]
 QUICK = dict(latency=[4, 4 * KiB], bandwidth=[64 * KiB])
-#: Timed loops per measurement; their median counts.
-REPEATS = 3
 
 
 def parse_size(text: str) -> int:
@@ -83,59 +80,6 @@ def parse_args(argv=None):
     if args.quick and args.chunk_bytes is None:
         args.chunk_bytes = 16 * KiB  # the quick bandwidth message flows through the inbox in chunks
     return args
-
-
-class Timer:
-    """Seconds per call of ``fn``, the slowest rank's, every rank calling back to back."""
-
-    def __init__(self, ctx, args):
-        self.ctx, self.args, self.cuda = ctx, args, ctx.device.type == "cuda"
-
-    def _once(self, fn, iters: int) -> float:
-        import time
-
-        from mpi4py import MPI
-
-        self.ctx.barrier()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3 / iters
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            seconds = (time.perf_counter() - t0) / iters
-        return self.ctx.comm.allreduce(seconds, op=MPI.MAX)
-
-    def __call__(self, fn, per_call: int = 1) -> float:
-        """``fn`` makes ``per_call`` calls (a graph replay); returns seconds per call."""
-        from mpi4py import MPI
-
-        fn()
-        if self.args.quick:
-            return self._once(fn, 1) / per_call
-        once = self._once(fn, 2)
-        iters = int(min(max(self.args.time_per_point / REPEATS / max(once, 1e-7), 5), 1000))
-        iters = self.ctx.comm.allreduce(iters, op=MPI.MAX)
-        return statistics.median(self._once(fn, iters) for _ in range(REPEATS)) / per_call
-
-    def graphed(self, fn, per_call: int) -> float | None:
-        """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
-        if not self.cuda or per_call < 1:
-            return None
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(per_call):
-                fn()
-        self.ctx.barrier()  # no rank replays while another still captures
-        return self(graph.replay, per_call)
 
 
 @triton.jit
@@ -326,7 +270,7 @@ def run(args) -> dict:
     if W < 2:
         raise SystemExit("benchmarks/p2p.py needs at least 2 ranks (mpirun -n 2 ...)")
     settings = ccl.init_p2p(ctx, tags=1, slots=args.slots, chunk_bytes=args.chunk_bytes, grid=args.grid)
-    timer, peer = Timer(ctx, args), Peer(ctx, not args.no_peer)
+    timer, peer = Timer(ctx, args.time_per_point, args.quick, max_iters=1000), Peer(ctx, not args.no_peer)
     notes = [peer.reason] if peer.reason else []
     if backend != "cuda":
         notes.append("cpu backend (Triton's interpreter): times show the code path works, not performance")

@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 
+import common
 import torch
 import torch.distributed as dist
 from common import NO_PLOT, pyplot, symm_mem_group
@@ -92,13 +93,12 @@ def parse_args(argv=None):
 
 # --- timing -----------------------------------------------------------------------------------------------
 
-class Timer:
-    """Seconds per call of the slowest rank (every rank calling back to back), the median of
-    ``REPEATS`` loops; host barriers and the maximum over ranks go through a gloo group."""
+class Timer(common.Timer):
+    """:class:`common.Timer` whose host barriers and maximum over ranks go through a gloo group."""
 
     def __init__(self, ctx, gloo, args):
-        self.ctx, self.gloo, self.args = ctx, gloo, args
-        self.cuda = ctx.device.type == "cuda"
+        super().__init__(ctx, args.time_per_point, args.quick, repeats=REPEATS)
+        self.gloo = gloo
 
     def slowest(self, value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64)
@@ -106,34 +106,12 @@ class Timer:
         return t.item()
 
     def sync(self) -> None:
+        """This rank's device work done, then every rank here."""
         if self.cuda:
             torch.cuda.synchronize(self.ctx.device)
         dist.barrier(group=self.gloo)
 
-    def _once(self, fn, iters: int) -> float:
-        self.sync()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3 / iters
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            seconds = (time.perf_counter() - t0) / iters
-        return self.slowest(seconds)
-
-    def __call__(self, fn, per_call: int = 1) -> float:
-        fn()
-        if self.args.quick:
-            return self._once(fn, 1) / per_call
-        once = self._once(fn, 2)
-        iters = int(self.slowest(min(max(self.args.time_per_point / REPEATS / max(once, 1e-7), 5), 500)))
-        return statistics.median(self._once(fn, iters) for _ in range(REPEATS)) / per_call
+    barrier = sync
 
     def graphed(self, fn, per_call: int) -> float | None:
         """Seconds per call of ``fn`` captured ``per_call`` times in one CUDA graph (None off the GPU)."""
