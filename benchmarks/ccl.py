@@ -42,7 +42,7 @@ import time
 
 import torch
 import triton
-from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, TorchPeer, log_axes, pyplot
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
@@ -221,32 +221,8 @@ class Case:
 
 # --- the peer: NCCL, torch symm_mem, or none -----------------------------------------------------------
 
-class Peer:
+class Peer(TorchPeer):
     """NCCL (one rank per GPU) or torch symm_mem (several ranks on one GPU), or why not."""
-
-    def __init__(self, ctx, enabled: bool):
-        self.ctx, self.kind, self.reason = ctx, None, None
-        if not enabled:
-            self.reason = "peer disabled with --no-peer"
-        elif ctx.device.type != "cuda":
-            self.reason = "no NCCL or torch symm_mem on the cpu backend: peer columns skipped"
-        else:
-            try:
-                self._init()
-            except Exception as exc:  # report and go on without the column
-                self.reason = f"peer unavailable: {type(exc).__name__}: {exc}"
-            reasons = [r for r in ctx.comm.allgather(self.reason) if r]
-            if reasons:
-                self.reason, self.kind = reasons[0], None
-
-    def _init(self):
-        one_per_gpu = self.ctx.ranks_on_device == 1
-        torch.cuda.set_device(self.ctx.device)
-        self.dist = torch_group(self.ctx, "nccl" if one_per_gpu else "gloo")
-        if one_per_gpu:
-            self.kind = "nccl"
-        else:
-            (self.symm_mem, self.group), self.kind = symm_mem_group(), "torch symm_mem"
 
     def calls(self, case: Case) -> dict:
         """label -> a call of the peer on ``case``'s data (empty when it has no such collective)."""
@@ -557,13 +533,7 @@ def plot(result: dict, path: str) -> str | None:
                     ax.plot(sizes, [p[key].get(label) for p in points], style, marker="o", markersize=3,
                             label=label + (" (graph)" if key == "graph_us" else ""))
             ax.plot(sizes, [p["floor_us"] for p in points], "k--", label="floor")
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("bytes per rank")
-            ax.set_ylabel("us per call")
-            ax.set_title(f"{name}, {dname}, {result['world_size']} ranks", fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=6)
+            log_axes(ax, "bytes per rank", f"{name}, {dname}, {result['world_size']} ranks")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

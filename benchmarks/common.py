@@ -130,3 +130,55 @@ class Timer:
                 fn()
         self.barrier()  # no rank replays while another still captures
         return self(graph.replay, per_call)
+
+
+def log_axes(ax, xlabel: str, title: str) -> None:
+    """A plot of microseconds per call against a size, both logarithmic (x in powers of two),
+    with a grid, ``title`` and the legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("us per call")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+
+
+def agreed_reason(ctx, reason: str | None) -> str | None:
+    """The first rank's reason among every rank's (None when no rank has one): a peer runs on every
+    rank or on none."""
+    reasons = [r for r in ctx.comm.allgather(reason) if r]
+    return reasons[0] if reasons else None
+
+
+class TorchPeer:
+    """What a user would call instead, set up on every rank or on none: NCCL with one rank per GPU,
+    torch's symmetric memory over a gloo group where ranks share a GPU (``kind``), or why not
+    (``reason``). ``dist`` is the torch.distributed module once set up; ``symm_mem`` and ``group``
+    for the shared-GPU case."""
+
+    def __init__(self, ctx, enabled: bool):
+        self.ctx, self.kind, self.reason = ctx, None, None
+        if not enabled:
+            self.reason = "peer disabled with --no-peer"
+        elif ctx.device.type != "cuda":
+            self.reason = "no NCCL or torch symm_mem on the cpu backend: peer columns skipped"
+        else:
+            try:
+                self._init()
+            except Exception as exc:  # report and go on without the column
+                self.reason = f"peer unavailable: {type(exc).__name__}: {exc}"
+            self.reason = agreed_reason(ctx, self.reason)
+            if self.reason:
+                self.kind = None
+
+    def _init(self):
+        import torch
+
+        one_per_gpu = self.ctx.ranks_on_device == 1
+        torch.cuda.set_device(self.ctx.device)
+        self.dist = torch_group(self.ctx, "nccl" if one_per_gpu else "gloo")
+        if one_per_gpu:
+            self.kind = "nccl"
+        else:
+            (self.symm_mem, self.group), self.kind = symm_mem_group(), "torch symm_mem"

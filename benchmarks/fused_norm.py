@@ -39,7 +39,7 @@ import os
 import sys
 
 import torch
-from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, agreed_reason, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl, ops
@@ -110,8 +110,7 @@ class Peers:
                 self.symm_mem, self.group = symm_mem_group()
             except Exception as exc:  # report it and go on without the columns
                 self.reason = f"{type(exc).__name__}: {exc}"[:300]
-        reasons = [r for r in ctx.comm.allgather(self.reason) if r]
-        self.reason = reasons[0] if reasons else None
+        self.reason = agreed_reason(ctx, self.reason)
 
     def all_reduces(self, partial):
         """name -> (a call that leaves the sum in the returned tensor); the partial copied into a

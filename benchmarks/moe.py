@@ -38,7 +38,7 @@ import sys
 
 import torch
 import triton
-from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, log_axes, pyplot, symm_mem_group, torch_group
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl, moe
@@ -386,13 +386,7 @@ def plot(result: dict, path: str) -> str | None:
                     ax.plot(tokens, values, style, marker="o", markersize=3,
                             label=f"{who}{' (graph)' if key == 'graph_us' else ''}")
         ax.plot(tokens, [p["floor_us"] for p in result["points"]], "k--", label="floor (copy)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("tokens per rank")
-        ax.set_ylabel("us per call")
-        ax.set_title(f"moe {op}, {result['world_size']} ranks, {result['device']}", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
+        log_axes(ax, "tokens per rank", f"moe {op}, {result['world_size']} ranks, {result['device']}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

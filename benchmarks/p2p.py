@@ -34,7 +34,7 @@ import sys
 
 import torch
 import triton
-from common import NO_PLOT, Timer, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, Timer, TorchPeer, pyplot
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
@@ -147,32 +147,8 @@ class Pair:
         return self.ctx.comm.allreduce(int(not ok)) == 0
 
 
-class Peer:
+class Peer(TorchPeer):
     """NCCL (one rank per GPU) or torch's symmetric memory (ranks sharing a GPU), or why not."""
-
-    def __init__(self, ctx, enabled: bool):
-        self.ctx, self.kind, self.reason = ctx, None, None
-        if not enabled:
-            self.reason = "peer disabled with --no-peer"
-        elif ctx.device.type != "cuda":
-            self.reason = "no NCCL or torch symm_mem on the cpu backend: peer columns skipped"
-        else:
-            try:
-                self._init()
-            except Exception as exc:  # report and go on without the column
-                self.reason = f"peer unavailable: {type(exc).__name__}: {exc}"
-            reasons = [r for r in ctx.comm.allgather(self.reason) if r]
-            if reasons:
-                self.reason, self.kind = reasons[0], None
-
-    def _init(self):
-        one_per_gpu = self.ctx.ranks_on_device == 1
-        torch.cuda.set_device(self.ctx.device)
-        self.dist = torch_group(self.ctx, "nccl" if one_per_gpu else "gloo")
-        if one_per_gpu:
-            self.kind = "nccl"
-        else:
-            (self.symm_mem, self.group), self.kind = symm_mem_group(), "torch symm_mem"
 
     def symmetric(self, pair):
         """A symmetric buffer of the message's size and its handle (collective over the group):

@@ -38,7 +38,7 @@ import time
 import common
 import torch
 import torch.distributed as dist
-from common import NO_PLOT, pyplot, symm_mem_group
+from common import NO_PLOT, log_axes, pyplot, symm_mem_group
 
 import iris.collectives.distributed as idist  # first: the backend (and the interpreter on CPUs), the rendezvous
 from iris.collectives import ccl
@@ -378,13 +378,7 @@ def plot(result: dict, path: str) -> str | None:
                 ax.plot(sizes, [p[key].get(label) for p in points], style, marker="o", markersize=3,
                         label=label + (" (graph)" if key == "graph_us" else ""))
         ax.plot(sizes, [p["floor_us"] for p in points], "k--", label="floor")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("bytes per rank")
-        ax.set_ylabel("us per call")
-        ax.set_title(f"dist.all_reduce, {dname}, {result['world_size']} ranks", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
+        log_axes(ax, "bytes per rank", f"dist.all_reduce, {dname}, {result['world_size']} ranks")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
