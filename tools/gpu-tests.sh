@@ -3,15 +3,15 @@
 # pytest are preinstalled (see FACTS.md): runs every package's multi-rank tests on the cuda
 # backend, several ranks on one GPU under MPS. Usage: bash tools/gpu-tests.sh [pytest args]
 #
-# Side by side: with no IRIS_TEST_SHARD, the suite runs in IRIS_GPU_PARALLEL (default 4) pytest
+# Side by side: with no IRIS_TEST_SHARD, the suite runs in IRIS_GPU_PARALLEL (default 6) pytest
 # processes at once that share its tests out as they go (IRIS_TEST_CLAIMS, tools/pytest_shard.py:
 # a process that is done takes the next test nobody took), their MPI jobs sharing the GPU; the residency
 # rule then divides the SMs among every rank of every job (IRIS_GPU_RANKS, set here to the shards
 # times the largest world size), so that waiting kernels of different jobs cannot starve each
 # other. Most of a job's time is on the CPU (start-up, Triton and inductor compilation), which
 # the machine's cores run side by side. IRIS_GPU_PARALLEL=1 runs one shard at a time.
-# The tests marked gpu_fault (a device assert on purpose: under MPS it ends every job on the GPU)
-# run after the others, in one process.
+# The tests marked gpu_fault (a job that ends on purpose: under MPS the fault can end every job on
+# the GPU) run after the others, side by side again but without MPS.
 # Each shard's output goes to $IRIS_GPU_LOGS (default a temporary folder); what failed and each
 # shard's summary are printed at the end, then one line: card, commit, counts, seconds.
 #
@@ -47,6 +47,9 @@ export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-2,4}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # every rank of every job compiles the same kernels: one compiles, the others load it from the cache
 export IRIS_COMPILE_LOCK=1
+# Open MPI's ranks poll while they wait (a barrier while a peer compiles): let them yield the core to
+# the processes that compile.
+export OMPI_MCA_mpi_yield_when_idle=1
 unset TRITON_INTERPRET
 if [ -n "${IRIS_GPU_CACHE:-}" ]; then
   mkdir -p "$IRIS_GPU_CACHE/triton" "$IRIS_GPU_CACHE/inductor"
@@ -71,7 +74,7 @@ deadline=()
 export PYTHONPATH="$PWD/tools:$PYTHONPATH"
 plugins=(-p pytest_shard -p pytest_suite_summary)
 
-parallel=${IRIS_GPU_PARALLEL:-4}
+parallel=${IRIS_GPU_PARALLEL:-6}
 if [ -n "${IRIS_TEST_SHARD:-}" ] || [ "$parallel" -le 1 ]; then
   # --durations=25: the summary lists the 25 slowest tests
   "${deadline[@]}" python3 -m pytest "${plugins[@]}" --durations=25 "${skip_compile[@]}" "$@"
@@ -96,19 +99,31 @@ for i in $(seq 1 "$parallel"); do
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-# Then the gpu_fault tests, in one process: each ends a kernel with a device assert on purpose,
-# which under MPS ends every job sharing the GPU (the jobs of the other processes included).
-# The deadline is the whole run's: this phase gets what the first left (at least 30 s).
+# Then the gpu_fault tests: each ends a job on purpose (a device assert, the watchdog, a crash), and
+# a rank may end while a peer's kernel still reads its heap; under MPS the fault that follows ends
+# every job sharing the GPU. So they run after the others, without MPS: each process has a context
+# of its own, which a fault in another cannot touch (their kernels take turns on the GPU, which
+# these tests, waiting on watchdogs rather than on bandwidth, do not mind). Side by side again.
+# The deadline is the whole run's: this phase gets what the first left (at least 120 s).
 fault_deadline=()
 if [ -n "${GPU_TESTS_DEADLINE_S:-}" ]; then
   left=$(( GPU_TESTS_DEADLINE_S - ($(date +%s) - start) ))
-  fault_deadline=(timeout -s INT -k 30 $(( left > 30 ? left : 30 )))
+  fault_deadline=(timeout -s INT -k 30 $(( left > 120 ? left : 120 )))
 fi
-IRIS_TEST_CLAIMS="" IRIS_TEST_PROCESS="faults" "${fault_deadline[@]}" python3 -m pytest "${plugins[@]}" \
-  --durations=10 -m gpu_fault "${skip_compile[@]}" "$@" >"$logs/shard-faults.log" 2>&1
-rc=$?
-[ "$rc" = 0 ] || [ "$rc" = 5 ] || status=1  # 5: none collected (--eight has none)
-for i in $(seq 1 "$parallel") faults; do
+[ -z "${IRIS_NO_MPS:-}" ] && { stop_mps; started_mps=0; echo "=== MPS stopped for the gpu_fault tests"; }
+export IRIS_TEST_CLAIMS="$logs/claims-faults"
+pids=()
+for i in $(seq 1 "$parallel"); do
+  IRIS_TEST_PROCESS="faults-$i" "${fault_deadline[@]}" python3 -m pytest "${plugins[@]}" --durations=10 \
+    -m gpu_fault "${skip_compile[@]}" "$@" >"$logs/shard-faults-$i.log" 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid"
+  rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 5 ] || status=1  # 5: none collected (--eight has none)
+done
+for i in $(seq 1 "$parallel") $(seq -f "faults-%g" 1 "$parallel"); do
   echo "=== process $i ($logs/shard-$i.log)"
   # pytest's short summary (failures, errors, skips with -rfEs) and its last lines
   sed -n '/short test summary info/,$p' "$logs/shard-$i.log" | tail -n 40

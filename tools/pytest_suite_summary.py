@@ -89,9 +89,9 @@ def combine(folder: str, seconds: float) -> str:
             for key, value in json.load(f).items():
                 if key != "seconds":
                     total[key] += value
-    side_by_side = [name for name in shards if name != "faults.json"]
-    how = f"{len(side_by_side)} processes side by side" + (", then the gpu_fault tests alone"
-                                                           if "faults.json" in shards else "")
+    faults = [name for name in shards if name.startswith("faults")]
+    how = f"{len(shards) - len(faults)} processes side by side" + (
+        f", then the gpu_fault tests in {len(faults)} without MPS" if faults else "")
     return summary_line(how, total)
 
 

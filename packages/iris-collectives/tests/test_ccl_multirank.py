@@ -53,6 +53,7 @@ def test_exchanges_in_cuda_graph(nranks):
 
 
 @pytest.mark.multirank
+@pytest.mark.gpu_fault  # the watchdog ends the job on purpose: on the GPU, run without MPS (tools/gpu-tests.sh)
 @pytest.mark.skipif(not ON_GPU, reason="the kernel's capacity report: cuda backend only (the cpu backend raises, "
                                        "scenario all_to_all_v)")
 def test_exchange_capacity_is_reported():

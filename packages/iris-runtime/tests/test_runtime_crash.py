@@ -24,6 +24,7 @@ JOB_LIMIT = {"MPIEXEC_TIMEOUT": "60"}
 
 @pytest.mark.multirank
 @pytest.mark.once
+@pytest.mark.gpu_fault  # the job ends on purpose: on the GPU, run without MPS (tools/gpu-tests.sh)
 def test_exception_mid_run_aborts_the_job():
     shm_before = set(os.listdir(SHM))
     start = time.monotonic()
@@ -46,6 +47,7 @@ def test_exception_mid_run_aborts_the_job():
 
 @pytest.mark.multirank
 @pytest.mark.once
+@pytest.mark.gpu_fault
 def test_exception_after_torch_init_process_group_still_says_why():
     # torch's excepthook buffers stderr around ours, and our hook aborts before torch writes it out
     proc = run_ranks(NRANKS, CRASH, "midrun_in_torch_group", timeout=90, env=JOB_LIMIT, expect_failure=True)

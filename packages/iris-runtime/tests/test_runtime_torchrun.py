@@ -57,6 +57,7 @@ def test_torchrun_with_the_programs_own_group():
 
 @pytest.mark.multirank
 @pytest.mark.once
+@pytest.mark.gpu_fault  # the job ends on purpose: on the GPU, run without MPS (tools/gpu-tests.sh)
 def test_torchrun_exception_mid_run_ends_the_job():
     """A rank that raises exits at once (its peers sit in a barrier); torchrun ends the others."""
     start = time.monotonic()

@@ -15,7 +15,7 @@
 
 Each scenario first runs one clean all-reduce (so the kernel is compiled and every rank is in
 step), then the fault. Lines starting with ``CHECK`` are read by test_collectives_faults.py.
-Run with a short ``IRIS_TIMEOUT_S`` (the test uses 3).
+Run with a short ``IRIS_TIMEOUT_S`` (the test uses 3, and 15 on the GPU).
 """
 
 from __future__ import annotations
