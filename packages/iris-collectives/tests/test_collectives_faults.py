@@ -229,7 +229,8 @@ CALL_CASES = {
         re.escape("the ranks made different calls (an IrisCallMismatchError)"),
         r"after its kernels entered 1 collective call\(s\), but rank\(s\) [\d, ]+ entered more before coming here",
         re.escape("kernels' latest collective call: #2, iris.collectives.ccl.all_reduce(out=float32[1000]"),
-        "because a rank found that the ranks made different collective calls"]),
+        # the drained rank's own report; on the GPU its kernel may not have stopped before the abort
+        *([] if CUDA else ["because a rank found that the ranks made different collective calls"])]),
     "calls_late": (3, 30, [
         r"iris watchdog: rank \d still waiting after \d+ s in the agreement on iris\.collectives\.ccl\.all_reduce",
         r"iris watchdog: rank \d waited 3\.\d s in the agreement on iris\.collectives\.ccl\.all_reduce\(out=float32"
