@@ -162,11 +162,17 @@ def scenario_all_gather(ctx):
          "uint8 padded")
 
 
+def objects_travel(ctx) -> bool:
+    """Whether torch's object collectives can run: they move CPU tensors, which on the GPU need
+    a cpu:gloo backend beside iris."""
+    return ctx.device.type != "cuda" or "cpu:gloo" in str(dist.get_backend_config())
+
+
 def scenario_object_collectives(ctx):
     # pickled objects travel as uint8 tensors of any length (on the cpu backend, the iris backend's
     # own CPU tensors; on the GPU, with cpu:gloo, through gloo)
     W, r = ctx.world_size, ctx.rank
-    if ctx.device.type == "cuda" and "cpu:gloo" not in str(dist.get_backend_config()):
+    if not objects_travel(ctx):
         if ctx.rank == 0:
             print("SKIP object_collectives: CPU tensors need backend='cuda:iris,cpu:gloo' when the context is on a GPU")
         return
@@ -447,14 +453,15 @@ def scenario_rooted(ctx):
     dist.scatter(mine, [torch.full((3,), p + 7, dtype=torch.uint8, device=dev) for p in range(W)] if r == 0 else None,
                  src=0)
     same(mine, torch.full((3,), r + 7, dtype=torch.uint8), "scatter uint8")
-    # the object forms, which torch runs through gather and scatter of byte tensors
-    objects = [None] * W if r == 1 % W else None
-    dist.gather_object({"rank": r, "name": "y" * (r + 2)}, objects, dst=1 % W)
-    if r == 1 % W:
-        assert objects == [{"rank": p, "name": "y" * (p + 2)} for p in range(W)], objects
-    received = [None]
-    dist.scatter_object_list(received, [("part", p, "z" * p) for p in range(W)] if r == 0 else None, src=0)
-    assert received == [("part", r, "z" * r)], received
+    # the object forms, which torch runs through gather and scatter of byte tensors (CPU tensors)
+    if objects_travel(ctx):
+        objects = [None] * W if r == 1 % W else None
+        dist.gather_object({"rank": r, "name": "y" * (r + 2)}, objects, dst=1 % W)
+        if r == 1 % W:
+            assert objects == [{"rank": p, "name": "y" * (p + 2)} for p in range(W)], objects
+        received = [None]
+        dist.scatter_object_list(received, [("part", p, "z" * p) for p in range(W)] if r == 0 else None, src=0)
+        assert received == [("part", r, "z" * r)], received
     if r == 0:  # a list of the wrong length raises on the root, before any rank's call starts
         expect_error(lambda: dist.group.WORLD.gather([[torch.empty(4, device=dev)] * (W + 1)],
                                                      [torch.ones(4, device=dev)], dist.GatherOptions()),
