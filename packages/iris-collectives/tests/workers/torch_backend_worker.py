@@ -498,7 +498,9 @@ def scenario_point_to_point(ctx):
              if r % 2 == 0 else
              [dist.irecv(got, prev, tag=1), dist.isend(torch.full((8,), float(r), device=dev), nxt, tag=1)])
     for work in works:
-        work.wait()
+        work.wait()  # on the GPU: the current stream waits for it, the host does not
+        if ctx.device.type == "cuda":
+            torch.cuda.current_stream(dev).synchronize()
         assert work.is_completed()
     same(got, torch.full((8,), float(prev)), "isend/irecv on tag 1")
     # torch's batch_isend_irecv: a ring shift, every rank sending first (messages that fit an inbox:
