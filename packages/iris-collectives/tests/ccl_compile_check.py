@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 
 assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
 os.environ.setdefault("IRIS_BACKEND", "cuda")
@@ -184,15 +185,21 @@ def counts(ptx: str) -> dict:
     }
 
 
+def run_case(index: int) -> tuple[str, dict]:
+    """Compile case ``index`` of :func:`cases` (in a worker process: the cases hold kernels, which do
+    not pickle, so each worker builds the list and takes its own)."""
+    name, fn, signature, constexprs, aligned, *options = list(cases())[index]
+    try:
+        ptx = compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4, **(options or [{}])[0]})
+        return name, dict(ok=True, **counts(ptx))
+    except Exception as exc:  # reported to the test
+        return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
+
+
 def main() -> int:
-    results = {}
-    for name, fn, signature, constexprs, aligned, *options in cases():
-        try:
-            ptx = compile_ptx(fn, signature, constexprs, aligned, options={"num_warps": 4, **(options or [{}])[0]})
-            results[name] = dict(ok=True, **counts(ptx))
-        except Exception as exc:  # reported to the test
-            results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],
-                                 trace=traceback.format_exc()[-4000:])
+    # one compile per core: each is one process's work for seconds (LLVM and ptxas)
+    with ProcessPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        results = dict(pool.map(run_case, range(len(list(cases())))))
     print(json.dumps({"triton": triton.__version__, "results": results}))
     return 0
 

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 
 assert not os.environ.get("TRITON_INTERPRET"), "run with TRITON_INTERPRET unset"
 os.environ.setdefault("IRIS_BACKEND", "cuda")
@@ -150,17 +151,26 @@ def counts(ptx: str) -> dict:
     }
 
 
+def all_cases() -> list:
+    return [*cases(), *core_cases()]
+
+
+def run_case(index: int) -> tuple[str, dict]:
+    """Compile case ``index`` of :func:`all_cases` (in a worker process: the cases hold kernels,
+    which do not pickle, so each worker builds the list and takes its own)."""
+    name, fn, sig, constexprs, aligned, options = all_cases()[index]
+    try:
+        return name, dict(ok=True, **counts(compile_ptx(fn, sig, constexprs, aligned, options)))
+    except Exception as exc:  # reported to the test
+        return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
+
+
 def main() -> int:
-    results = {}
     only = set(sys.argv[1:])
-    for name, fn, sig, constexprs, aligned, options in [*cases(), *core_cases()]:
-        if only and name.split("/")[0] not in only:
-            continue
-        try:
-            results[name] = dict(ok=True, **counts(compile_ptx(fn, sig, constexprs, aligned, options)))
-        except Exception as exc:  # reported to the test
-            results[name] = dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000],
-                                 trace=traceback.format_exc()[-4000:])
+    todo = [i for i, case in enumerate(all_cases()) if not only or case[0].split("/")[0] in only]
+    # one compile per core: each is one process's work for seconds (LLVM and ptxas)
+    with ProcessPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        results = dict(pool.map(run_case, todo))
     print(json.dumps({"triton": triton.__version__, "results": results}))
     return 0
 
