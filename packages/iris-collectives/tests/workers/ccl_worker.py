@@ -1339,6 +1339,119 @@ def scenario_exchanges_in_cuda_graph(ctx):
         ctx.barrier()  # no rank refills its inputs while a peer's replay may still read them
 
 
+def group_layouts(W: int) -> dict:
+    """The groups of the ``groups`` scenario: at 4 ranks TP ``[0,1],[2,3]``, DP ``[0,2],[1,3]`` and
+    the non-contiguous ``[3,0,2]``; the same shapes cut down on fewer ranks."""
+    tp = [list(range(i, min(i + 2, W))) for i in range(0, W, 2)]
+    dp = [list(range(j, W, 2)) for j in range(min(2, W))]
+    odd = [3, 0, 2] if W == 4 else list(reversed(range(W)))[:max(1, W - 1)]
+    return {"tp": tp, "dp": dp, "odd": [odd]}
+
+
+def make_groups(ctx, lists: list) -> object:
+    """``ctx.new_group`` for each list (every rank makes every group); this rank's group, checked."""
+    mine = None
+    for ranks in lists:
+        g = ctx.new_group(ranks, workspace_size=1 << 18)
+        if ctx.rank in ranks:
+            assert isinstance(g, iris.runtime.Group), (ranks, g)
+            assert (g.ranks, g.rank, g.size, g.world_size) == (tuple(ranks), ranks.index(ctx.rank), len(ranks),
+                                                               len(ranks)), g
+            assert g.ctx is ctx and int(g.get_device_context()[0]) == g.rank, g
+            mine = g
+        else:
+            assert g is None, (ranks, g)
+    return mine
+
+
+def run_group_calls(ctx, g, seed: int, dtype) -> None:
+    """all_reduce (two ops), reduce_scatter, all_gather and broadcast on group ``g``, each checked
+    exactly against the same call on a context of just ``g.ranks`` (group rank order)."""
+    G, gr, members = g.size, g.rank, g.ranks
+    n, m = 37, 19
+    x = data(n, dtype, seed + ctx.rank).to(ctx.device)
+    out = poison(torch.empty(n, dtype=dtype, device=ctx.device))
+    ccl.all_reduce(ctx, out, x, config=SMALL, group=g)
+    check(out, reference("sum", [data(n, dtype, seed + q) for q in members], dtype), f"group {members} all_reduce")
+    y = ctx.as_symmetric(data(n, dtype, seed + 1 + ctx.rank))  # on the heap, in place, two-shot
+    ccl.all_reduce(ctx, y, y, op="max", config=TWO_SHOT, group=g)
+    check(y, reference("max", [data(n, dtype, seed + 1 + q) for q in members], dtype),
+          f"group {members} all_reduce max")
+    ctx.free(y)
+    z = data(G * m, dtype, seed + 2 + ctx.rank).to(ctx.device)
+    part = poison(torch.empty(m, dtype=dtype, device=ctx.device))
+    ccl.reduce_scatter(ctx, part, z, config=SMALL, group=g)
+    full = reference("sum", [data(G * m, dtype, seed + 2 + q) for q in members], dtype)
+    check(part, full[gr * m:(gr + 1) * m], f"group {members} reduce_scatter")
+    gathered = poison(torch.empty(G * m, dtype=dtype, device=ctx.device))
+    ccl.all_gather(ctx, gathered, data(m, dtype, seed + 3 + ctx.rank).to(ctx.device), config=SMALL, group=g)
+    check(gathered, torch.cat([data(m, dtype, seed + 3 + q) for q in members]), f"group {members} all_gather")
+    src = G - 1  # a group rank: global rank members[-1]
+    t = data(n, dtype, seed + 4 + ctx.rank).to(ctx.device)
+    ccl.broadcast(ctx, t, src, config=SMALL, group=g)
+    check(t, data(n, dtype, seed + 4 + members[src]), f"group {members} broadcast(src={src})")
+
+
+def scenario_groups(ctx):
+    # TP and DP groups and a non-contiguous one, their calls interleaved back to back (no barrier
+    # between groups), each result exact; then the context's own call still right
+    from iris.device import _calls
+    from iris.device import _layout as layout
+
+    W = ctx.world_size
+    layouts = group_layouts(W)
+    groups = {name: make_groups(ctx, lists) for name, lists in layouts.items()}
+    base = ctx._heap.bases[ctx.rank]
+
+    def counted(words_offset: int) -> int:  # the calls counted in the call words at this offset
+        return ctx._heap.read_int32(base + words_offset + layout.CALL_COUNTER_AT)
+
+    pad_words = ctx.heap_size + _calls.COUNTER_OFFSET - layout.CALL_COUNTER_AT
+    before = counted(pad_words)
+    for k, dtype in enumerate((torch.float32, torch.bfloat16)):
+        for name in ("tp", "dp", "odd"):
+            if groups[name] is not None:
+                run_group_calls(ctx, groups[name], 7000 + 100 * k + 10 * len(name), dtype)
+        for name in ("odd", "dp", "tp"):  # the other order too: group calls counted differently per rank
+            if groups[name] is not None:
+                ccl.barrier(ctx, group=groups[name])
+                run_group_calls(ctx, groups[name], 7500 + 100 * k, dtype)
+    # Each group counts its calls in call words of its own (11 kernels per round), never in the
+    # context's: overlapping groups whose members call in different orders compare only their own
+    # calls (sharing the words, a peer's call of another group could be compared as this one's).
+    assert counted(pad_words) == before, (counted(pad_words), before)
+    for name, g in groups.items():
+        if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
+            words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
+            assert counted(words) == 22, (name, g, counted(words))
+    run_all_reduce(ctx, 37, torch.float32, "sum", 7900)
+
+
+def scenario_group_errors(ctx):
+    W, r = ctx.world_size, ctx.rank
+    call = "iris.runtime.Iris.new_group"
+    expect_error(lambda: ctx.new_group([0, W]), RankError, call, f"rank {W} is not a rank of the context",
+                 f"0 .. {W - 1}")
+    expect_error(lambda: ctx.new_group([0, 0]), iris.runtime.GroupError, call, "rank 0 is listed twice")
+    if W > 1:
+        expect_error(lambda: ctx.new_group([r]), iris.runtime.GroupError, call, "the ranks passed different lists",
+                     "rank 1: [1]", "same order")
+        expect_error(lambda: ctx.new_group([1, 0] if r == 0 else [0, 1]), iris.runtime.GroupError, call,
+                     "different lists")
+    g = ctx.new_group(list(range(W)), workspace_size=1 << 18)
+    x = torch.zeros(8, device=ctx.device)
+    ar = "iris.collectives.ccl.all_reduce"
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, group=42), iris.runtime.GroupError, ar, "group=42",
+                 "ctx.new_group(ranks)")
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    expect_error(lambda: ccl.all_gather(ctx, x, x, group=other), iris.runtime.GroupError,
+                 "iris.collectives.ccl.all_gather", "a group of another context")
+    expect_error(lambda: ccl.broadcast(ctx, x, W, group=g), RankError, "broadcast", f"rank {W} is outside the "
+                 f"group's ranks [0, {W})")
+    ccl.broadcast(ctx, x, W - 1, group=g)  # the group of every rank still works after the errors
+
+
 def scenario_capacity_report(ctx):
     # GPU only (test_exchange_capacity_is_reported): rank 0 receives more rows than its output
     # holds; the kernel reports it and the watchdog ends the job with the message

@@ -14,7 +14,7 @@ from iris.device import _calls as device_calls
 from iris.device import _layout as layout
 from iris.device._watchdog import DEFAULT_TIMEOUT_S, timeout_from_env
 
-from . import _backend
+from . import _backend, _group
 from ._agreement import CallAgreement
 from ._allocator import SymmetricAllocator, format_bytes
 from ._bootstrap import add_abort_hook, remove_abort_hook
@@ -243,6 +243,22 @@ class Iris(TensorFactories):
             compiled, num_work, self.device, max(self.ranks_on_device, gpu_sharers()))
         with self._host_waits.label("iris.runtime.Iris.resident_grid()"):
             return self._boot.allreduce(mine, "min")
+
+    def new_group(self, ranks, workspace_size: int = _group.DEFAULT_WORKSPACE_SIZE):
+        """A group of this context's ranks: an :class:`iris.runtime.Group` on its members, None on
+        the other ranks.
+
+        Collective: every rank of the context calls it with the same list of global ranks (any
+        subset, in any order: the order numbers the group's ranks, as ``MPI_Group_incl``; a
+        sorted list numbers them as torch does). The group shares the context's heap; every rank
+        of the context reserves ``workspace_size`` bytes of it (default 16 MiB) for the group's
+        flags and staging buffers, so that they sit at the same offset on every member. Groups
+        may overlap; their calls never share a flag. Pass the group as ``group=`` to the calls of
+        ``iris.collectives.ccl``. Raises :class:`RankError` for a rank outside the context and
+        :class:`GroupError` for a rank listed twice or lists that differ between ranks (on every
+        rank). Needs the MPI bootstrap."""
+        self._check_open("new_group()")
+        return _group.new_group(self, ranks, workspace_size)
 
     # --- heap and context ------------------------------------------------------------------------
     def get_heap_bases(self) -> torch.Tensor:
