@@ -1365,8 +1365,9 @@ def make_groups(ctx, lists: list) -> object:
 
 
 def run_group_calls(ctx, g, seed: int, dtype) -> None:
-    """all_reduce (two ops), reduce_scatter, all_gather and broadcast on group ``g``, each checked
-    exactly against the same call on a context of just ``g.ranks`` (group rank order)."""
+    """all_reduce (two ops), reduce_scatter, all_gather, broadcast, all_to_all, reduce, gather and
+    scatter on group ``g``, each checked exactly against the same call on a context of just
+    ``g.ranks`` (group rank order; roots are group ranks)."""
     G, gr, members = g.size, g.rank, g.ranks
     n, m = 37, 19
     x = data(n, dtype, seed + ctx.rank).to(ctx.device)
@@ -1390,6 +1391,27 @@ def run_group_calls(ctx, g, seed: int, dtype) -> None:
     t = data(n, dtype, seed + 4 + ctx.rank).to(ctx.device)
     ccl.broadcast(ctx, t, src, config=SMALL, group=g)
     check(t, data(n, dtype, seed + 4 + members[src]), f"group {members} broadcast(src={src})")
+    a = data(G * m, dtype, seed + 5 + ctx.rank).to(ctx.device)
+    swapped = poison(torch.empty(G * m, dtype=dtype, device=ctx.device))
+    ccl.all_to_all(ctx, swapped, a, config=SMALL, group=g)
+    check(swapped, torch.cat([data(G * m, dtype, seed + 5 + q)[gr * m:(gr + 1) * m] for q in members]),
+          f"group {members} all_to_all")
+    root = G // 2  # a group rank
+    mine = poison(torch.empty(n, dtype=dtype, device=ctx.device))
+    got = ccl.reduce(ctx, mine, data(n, dtype, seed + 6 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
+    if gr == root:
+        check(got, reference("sum", [data(n, dtype, seed + 6 + q) for q in members], dtype),
+              f"group {members} reduce(dst={root})")
+    else:
+        assert got is None and bool(torch.isnan(mine).all()) if dtype.is_floating_point else got is None
+    rows = poison(torch.empty(G * m, dtype=dtype, device=ctx.device))
+    got = ccl.gather(ctx, rows, data(m, dtype, seed + 7 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
+    if gr == root:
+        check(got, torch.cat([data(m, dtype, seed + 7 + q) for q in members]), f"group {members} gather(dst={root})")
+    piece = poison(torch.empty(m, dtype=dtype, device=ctx.device))
+    ccl.scatter(ctx, piece, data(G * m, dtype, seed + 8 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
+    check(piece, data(G * m, dtype, seed + 8 + members[root])[gr * m:(gr + 1) * m],
+          f"group {members} scatter(src={root})")
 
 
 def scenario_groups(ctx):
@@ -1416,14 +1438,14 @@ def scenario_groups(ctx):
             if groups[name] is not None:
                 ccl.barrier(ctx, group=groups[name])
                 run_group_calls(ctx, groups[name], 7500 + 100 * k, dtype)
-    # Each group counts its calls in call words of its own (11 kernels per round), never in the
+    # Each group counts its calls in call words of its own (2 x 19 kernels: 9 per run_group_calls), never in the
     # context's: overlapping groups whose members call in different orders compare only their own
     # calls (sharing the words, a peer's call of another group could be compared as this one's).
     assert counted(pad_words) == before, (counted(pad_words), before)
     for name, g in groups.items():
         if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
             words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
-            assert counted(words) == 22, (name, g, counted(words))
+            assert counted(words) == 38, (name, g, counted(words))
     run_all_reduce(ctx, 37, torch.float32, "sum", 7900)
 
 

@@ -110,13 +110,17 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None, group=Non
     return out
 
 
-def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.Tensor:
+def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None, group=None) -> torch.Tensor:
     """Chunk ``j`` of rank ``i``'s ``inp`` lands in chunk ``i`` of rank ``j``'s ``out``; returns ``out``.
 
     Like ``torch.distributed.all_to_all_single`` with equal splits: ``inp`` is ``W`` equal chunks
     along dim 0 (``inp.shape[0]`` a multiple of ``W``), ``out`` has ``inp``'s shape and dtype and
     does not overlap it. Every rank pulls its chunk from each peer's heap copy. Collective.
+    ``group``: an :class:`iris.runtime.Group` of the context to exchange among its members only
+    (``W`` chunks, ``W`` the group's size, in group rank order); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.all_to_all")
     if is_compiling():
         return traced().collective("all_to_all", ctx, out, inp, config=config)
 
