@@ -1446,6 +1446,16 @@ def scenario_groups(ctx):
         if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
             words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
             assert counted(words) == 38, (name, g, counted(words))
+    # a group's workspaces freed (its arena starts over) and made again: calls still right
+    for name in ("tp", "dp", "odd"):
+        g = groups[name]
+        if g is not None:
+            ctx.barrier(group=g)
+            ccl.clear_workspaces(g)
+            x = data(40, torch.float32, 7700 + ctx.rank).to(ctx.device)
+            ccl.all_reduce(ctx, x, x, config=SMALL, group=g)
+            check(x, reference("sum", [data(40, torch.float32, 7700 + q) for q in g.ranks], torch.float32),
+                  f"group {g.ranks} all_reduce after clear_workspaces")
     run_all_reduce(ctx, 37, torch.float32, "sum", 7900)
 
 
@@ -1469,6 +1479,8 @@ def scenario_group_errors(ctx):
     other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
     expect_error(lambda: ccl.all_gather(ctx, x, x, group=other), iris.runtime.GroupError,
                  "iris.collectives.ccl.all_gather", "a group of another context")
+    expect_error(lambda: ctx.barrier(group=other), iris.runtime.GroupError, "iris.runtime.Iris.barrier(group=...)",
+                 "another context")
     expect_error(lambda: ccl.broadcast(ctx, x, W, group=g), RankError, "broadcast", f"rank {W} is outside the "
                  f"group's ranks [0, {W})")
     ccl.broadcast(ctx, x, W - 1, group=g)  # the group of every rank still works after the errors

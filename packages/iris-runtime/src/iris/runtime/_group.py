@@ -70,6 +70,17 @@ def check_same_everywhere(ctx, ranks: tuple, lists: list, call: str) -> None:
                          f"the same list, in the same order (the order numbers the group's ranks)")
 
 
+def check_group(ctx, group, call: str):
+    """``group`` if it is a :class:`Group` of ``ctx``, else :class:`GroupError` naming ``call``."""
+    if not isinstance(group, Group):
+        raise GroupError(f"{call}: group={group!r} is not a group; pass one that ctx.new_group(ranks) returned "
+                         f"(None: every rank)")
+    if group.ctx is not ctx:
+        raise GroupError(f"{call}: {group!r} is a group of another context; pass a group of this context (made by "
+                         f"its new_group)")
+    return group
+
+
 class Group:
     """A group of a context's ranks (see the module docstring), made by :meth:`Iris.new_group`.
 

@@ -405,12 +405,17 @@ class Iris(TensorFactories):
         return self._allocator.free_bytes
 
     # --- synchronisation -------------------------------------------------------------------------
-    def barrier(self) -> None:
+    def barrier(self, group=None) -> None:
         """Wait for this rank's device work, then for every rank (a host barrier of the bootstrap).
 
         With ``verify=True`` (or ``IRIS_VERIFY=1``) it also checks that every rank made the same
         allocation calls since the last barrier, and raises :class:`SymmetryError` otherwise.
+        ``group``: a :class:`Group` of this context (:meth:`new_group`): wait for its members only
+        (no allocation check: members alone may not allocate).
         """
+        if group is not None:
+            _group.check_group(self, group, "iris.runtime.Iris.barrier(group=...)").barrier()
+            return
         self._heap.complete_remote_writes()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

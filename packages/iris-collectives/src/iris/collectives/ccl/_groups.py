@@ -9,7 +9,8 @@ keyed by the group: calls of different groups never share a plan, a workspace or
 
 from __future__ import annotations
 
-from iris.runtime import Group, GroupError, IrisUnsupportedError
+from iris.runtime import IrisUnsupportedError
+from iris.runtime._group import check_group
 
 from .._compiling import is_compiling
 
@@ -19,12 +20,7 @@ def on_group(ctx, group, call: str):
     to be a group of ``ctx``."""
     if group is None:
         return ctx
-    if not isinstance(group, Group):
-        raise GroupError(f"{call}(group={group!r}): pass a group that ctx.new_group(ranks) returned (None: every "
-                         f"rank)")
-    if group.ctx is not ctx:
-        raise GroupError(f"{call}: {group!r} is a group of another context; pass a group of this context (made by "
-                         f"its new_group)")
+    check_group(ctx, group, call)
     if is_compiling():
         raise IrisUnsupportedError(f"{call}(group=...) under torch.compile is not supported yet; call it outside "
                                    f"the compiled region")
