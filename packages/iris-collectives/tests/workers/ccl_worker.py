@@ -1446,6 +1446,14 @@ def scenario_groups(ctx):
         if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
             words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
             assert counted(words) == 38, (name, g, counted(words))
+    # tracing switched on after the groups were made reaches their context tensors (the trace words)
+    ctx.tracing.enable(max_events=16)
+    for g in groups.values():
+        if g is not None:
+            at, ctx_at = (layout.HEAP_BASES + size + layout.TRACE_ENABLED for size in (g.size, W))
+            mine, theirs = g.get_device_context()[at:at + 4], ctx.get_device_context()[ctx_at:ctx_at + 4]
+            assert mine.tolist() == theirs.tolist() and int(mine[0]) == 1, (g, mine, theirs)
+    ctx.tracing.disable()
     # a group's workspaces freed (its arena starts over) and made again: calls still right
     for name in ("tp", "dp", "odd"):
         g = groups[name]

@@ -124,7 +124,8 @@ class Group:
     def get_device_context(self) -> torch.Tensor:
         """The group's context tensor (``DeviceContext.initialize(context, group.rank, group.size)``):
         the group rank and size, the members' heap bases in group order, the context's trailer
-        (tracing, watchdog: as they were when the group was made) and the group's call words."""
+        (its watchdog words; its tracing words, which ``ctx.tracing`` keeps up to date) and the
+        group's call words."""
         return self._context
 
     def get_heap_bases(self) -> torch.Tensor:
@@ -277,4 +278,6 @@ def new_group(ctx, ranks, workspace_size: int = DEFAULT_WORKSPACE_SIZE):
         return None
     node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     sharing = sum(1 for r in ranks if rows[r][1:] == rows[ctx.rank][1:])
-    return Group(ctx, ranks, comm, arena, node_comm, sharing)
+    group = Group(ctx, ranks, comm, arena, node_comm, sharing)
+    ctx._groups.add(group)  # tracing enabled later reaches the group's context tensor too
+    return group

@@ -123,6 +123,9 @@ class Iris(TensorFactories):
                                                          else None)
         if self.backend == "cpu":  # kernels run in this thread: a mismatch they find raises here
             device_calls.DESCRIBERS[self._watchdog.address] = weakref.WeakMethod(self._raise_call_mismatch)
+        #: The groups of this context made on this rank (its members' Group objects), weakly:
+        #: tracing's words reach their context tensors too.
+        self._groups: weakref.WeakSet = weakref.WeakSet()
         self.tracing = Tracing(self)
         self._closed = False
         self._registrations: list[Registration] = []
