@@ -1412,6 +1412,17 @@ def run_group_calls(ctx, g, seed: int, dtype) -> None:
     ccl.scatter(ctx, piece, data(G * m, dtype, seed + 8 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
     check(piece, data(G * m, dtype, seed + 8 + members[root])[gr * m:(gr + 1) * m],
           f"group {members} scatter(src={root})")
+    sends = [[(i + j) % 2 + 1 for j in range(G)] for i in range(G)]  # group rank i's rows to group rank j
+    sent = data(2 * G * 3, dtype, seed + 9 + ctx.rank).reshape(2 * G, 3).to(ctx.device)
+    got_rows = poison(torch.empty(2 * G, 3, dtype=dtype, device=ctx.device))
+    counts = torch.full((G,), -1, dtype=torch.int64, device=ctx.device)
+    ccl.all_to_all_v(ctx, got_rows, sent, torch.tensor(sends[gr], device=ctx.device), counts, config=SMALL_V,
+                     group=g)
+    assert counts.tolist() == [sends[i][gr] for i in range(G)], (members, counts.tolist())
+    expected = torch.cat([data(2 * G * 3, dtype, seed + 9 + q).reshape(2 * G, 3)[sum(sends[i][:gr]):
+                                                                                sum(sends[i][:gr + 1])]
+                          for i, q in enumerate(members)])
+    check(got_rows[:len(expected)], expected, f"group {members} all_to_all_v")
 
 
 def scenario_groups(ctx):
@@ -1438,14 +1449,16 @@ def scenario_groups(ctx):
             if groups[name] is not None:
                 ccl.barrier(ctx, group=groups[name])
                 run_group_calls(ctx, groups[name], 7500 + 100 * k, dtype)
-    # Each group counts its calls in call words of its own (2 x 19 kernels: 9 per run_group_calls), never in the
-    # context's: overlapping groups whose members call in different orders compare only their own
-    # calls (sharing the words, a peer's call of another group could be compared as this one's).
+    # Each group counts its calls in call words of its own (2 x 19: the 9 kernels per run_group_calls
+    # that carry the device check, all_to_all_v's do not, and a barrier), the same count on every member, and never in
+    # the context's: overlapping groups whose members call in different orders compare only their
+    # own calls (sharing the words, a peer's call of another group could be compared as this one's).
     assert counted(pad_words) == before, (counted(pad_words), before)
     for name, g in groups.items():
         if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
             words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
-            assert counted(words) == 38, (name, g, counted(words))
+            counts = g.allgather(counted(words))
+            assert counts == [2 * 19] * g.size, (name, g, counts)
     # tracing switched on after the groups were made reaches their context tensors (the trace words)
     ctx.tracing.enable(max_events=16)
     for g in groups.values():

@@ -151,6 +151,10 @@ class Group:
                             f"the place in {list(self.ranks)}); pass 0 .. {self.size - 1}")
         return rank
 
+    def get_cu_count(self) -> int:
+        """:meth:`Iris.get_cu_count` (the device's: a group shares it)."""
+        return self.ctx.get_cu_count()
+
     def agree_call(self, signature, describe, call: str, always: bool = False) -> int:
         """:meth:`Iris.agree_call` among the members (the group's own agreements)."""
         from iris.device import _calls as device_calls
