@@ -580,16 +580,16 @@ def ref_rmsnorm(W, shape, dtype, seed, residual=True, weight_dtype=torch.float32
 
 
 def run_rmsnorm(ctx, shape, dtype, seed, config, residual=True, residual_out="new", weight_dtype=torch.float32,
-                eps=1e-6):
+                eps=1e-6, group=None):
     """One call on this rank's partial (seeded like :func:`ref_rmsnorm`); ``residual_out``: ``"new"``
     (a tensor of its own), ``"in_place"`` (the residual) or None. Returns (out, residual_out)."""
     dev = ctx.device
-    partial = ints(shape, dtype, seed + 10 * ctx.rank).to(dev)
+    partial = ints(shape, dtype, seed + 10 * (ctx if group is None else group).rank).to(dev)
     res = ints(shape, dtype, seed + 7).to(dev) if residual else None
     weight = ref_rmsnorm(1, shape, dtype, seed, residual, weight_dtype)[2].to(dev)
     new = {"new": poisoned(shape, dtype, dev), "in_place": res, None: None}[residual_out]
     out = poisoned(shape, dtype, dev)
-    returned = ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, res, weight, eps, config=config)
+    returned = ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, res, weight, eps, config=config, group=group)
     assert returned is out
     return out, new
 
@@ -860,7 +860,7 @@ def scenario_argument_errors(ctx):
 
 
 def scenario_groups(ctx):
-    # The four fused ops on TP and DP groups and a non-contiguous one (ccl_worker's layouts), calls
+    # The five fused ops on TP and DP groups and a non-contiguous one (ccl_worker's layouts), calls
     # of different groups back to back; inputs seeded by group rank, so each result is exactly the
     # same op's on a context of the group's ranks (the references', with W the group's size)
     from ccl_worker import group_layouts, make_groups
@@ -880,6 +880,11 @@ def scenario_groups(ctx):
         for op in (ops.all_gather_matmul, ops.matmul_all_gather):
             check(run_gather_op(ctx, op, G * 16, 24, 16, d, d, seed + 2, True, cfg, group=g),
                   ref_all_gather_matmul(G, G * 16, 24, 16, d, d, seed + 2, True), f"group {g.ranks} {op.__name__}")
+        for variant in ("one_shot_buffered", "two_shot"):
+            out, new = run_rmsnorm(ctx, (G + 1, 24), torch.bfloat16, seed + 3, ops.Config(variant=variant), group=g)
+            ref_out, ref_res, _ = ref_rmsnorm(G, (G + 1, 24), torch.bfloat16, seed + 3)
+            check(out, ref_out, f"group {g.ranks} all_reduce_residual_rmsnorm {variant}: out")
+            check(new, ref_res, f"group {g.ranks} all_reduce_residual_rmsnorm {variant}: residual_out")
 
 
 if __name__ == "__main__":
