@@ -30,7 +30,6 @@ from iris.device import _layout as layout
 
 from ._agreement import CallAgreement
 from ._errors import GroupError, HeapExhaustedError, IrisUnsupportedError, RankError
-from ._host_waits import WatchedBootstrap
 
 #: Bytes of heap each group reserves for its workspaces unless ``workspace_size=`` says otherwise.
 DEFAULT_WORKSPACE_SIZE = 16 << 20
@@ -100,7 +99,12 @@ class Group:
         self.ranks_on_device = ranks_on_device
         self.comm = comm
         self._host_waits = ctx._host_waits
-        self._boot = WatchedBootstrap(MpiBootstrap(comm, node_comm), self._host_waits)
+        # The group's host collectives are not noted on the context's board of host waits
+        # (iris.runtime._host_waits): the board numbers every rank's host collectives in one
+        # sequence and ends the job when two ranks sit in different kinds of collective with the
+        # same number, which members and non-members of a group legitimately do. So a group's host
+        # waits have no deadline yet (its kernels' waits keep theirs).
+        self._boot = MpiBootstrap(comm, node_comm)
         self._calls = CallAgreement(self)
         # The arena's last bytes hold the group's call words (``call_words_offset``: never 0,
         # which would mean the signal pad's); the rest is carved into workspaces from the front.
