@@ -1505,6 +1505,9 @@ def scenario_group_errors(ctx):
                      "rank 1: [1]", "same order")
         expect_error(lambda: ctx.new_group([1, 0] if r == 0 else [0, 1]), iris.runtime.GroupError, call,
                      "different lists")
+    too_big = ctx.heap_size + 4096
+    expect_error(lambda: ctx.new_group([0], workspace_size=too_big), iris.runtime.HeapExhaustedError, call,
+                 f"workspace_size={too_big} bytes does not fit", "pass a smaller workspace_size=")
     g = ctx.new_group(list(range(W)), workspace_size=1 << 18)
     x = torch.zeros(8, device=ctx.device)
     ar = "iris.collectives.ccl.all_reduce"

@@ -273,7 +273,13 @@ def new_group(ctx, ranks, workspace_size: int = DEFAULT_WORKSPACE_SIZE):
     # offsets on every rank only while every rank makes the same allocations, so an arena that
     # only members allocated would move every later allocation of the members against the others.
     workspace_size = -(-workspace_size // _ALIGN) * _ALIGN
-    arena = ctx.zeros(workspace_size // 4, dtype=torch.int32).view(torch.uint8)
+    try:
+        arena = ctx.zeros(workspace_size // 4, dtype=torch.int32).view(torch.uint8)
+    except HeapExhaustedError as exc:  # every rank alike: the same allocations came before
+        raise HeapExhaustedError(f"{call}: the group's workspace_size={workspace_size} bytes does not fit in the "
+                                 f"heap's {ctx.heap_free_bytes} free bytes (every rank of the context reserves it); "
+                                 f"pass a smaller workspace_size= (the default is {DEFAULT_WORKSPACE_SIZE}) or a "
+                                 f"larger heap_size= to iris.runtime.iris()") from exc
     member = ctx.rank in ranks
     from ._bootstrap_mpi import _mpi
 
