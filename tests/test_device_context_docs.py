@@ -25,6 +25,7 @@ TRAILER = {
     "heap_size": layout.HEAP_SIZE,
     "watchdog_timeout_ns": layout.WATCHDOG_NS,
     "watchdog_record_ptr": layout.WATCHDOG_RECORD,
+    "call_words_offset": layout.CALL_WORDS_OFFSET,
 }
 
 

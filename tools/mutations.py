@@ -384,6 +384,12 @@ MUTATIONS = [
                "            elif False", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_first and 2")],
              expect="the job ended"),
+    # --- issue #56: groups ------------------------------------------------------------------------------
+    Mutation("group-shares-call-words", "a group counts and compares its calls in call words of its own, not the "
+             "context's",
+             [(f"{RUNTIME}/_group.py", "self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + ",
+               "self.size + layout.CALL_WORDS_OFFSET] = 0 * ", 1)],
+             [("worker", "4", "ccl_worker.py", "groups")], expect="scenario 'groups' failed"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

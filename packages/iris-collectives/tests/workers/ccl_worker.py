@@ -1339,6 +1339,191 @@ def scenario_exchanges_in_cuda_graph(ctx):
         ctx.barrier()  # no rank refills its inputs while a peer's replay may still read them
 
 
+def group_layouts(W: int) -> dict:
+    """The groups of the ``groups`` scenario: at 4 ranks TP ``[0,1],[2,3]``, DP ``[0,2],[1,3]`` and
+    the non-contiguous ``[3,0,2]``; the same shapes cut down on fewer ranks."""
+    tp = [list(range(i, min(i + 2, W))) for i in range(0, W, 2)]
+    dp = [list(range(j, W, 2)) for j in range(min(2, W))]
+    odd = [3, 0, 2] if W == 4 else list(reversed(range(W)))[:max(1, W - 1)]
+    return {"tp": tp, "dp": dp, "odd": [odd]}
+
+
+def make_groups(ctx, lists: list) -> object:
+    """``ctx.new_group`` for each list (every rank makes every group); this rank's group, checked."""
+    mine = None
+    for ranks in lists:
+        g = ctx.new_group(ranks, workspace_size=1 << 18)
+        if ctx.rank in ranks:
+            assert isinstance(g, iris.runtime.Group), (ranks, g)
+            assert (g.ranks, g.rank, g.size, g.world_size) == (tuple(ranks), ranks.index(ctx.rank), len(ranks),
+                                                               len(ranks)), g
+            assert g.ctx is ctx and int(g.get_device_context()[0]) == g.rank, g
+            mine = g
+        else:
+            assert g is None, (ranks, g)
+    return mine
+
+
+def run_group_calls(ctx, g, seed: int, dtype) -> None:
+    """all_reduce (two ops), reduce_scatter, all_gather, broadcast, all_to_all, reduce, gather and
+    scatter on group ``g``, each checked exactly against the same call on a context of just
+    ``g.ranks`` (group rank order; roots are group ranks)."""
+    G, gr, members = g.size, g.rank, g.ranks
+    n, m = 37, 19
+    x = data(n, dtype, seed + ctx.rank).to(ctx.device)
+    out = poison(torch.empty(n, dtype=dtype, device=ctx.device))
+    ccl.all_reduce(ctx, out, x, config=SMALL, group=g)
+    check(out, reference("sum", [data(n, dtype, seed + q) for q in members], dtype), f"group {members} all_reduce")
+    y = ctx.as_symmetric(data(n, dtype, seed + 1 + ctx.rank))  # on the heap, in place, two-shot
+    ccl.all_reduce(ctx, y, y, op="max", config=TWO_SHOT, group=g)
+    check(y, reference("max", [data(n, dtype, seed + 1 + q) for q in members], dtype),
+          f"group {members} all_reduce max")
+    ctx.free(y)
+    z = data(G * m, dtype, seed + 2 + ctx.rank).to(ctx.device)
+    part = poison(torch.empty(m, dtype=dtype, device=ctx.device))
+    ccl.reduce_scatter(ctx, part, z, config=SMALL, group=g)
+    full = reference("sum", [data(G * m, dtype, seed + 2 + q) for q in members], dtype)
+    check(part, full[gr * m:(gr + 1) * m], f"group {members} reduce_scatter")
+    gathered = poison(torch.empty(G * m, dtype=dtype, device=ctx.device))
+    ccl.all_gather(ctx, gathered, data(m, dtype, seed + 3 + ctx.rank).to(ctx.device), config=SMALL, group=g)
+    check(gathered, torch.cat([data(m, dtype, seed + 3 + q) for q in members]), f"group {members} all_gather")
+    src = G - 1  # a group rank: global rank members[-1]
+    t = data(n, dtype, seed + 4 + ctx.rank).to(ctx.device)
+    ccl.broadcast(ctx, t, src, config=SMALL, group=g)
+    check(t, data(n, dtype, seed + 4 + members[src]), f"group {members} broadcast(src={src})")
+    a = data(G * m, dtype, seed + 5 + ctx.rank).to(ctx.device)
+    swapped = poison(torch.empty(G * m, dtype=dtype, device=ctx.device))
+    ccl.all_to_all(ctx, swapped, a, config=SMALL, group=g)
+    check(swapped, torch.cat([data(G * m, dtype, seed + 5 + q)[gr * m:(gr + 1) * m] for q in members]),
+          f"group {members} all_to_all")
+    root = G // 2  # a group rank
+    mine = poison(torch.empty(n, dtype=dtype, device=ctx.device))
+    got = ccl.reduce(ctx, mine, data(n, dtype, seed + 6 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
+    if gr == root:
+        check(got, reference("sum", [data(n, dtype, seed + 6 + q) for q in members], dtype),
+              f"group {members} reduce(dst={root})")
+    else:
+        assert got is None and bool(torch.isnan(mine).all()) if dtype.is_floating_point else got is None
+    rows = poison(torch.empty(G * m, dtype=dtype, device=ctx.device))
+    got = ccl.gather(ctx, rows, data(m, dtype, seed + 7 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
+    if gr == root:
+        check(got, torch.cat([data(m, dtype, seed + 7 + q) for q in members]), f"group {members} gather(dst={root})")
+    piece = poison(torch.empty(m, dtype=dtype, device=ctx.device))
+    ccl.scatter(ctx, piece, data(G * m, dtype, seed + 8 + ctx.rank).to(ctx.device), root, config=SMALL, group=g)
+    check(piece, data(G * m, dtype, seed + 8 + members[root])[gr * m:(gr + 1) * m],
+          f"group {members} scatter(src={root})")
+    sends = [[(i + j) % 2 + 1 for j in range(G)] for i in range(G)]  # group rank i's rows to group rank j
+    sent = data(2 * G * 3, dtype, seed + 9 + ctx.rank).reshape(2 * G, 3).to(ctx.device)
+    got_rows = poison(torch.empty(2 * G, 3, dtype=dtype, device=ctx.device))
+    counts = torch.full((G,), -1, dtype=torch.int64, device=ctx.device)
+    ccl.all_to_all_v(ctx, got_rows, sent, torch.tensor(sends[gr], device=ctx.device), counts, config=SMALL_V,
+                     group=g)
+    assert counts.tolist() == [sends[i][gr] for i in range(G)], (members, counts.tolist())
+    expected = torch.cat([data(2 * G * 3, dtype, seed + 9 + q).reshape(2 * G, 3)[sum(sends[i][:gr]):
+                                                                                sum(sends[i][:gr + 1])]
+                          for i, q in enumerate(members)])
+    check(got_rows[:len(expected)], expected, f"group {members} all_to_all_v")
+
+
+def scenario_groups(ctx):
+    # TP and DP groups and a non-contiguous one, their calls interleaved back to back (no barrier
+    # between groups), each result exact; then the context's own call still right
+    from iris.device import _calls
+    from iris.device import _layout as layout
+
+    W = ctx.world_size
+    layouts = group_layouts(W)
+    groups = {name: make_groups(ctx, lists) for name, lists in layouts.items()}
+    base = ctx._heap.bases[ctx.rank]
+
+    def counted(words_offset: int) -> int:  # the calls counted in the call words at this offset
+        return ctx._heap.read_int32(base + words_offset + layout.CALL_COUNTER_AT)
+
+    pad_words = ctx.heap_size + _calls.COUNTER_OFFSET - layout.CALL_COUNTER_AT
+    before = counted(pad_words)
+    for k, dtype in enumerate((torch.float32, torch.bfloat16)):
+        for name in ("tp", "dp", "odd"):
+            if groups[name] is not None:
+                run_group_calls(ctx, groups[name], 7000 + 100 * k + 10 * len(name), dtype)
+        for name in ("odd", "dp", "tp"):  # the other order too: group calls counted differently per rank
+            if groups[name] is not None:
+                ccl.barrier(ctx, group=groups[name])
+                run_group_calls(ctx, groups[name], 7500 + 100 * k, dtype)
+    # Each group counts its calls in call words of its own (2 x 19: the 9 kernels per run_group_calls
+    # that carry the device check, all_to_all_v's do not, and a barrier), the same count on every member, and never in
+    # the context's: overlapping groups whose members call in different orders compare only their
+    # own calls (sharing the words, a peer's call of another group could be compared as this one's).
+    assert counted(pad_words) == before, (counted(pad_words), before)
+    for name, g in groups.items():
+        if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
+            words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
+            counts = g.allgather(counted(words))
+            assert counts == [2 * 19] * g.size, (name, g, counts)
+    # Members of different groups sit in different kinds of host collective at once, for longer
+    # than the context's board of host waits allows ranks of one context (iris.runtime._host_waits):
+    # a group's host collectives are its own, never a mismatch of the context's
+    if W == 4:
+        import time
+
+        ctx.barrier()
+        if ctx.rank in (1, 3):
+            time.sleep(2.0)
+        tp = groups["tp"]
+        if ctx.rank < 2:
+            tp.barrier()
+        else:
+            assert tp.allgather(ctx.rank) == [2, 3]
+    # tracing switched on after the groups were made reaches their context tensors (the trace words)
+    ctx.tracing.enable(max_events=16)
+    for g in groups.values():
+        if g is not None:
+            at, ctx_at = (layout.HEAP_BASES + size + layout.TRACE_ENABLED for size in (g.size, W))
+            mine, theirs = g.get_device_context()[at:at + 4], ctx.get_device_context()[ctx_at:ctx_at + 4]
+            assert mine.tolist() == theirs.tolist() and int(mine[0]) == 1, (g, mine, theirs)
+    ctx.tracing.disable()
+    # a group's workspaces freed (its arena starts over) and made again: calls still right
+    for name in ("tp", "dp", "odd"):
+        g = groups[name]
+        if g is not None:
+            ctx.barrier(group=g)
+            ccl.clear_workspaces(g)
+            x = data(40, torch.float32, 7700 + ctx.rank).to(ctx.device)
+            ccl.all_reduce(ctx, x, x, config=SMALL, group=g)
+            check(x, reference("sum", [data(40, torch.float32, 7700 + q) for q in g.ranks], torch.float32),
+                  f"group {g.ranks} all_reduce after clear_workspaces")
+    run_all_reduce(ctx, 37, torch.float32, "sum", 7900)
+
+
+def scenario_group_errors(ctx):
+    W, r = ctx.world_size, ctx.rank
+    call = "iris.runtime.Iris.new_group"
+    expect_error(lambda: ctx.new_group([0, W]), RankError, call, f"rank {W} is not a rank of the context",
+                 f"0 .. {W - 1}")
+    expect_error(lambda: ctx.new_group([0, 0]), iris.runtime.GroupError, call, "rank 0 is listed twice")
+    if W > 1:
+        expect_error(lambda: ctx.new_group([r]), iris.runtime.GroupError, call, "the ranks passed different lists",
+                     "rank 1: [1]", "same order")
+        expect_error(lambda: ctx.new_group([1, 0] if r == 0 else [0, 1]), iris.runtime.GroupError, call,
+                     "different lists")
+    too_big = ctx.heap_size + 4096
+    expect_error(lambda: ctx.new_group([0], workspace_size=too_big), iris.runtime.HeapExhaustedError, call,
+                 f"workspace_size={too_big} bytes does not fit", "pass a smaller workspace_size=")
+    g = ctx.new_group(list(range(W)), workspace_size=1 << 18)
+    x = torch.zeros(8, device=ctx.device)
+    ar = "iris.collectives.ccl.all_reduce"
+    expect_error(lambda: ccl.all_reduce(ctx, x, x, group=42), iris.runtime.GroupError, ar, "group=42",
+                 "ctx.new_group(ranks)")
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    expect_error(lambda: ccl.all_gather(ctx, x, x, group=other), iris.runtime.GroupError,
+                 "iris.collectives.ccl.all_gather", "a group of another context")
+    expect_error(lambda: ctx.barrier(group=other), iris.runtime.GroupError, "iris.runtime.Iris.barrier(group=...)",
+                 "another context")
+    expect_error(lambda: ccl.broadcast(ctx, x, W, group=g), RankError, "broadcast", f"rank {W} is outside the "
+                 f"group's ranks [0, {W})")
+    ccl.broadcast(ctx, x, W - 1, group=g)  # the group of every rank still works after the errors
+
+
 def scenario_capacity_report(ctx):
     # GPU only (test_exchange_capacity_is_reported): rank 0 receives more rows than its output
     # holds; the kernel reports it and the watchdog ends the job with the message

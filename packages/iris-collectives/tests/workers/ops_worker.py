@@ -75,8 +75,8 @@ def ref_matmul_all_reduce(W, M, N, K, dtype, out_dtype, seed, with_bias):
     return total.to(out_dtype)
 
 
-def run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None):
-    dev, r = ctx.device, ctx.rank
+def run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None, group=None):
+    dev, r = ctx.device, (ctx if group is None else group).rank
     a = ints((M, K), dtype, seed + 10 * r).to(dev)
     b = b_layout(ints((K, N), dtype, seed + 10 * r + 1).to(dev))
     bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
@@ -84,7 +84,7 @@ def run_matmul_all_reduce(ctx, M, N, K, dtype, out_dtype, seed, with_bias, confi
         out = poisoned((M, N), out_dtype, dev)
     else:
         out.fill_(float("nan"))
-    ops.matmul_all_reduce(ctx, out, a, b, bias, config=config)
+    ops.matmul_all_reduce(ctx, out, a, b, bias, config=config, group=group)
     return out
 
 
@@ -94,13 +94,13 @@ def ref_matmul_reduce_scatter(W, rank, M, N, K, dtype, out_dtype, seed, with_bia
     return full[rank * m:(rank + 1) * m].to(out_dtype)
 
 
-def run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config):
-    dev, r = ctx.device, ctx.rank
+def run_matmul_reduce_scatter(ctx, M, N, K, dtype, out_dtype, seed, with_bias, config, group=None):
+    dev, r, W = ctx.device, (ctx if group is None else group).rank, (ctx if group is None else group).world_size
     a = ints((M, K), dtype, seed + 10 * r).to(dev)
     b = b_layout(ints((K, N), dtype, seed + 10 * r + 1).to(dev))
     bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
-    out = poisoned((M // ctx.world_size, N), out_dtype, dev)
-    ops.matmul_reduce_scatter(ctx, out, a, b, bias, config=config)
+    out = poisoned((M // W, N), out_dtype, dev)
+    ops.matmul_reduce_scatter(ctx, out, a, b, bias, config=config, group=group)
     return out
 
 
@@ -112,15 +112,16 @@ def ref_all_gather_matmul(W, M, N, K, dtype, out_dtype, seed, with_bias):
     return total.to(out_dtype)
 
 
-def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None):
-    """all_gather_matmul or matmul_all_gather: rank r's [M / W, K] rows, one b for every rank."""
-    dev, r = ctx.device, ctx.rank
-    a = ints((M // ctx.world_size, K), dtype, seed + 10 * r).to(dev)
+def run_gather_op(ctx, op, M, N, K, dtype, out_dtype, seed, with_bias, config, out=None, group=None):
+    """all_gather_matmul or matmul_all_gather: rank r's [M / W, K] rows, one b for every rank
+    (``group``: r and W the group's)."""
+    dev, r, W = ctx.device, (ctx if group is None else group).rank, (ctx if group is None else group).world_size
+    a = ints((M // W, K), dtype, seed + 10 * r).to(dev)
     b = b_layout(ints((K, N), dtype, seed + 1).to(dev))
     bias = ints((N,), dtype, seed + 5).to(dev) if with_bias else None
     if out is None:
         out = poisoned((M, N), out_dtype, dev)
-    op(ctx, out, a, b, bias, config=config)
+    op(ctx, out, a, b, bias, config=config, group=group)
     return out
 
 
@@ -579,16 +580,16 @@ def ref_rmsnorm(W, shape, dtype, seed, residual=True, weight_dtype=torch.float32
 
 
 def run_rmsnorm(ctx, shape, dtype, seed, config, residual=True, residual_out="new", weight_dtype=torch.float32,
-                eps=1e-6):
+                eps=1e-6, group=None):
     """One call on this rank's partial (seeded like :func:`ref_rmsnorm`); ``residual_out``: ``"new"``
     (a tensor of its own), ``"in_place"`` (the residual) or None. Returns (out, residual_out)."""
     dev = ctx.device
-    partial = ints(shape, dtype, seed + 10 * ctx.rank).to(dev)
+    partial = ints(shape, dtype, seed + 10 * (ctx if group is None else group).rank).to(dev)
     res = ints(shape, dtype, seed + 7).to(dev) if residual else None
     weight = ref_rmsnorm(1, shape, dtype, seed, residual, weight_dtype)[2].to(dev)
     new = {"new": poisoned(shape, dtype, dev), "in_place": res, None: None}[residual_out]
     out = poisoned(shape, dtype, dev)
-    returned = ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, res, weight, eps, config=config)
+    returned = ops.all_reduce_residual_rmsnorm(ctx, out, new, partial, res, weight, eps, config=config, group=group)
     assert returned is out
     return out, new
 
@@ -856,6 +857,34 @@ def scenario_argument_errors(ctx):
     mg = "iris.collectives.ops.matmul_all_gather"
     expect_error(lambda: ops.matmul_all_gather(ctx, out, a, b, torch.zeros(6, dtype=torch.int64, device=dev)),
                  UnsupportedDtypeError, mg, "bias has dtype torch.int64")
+
+
+def scenario_groups(ctx):
+    # The five fused ops on TP and DP groups and a non-contiguous one (ccl_worker's layouts), calls
+    # of different groups back to back; inputs seeded by group rank, so each result is exactly the
+    # same op's on a context of the group's ranks (the references', with W the group's size)
+    from ccl_worker import group_layouts, make_groups
+
+    groups = [make_groups(ctx, lists) for lists in group_layouts(ctx.world_size).values()]
+    d, cfg = torch.float32, SMALL
+    for g in groups:
+        if g is None:
+            continue
+        G, gr = g.size, g.rank
+        seed = 900 + 10 * G
+        check(run_matmul_all_reduce(ctx, 20, 24, 16, d, d, seed, True, cfg, group=g),
+              ref_matmul_all_reduce(G, 20, 24, 16, d, d, seed, True), f"group {g.ranks} matmul_all_reduce")
+        check(run_matmul_reduce_scatter(ctx, G * 16, 24, 16, d, d, seed + 1, False, cfg, group=g),
+              ref_matmul_reduce_scatter(G, gr, G * 16, 24, 16, d, d, seed + 1, False),
+              f"group {g.ranks} matmul_reduce_scatter")
+        for op in (ops.all_gather_matmul, ops.matmul_all_gather):
+            check(run_gather_op(ctx, op, G * 16, 24, 16, d, d, seed + 2, True, cfg, group=g),
+                  ref_all_gather_matmul(G, G * 16, 24, 16, d, d, seed + 2, True), f"group {g.ranks} {op.__name__}")
+        for variant in ("one_shot_buffered", "two_shot"):
+            out, new = run_rmsnorm(ctx, (G + 1, 24), torch.bfloat16, seed + 3, ops.Config(variant=variant), group=g)
+            ref_out, ref_res, _ = ref_rmsnorm(G, (G + 1, 24), torch.bfloat16, seed + 3)
+            check(out, ref_out, f"group {g.ranks} all_reduce_residual_rmsnorm {variant}: out")
+            check(new, ref_res, f"group {g.ranks} all_reduce_residual_rmsnorm {variant}: residual_out")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from ._layout import (
     CALL_CHECK_MAX_RANKS,
     CALL_COUNTER_AT,
     CALL_SLOTS_AT,
+    CALL_WORDS_OFFSET_C,
     CUR_RANK_AT_C,
     HEAP_SIZE_C,
     PAD_RESERVED_BYTES,
@@ -70,8 +71,9 @@ CHECK_CALLS: tl.constexpr = tl.constexpr(calls_check_from_env())
 #: Byte offsets, from a rank's heap base plus the heap size, of its call counter and slots.
 COUNTER_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_COUNTER_AT
 SLOTS_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_SLOTS_AT
-_COUNTER_C: tl.constexpr = tl.constexpr(COUNTER_OFFSET)
-_SLOTS_C: tl.constexpr = tl.constexpr(SLOTS_OFFSET)
+_PAD_WORDS_C: tl.constexpr = tl.constexpr(COUNTER_OFFSET)
+_COUNTER_C: tl.constexpr = tl.constexpr(CALL_COUNTER_AT)
+_SLOTS_C: tl.constexpr = tl.constexpr(CALL_SLOTS_AT)
 _NUM_RANKS_AT: tl.constexpr = tl.constexpr(_NUM_RANKS - _HEAP_BASES)
 
 #: The fingerprints are 31-bit (a non-negative int32 kernel argument) and never 0 (an empty slot).
@@ -111,9 +113,14 @@ def _first_program():
 
 @triton.jit
 def _pad(heap_bases, rank):
-    # Address of rank's signal pad end words: its heap base plus the heap size (the same on every rank).
+    # Address of rank's call words: its heap base plus the context's call_words_offset (the same
+    # on every rank), or when that is 0 the words in its signal pad (a group's context has words
+    # of its own: iris.runtime.Group).
     trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
-    return tl.load(heap_bases + rank) + tl.load(trailer + HEAP_SIZE_C)
+    offset = tl.load(trailer + CALL_WORDS_OFFSET_C)
+    if offset == 0:
+        offset = tl.load(trailer + HEAP_SIZE_C) + _PAD_WORDS_C
+    return tl.load(heap_bases + rank) + offset
 
 
 @triton.jit
@@ -135,11 +142,11 @@ def call_enter(heap_bases, fingerprint, rank: tl.constexpr, world_size: tl.const
                                   scope="gpu") + 1
             word = (count.to(tl.int64) << 32) | fingerprint.to(tl.int64)
             slot = _SLOTS_C + ((count % 2) * world_size + rank).to(tl.int64) * 8
-            heap_size = own - tl.load(heap_bases + rank)
+            words = own - tl.load(heap_bases + rank)  # the call words' offset, the same on every rank
             for q in tl.static_range(world_size):
                 base = tl.load(heap_bases + q)
                 if base != 0:  # 0: a peer on another node (nvshmem), not reachable by pointer
-                    tl.store(tl.cast(base + heap_size + slot, tl.pointer_type(tl.int64)), word)
+                    tl.store(tl.cast(base + words + slot, tl.pointer_type(tl.int64)), word)
     return count
 
 

@@ -8,7 +8,8 @@ device code that reads it.
      trace_enabled, trace_max_events,          # the spec's trace info ...
      trace_counter_ptr, trace_buffer_ptr,
      heap_size,                                # ... then what Iris adds:
-     watchdog_timeout_ns, watchdog_record_ptr] # the bound on waits (0: none), its report
+     watchdog_timeout_ns, watchdog_record_ptr, # the bound on waits (0: none), its report
+     call_words_offset]                        # where the call agreement's words are (0: the pad's)
 
 ``heap_bases`` (what the free functions take) is the same tensor from index 2 on, so the
 header sits just before it and the trailer just after the N bases.
@@ -40,8 +41,13 @@ HEAP_SIZE = 4
 WATCHDOG_NS = 5
 #: Address of the watchdog's report (host-visible int64 words, layout in ``iris.device._watchdog``).
 WATCHDOG_RECORD = 6
+#: Byte offset, from every rank's heap base, of the call agreement's words
+#: (``iris.device._calls``); 0 for the signal pad's (``heap_size + SIGNAL_PAD_BYTES -
+#: PAD_RESERVED_BYTES``). A group's context (``iris.runtime.Group``) points it at words of its own
+#: on the heap, so that calls of overlapping groups never count or compare in the same words.
+CALL_WORDS_OFFSET = 7
 #: Number of words after the heap bases.
-TRAILER_WORDS = 7
+TRAILER_WORDS = 8
 
 
 def context_length(num_ranks: int) -> int:
@@ -86,6 +92,7 @@ TRACE_BUFFER_PTR_C: tl.constexpr = tl.constexpr(TRACE_BUFFER_PTR)
 HEAP_SIZE_C: tl.constexpr = tl.constexpr(HEAP_SIZE)
 WATCHDOG_NS_C: tl.constexpr = tl.constexpr(WATCHDOG_NS)
 WATCHDOG_RECORD_C: tl.constexpr = tl.constexpr(WATCHDOG_RECORD)
+CALL_WORDS_OFFSET_C: tl.constexpr = tl.constexpr(CALL_WORDS_OFFSET)
 
 # One trace event is TRACE_EVENT_FIELDS int64 words, in this order.
 EVENT_ID = 0        #: TraceEvent id

@@ -21,6 +21,7 @@ _install_compile_lock(DEFAULT_BACKEND)  # IRIS_COMPILE_LOCK=1: one compilation p
 
 from ._allocator import SymmetricAllocator, format_bytes
 from ._errors import (
+    GroupError,
     HeapExhaustedError,
     IrisBackendError,
     IrisBootstrapError,
@@ -35,6 +36,7 @@ from ._errors import (
     UnsupportedDtypeError,
 )
 from ._factories import SUPPORTED_DTYPES
+from ._group import Group
 from ._heap import SymmetricHeap
 from ._iris import DEFAULT_HEAP_SIZE, Iris, context_of_uid, iris
 from ._logging import logger, set_log_level
@@ -47,6 +49,8 @@ from ._version import __version__
 __all__ = [
     "DEFAULT_BACKEND",
     "DEFAULT_HEAP_SIZE",
+    "Group",
+    "GroupError",
     "HeapExhaustedError",
     "Iris",
     "IrisBackendError",

@@ -38,6 +38,11 @@ class RankError(IrisUsageError):
     """A rank number outside ``[0, world_size)``."""
 
 
+class GroupError(IrisUsageError):
+    """A group of ranks made or used wrongly: a duplicate rank, ranks listed differently on
+    different ranks, a group of another context, or a call on a group by a rank outside it."""
+
+
 class IrisBootstrapError(IrisBackendError):
     """The launcher that started this process and the bootstrap that was asked for (or found) do
     not agree: e.g. ``WORLD_SIZE=4`` set but no way to reach the other ranks, or ``mpi4py`` seeing
@@ -45,6 +50,7 @@ class IrisBootstrapError(IrisBackendError):
 
 
 __all__ = [
+    "GroupError",
     "HeapExhaustedError",
     "IrisBackendError",
     "IrisBootstrapError",

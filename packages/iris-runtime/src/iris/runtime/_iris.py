@@ -14,7 +14,7 @@ from iris.device import _calls as device_calls
 from iris.device import _layout as layout
 from iris.device._watchdog import DEFAULT_TIMEOUT_S, timeout_from_env
 
-from . import _backend
+from . import _backend, _group
 from ._agreement import CallAgreement
 from ._allocator import SymmetricAllocator, format_bytes
 from ._bootstrap import add_abort_hook, remove_abort_hook
@@ -123,6 +123,9 @@ class Iris(TensorFactories):
                                                          else None)
         if self.backend == "cpu":  # kernels run in this thread: a mismatch they find raises here
             device_calls.DESCRIBERS[self._watchdog.address] = weakref.WeakMethod(self._raise_call_mismatch)
+        #: The groups of this context made on this rank (its members' Group objects), weakly:
+        #: tracing's words reach their context tensors too.
+        self._groups: weakref.WeakSet = weakref.WeakSet()
         self.tracing = Tracing(self)
         self._closed = False
         self._registrations: list[Registration] = []
@@ -243,6 +246,22 @@ class Iris(TensorFactories):
             compiled, num_work, self.device, max(self.ranks_on_device, gpu_sharers()))
         with self._host_waits.label("iris.runtime.Iris.resident_grid()"):
             return self._boot.allreduce(mine, "min")
+
+    def new_group(self, ranks, workspace_size: int = _group.DEFAULT_WORKSPACE_SIZE):
+        """A group of this context's ranks: an :class:`iris.runtime.Group` on its members, None on
+        the other ranks.
+
+        Collective: every rank of the context calls it with the same list of global ranks (any
+        subset, in any order: the order numbers the group's ranks, as ``MPI_Group_incl``; a
+        sorted list numbers them as torch does). The group shares the context's heap; every rank
+        of the context reserves ``workspace_size`` bytes of it (default 16 MiB) for the group's
+        flags and staging buffers, so that they sit at the same offset on every member. Groups
+        may overlap; their calls never share a flag. Pass the group as ``group=`` to the calls of
+        ``iris.collectives.ccl``. Raises :class:`RankError` for a rank outside the context and
+        :class:`GroupError` for a rank listed twice or lists that differ between ranks (on every
+        rank). Needs the MPI bootstrap."""
+        self._check_open("new_group()")
+        return _group.new_group(self, ranks, workspace_size)
 
     # --- heap and context ------------------------------------------------------------------------
     def get_heap_bases(self) -> torch.Tensor:
@@ -389,12 +408,17 @@ class Iris(TensorFactories):
         return self._allocator.free_bytes
 
     # --- synchronisation -------------------------------------------------------------------------
-    def barrier(self) -> None:
+    def barrier(self, group=None) -> None:
         """Wait for this rank's device work, then for every rank (a host barrier of the bootstrap).
 
         With ``verify=True`` (or ``IRIS_VERIFY=1``) it also checks that every rank made the same
         allocation calls since the last barrier, and raises :class:`SymmetryError` otherwise.
+        ``group``: a :class:`Group` of this context (:meth:`new_group`): wait for its members only
+        (no allocation check: members alone may not allocate).
         """
+        if group is not None:
+            _group.check_group(self, group, "iris.runtime.Iris.barrier(group=...)").barrier()
+            return
         self._heap.complete_remote_writes()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

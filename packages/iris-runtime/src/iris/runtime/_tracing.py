@@ -74,6 +74,11 @@ class Tracing:
     def _publish(self) -> None:
         write_trace_info(self._owner.get_device_context(), self._owner.world_size, self.enabled, self.max_events,
                          self.counter.data_ptr(), self.buffer.data_ptr())
+        # the context's groups (iris.runtime.Group) record into the same buffer: their kernels
+        # read the trace words from the group's own context tensor
+        for group in list(getattr(self._owner, "_groups", ())):
+            write_trace_info(group.get_device_context(), group.size, self.enabled, self.max_events,
+                             self.counter.data_ptr(), self.buffer.data_ptr())
 
     def recorded(self) -> tuple[torch.Tensor, int]:
         """This rank's events as an ``(n, TRACE_EVENT_FIELDS)`` int64 CPU tensor (columns: see

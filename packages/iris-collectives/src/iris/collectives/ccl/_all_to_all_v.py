@@ -12,6 +12,7 @@ from .._compiling import is_compiling, traced
 from .._errors import IrisCapacityError
 from . import _checks, _launch, _ranks
 from ._exchange import STAGE_SEGMENTS, Exchange, pull_constexprs, settings
+from ._groups import on_group
 
 CALL = "iris.collectives.ccl.all_to_all_v"
 #: dtypes of split tensors.
@@ -25,7 +26,7 @@ def _fingerprint(t) -> tuple | None:
 
 
 def all_to_all_v(ctx, out: torch.Tensor, inp: torch.Tensor, in_splits: torch.Tensor, out_splits: torch.Tensor,
-                 out_offsets: torch.Tensor | None = None, config=None) -> torch.Tensor:
+                 out_offsets: torch.Tensor | None = None, config=None, group=None) -> torch.Tensor:
     """Rows ``in_splits[0]`` first of ``inp`` to rank 0, the next ``in_splits[1]`` to rank 1, ...;
     every rank receives into ``out`` the rows each rank sent it, in rank order, and writes how many
     into ``out_splits`` (and where they start into ``out_offsets``); returns ``out``.
@@ -46,8 +47,12 @@ def all_to_all_v(ctx, out: torch.Tensor, inp: torch.Tensor, in_splits: torch.Ten
     Size ``out`` for the most rows a rank can receive.
 
     Collective; torch's current stream; no host synchronisation. ``config``: ``ccl.Config`` with
-    ``block`` (row elements per column block), ``grid``, ``num_warps``.
+    ``block`` (row elements per column block), ``grid``, ``num_warps``. ``group``: an
+    :class:`iris.runtime.Group` of the context to exchange among its members only (``W`` splits,
+    in group rank order); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.all_to_all_v")
     if is_compiling():
         return traced().all_to_all_v(ctx, out, inp, in_splits, out_splits, out_offsets, config=config)
     key = ("all_to_all_v", config, _fingerprint(out), _fingerprint(inp), _fingerprint(in_splits),

@@ -11,6 +11,7 @@ from .._compiling import is_compiling, traced
 from .._sync import BARRIER_WORDS, LOCK_WORDS
 from . import _checks, _launch
 from ._config import choose
+from ._groups import on_group
 from ._kernels import ALL_TO_ALL, BROADCAST, GATHER, GATHER_TO_ROOT, SCATTER, barrier_kernel, pull_kernel
 
 _MODES = {"all_gather": GATHER.value, "all_to_all": ALL_TO_ALL.value, "broadcast": BROADCAST.value,
@@ -81,14 +82,18 @@ def _checked(ctx, call, out, inp):
     _checks.check_disjoint(call, out, inp, same_allowed=False)
 
 
-def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.Tensor:
+def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None, group=None) -> torch.Tensor:
     """``out`` = every rank's ``inp`` concatenated along dim 0, in rank order; returns ``out``.
 
     Like ``torch.distributed.all_gather_into_tensor``: ``out.numel() == W * inp.numel()`` and
     ``out.shape[0] == W * inp.shape[0]``; same dtype, no overlap. Every rank pulls each peer's
     ``inp`` from the heap (staged there inside the kernel when ``inp`` is not on the heap), so
     ``out`` may be any tensor. Collective; torch's current stream; no barrier between calls.
+    ``group``: an :class:`iris.runtime.Group` of the context to gather over its members only, in
+    group rank order (``W`` is the group's size); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.all_gather")
     if is_compiling():
         return traced().collective("all_gather", ctx, out, inp, config=config)
 
@@ -105,13 +110,17 @@ def all_gather(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
     return out
 
 
-def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.Tensor:
+def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None, group=None) -> torch.Tensor:
     """Chunk ``j`` of rank ``i``'s ``inp`` lands in chunk ``i`` of rank ``j``'s ``out``; returns ``out``.
 
     Like ``torch.distributed.all_to_all_single`` with equal splits: ``inp`` is ``W`` equal chunks
     along dim 0 (``inp.shape[0]`` a multiple of ``W``), ``out`` has ``inp``'s shape and dtype and
     does not overlap it. Every rank pulls its chunk from each peer's heap copy. Collective.
+    ``group``: an :class:`iris.runtime.Group` of the context to exchange among its members only
+    (``W`` chunks, ``W`` the group's size, in group rank order); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.all_to_all")
     if is_compiling():
         return traced().collective("all_to_all", ctx, out, inp, config=config)
 
@@ -133,14 +142,18 @@ def all_to_all(ctx, out: torch.Tensor, inp: torch.Tensor, config=None) -> torch.
     return out
 
 
-def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
+def broadcast(ctx, tensor: torch.Tensor, src: int, config=None, group=None) -> torch.Tensor:
     """Rank ``src``'s ``tensor`` into ``tensor`` on every rank, in place; returns ``tensor``.
 
     Like ``torch.distributed.broadcast``. Every rank pulls from ``src``'s heap copy (the tensor
     itself when it is on the heap, else a staging buffer filled inside the kernel). ``src`` is a
     kernel argument, not a compile-time one: any rank may be the source, call after call, and a
     CUDA graph replays the ``src`` it captured. Collective: every rank passes the same ``src``.
+    ``group``: an :class:`iris.runtime.Group` of the context to broadcast among its members only;
+    ``src`` is then a group rank. None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.broadcast")
     if src.__class__ is not int or not 0 <= src < ctx.world_size:
         ctx.check_rank(src, "iris.collectives.ccl.broadcast(src=...)")
     if is_compiling():
@@ -161,11 +174,14 @@ def broadcast(ctx, tensor: torch.Tensor, src: int, config=None) -> torch.Tensor:
     return tensor
 
 
-def barrier(ctx) -> None:
+def barrier(ctx, group=None) -> None:
     """A device-side barrier on torch's current stream: work enqueued after it on any rank runs
     after the work every rank enqueued before it. One program per rank signals every rank and waits
     for all (``iris.collectives.device_barrier`` on a cached flag pair whose counters only grow);
-    the host does not wait. Collective."""
+    the host does not wait. Collective. ``group``: an :class:`iris.runtime.Group` of the context
+    to synchronise its members only (None: every rank)."""
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.barrier")
     if is_compiling():
         return traced().barrier(ctx)
     plan = _launch.lookup(ctx, "barrier")

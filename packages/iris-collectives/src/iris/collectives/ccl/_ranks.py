@@ -1,18 +1,18 @@
 """The ranks a host call names (a peer, a root), as the context's global ranks.
 
-A call names ranks as ranks of its group. Groups (some of the context's ranks, with their own
-flags and workspaces) do not exist yet: every call's group is the whole context, so a call's rank
-is the global rank. The point-to-point and rooted calls still map every rank they are given
-through :func:`global_rank`, the one place that knows the call's group, and their kernels take
-global ranks only: a group's rank list then needs threading through this function alone (and the
-group's size through :func:`group_size`).
+A call names ranks as ranks of its group. A call on a group (``group=``, an
+:class:`iris.runtime.Group`) runs on the group in place of the context: its kernels read the
+group's context tensor, whose ranks are group ranks and whose heap bases are the members', in
+group order, so the ranks a call is given are already the ranks its kernels take. The
+point-to-point and rooted calls map every rank they are given through :func:`global_rank`, the
+one place that would translate them if a kernel ever took the context's ranks on a group.
 """
 
 from __future__ import annotations
 
 
 def group_size(ctx) -> int:
-    """Ranks of a call's group: today the whole context's."""
+    """Ranks of a call's group (``ctx``: the context, or the group that stands in for it)."""
     return ctx.world_size
 
 

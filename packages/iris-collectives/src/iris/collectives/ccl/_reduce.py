@@ -11,6 +11,7 @@ from .._compiling import is_compiling, traced
 from .._sync import LOCK_WORDS
 from . import _checks, _launch
 from ._config import choose
+from ._groups import on_group
 from ._kernels import all_reduce_kernel, reduce_scatter_kernel
 
 
@@ -22,7 +23,7 @@ def _tiles(n: int, block: int) -> int:
     return -(-n // block)
 
 
-def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", config=None, group=None) -> torch.Tensor:
     """``out = op(inp of every rank)`` on every rank, element by element; returns ``out``.
 
     ``op``: ``"sum"``, ``"avg"``, ``"max"``, ``"min"`` or ``"prod"``. ``out`` has ``inp``'s shape
@@ -34,8 +35,12 @@ def all_reduce(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", confi
     kernel. Collective: every rank calls it with the same shapes, dtypes, op and config.
     Enqueued on torch's current stream; back-to-back calls need no barrier, and a CUDA graph of
     it replays correctly. ``config``: a :class:`Config` forcing the variant (``one_shot``,
-    ``two_shot``) or tiling; see docs/ccl.md.
+    ``two_shot``) or tiling; see docs/ccl.md. ``group``: an :class:`iris.runtime.Group` of the
+    context (``ctx.new_group(ranks)``) to reduce over its members only (in group rank order);
+    None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.all_reduce")
     if is_compiling():
         return traced().collective("all_reduce", ctx, out, inp, op, config=config)
     # peers read inp and (two-shot) write out: both reached in place when registered on the fly
@@ -122,14 +127,17 @@ def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     return plan
 
 
-def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+def reduce_scatter(ctx, out: torch.Tensor, inp: torch.Tensor, op: str = "sum", config=None,
+                   group=None) -> torch.Tensor:
     """Rank ``r``'s ``out`` = ``op`` over every rank of chunk ``r`` of ``inp``; returns ``out``.
 
     Like ``torch.distributed.reduce_scatter_tensor``: ``inp`` holds ``W`` chunks of
     ``out.numel()`` elements (along dim 0: ``inp.shape[0] == W * out.shape[0]``). ``op``, dtypes,
     rounding, tensors, streams and graphs as for :func:`all_reduce`; ``out`` must not overlap
-    ``inp``. Collective.
+    ``inp``. Collective. ``group``: as for :func:`all_reduce` (``W`` and ``r`` are the group's).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.reduce_scatter")
     if is_compiling():
         return traced().collective("reduce_scatter", ctx, out, inp, op, config=config)
     reach = _launch.agreed_reach(ctx, config, inp)  # peers read inp; out is this rank's alone

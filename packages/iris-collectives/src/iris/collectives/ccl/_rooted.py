@@ -25,6 +25,7 @@ from .._agree import agree
 from .._sync import LOCK_WORDS
 from . import _checks, _launch, _ranks
 from ._config import choose
+from ._groups import on_group
 from ._kernels import reduce_kernel
 from ._move import _plan_pull
 
@@ -34,7 +35,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def reduce(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, op: str = "sum",
-           config=None) -> torch.Tensor | None:
+           config=None, group=None) -> torch.Tensor | None:
     """``out = op(inp of every rank)`` on rank ``dst``, element by element; returns ``out``.
 
     Like ``torch.distributed.reduce`` (out of place): ``op`` is ``"sum"``, ``"avg"``, ``"max"``,
@@ -43,8 +44,12 @@ def reduce(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, op: str =
     ``out`` has ``inp``'s shape and dtype on ``dst`` and may be ``inp``; other ranks' ``out`` is
     not touched and may be ``None``. Collective: every rank passes the same ``dst``, shapes,
     dtype, op and config. ``config``: block, width, grid, warps, rounds (variant ``one_shot``).
+    ``group``: an :class:`iris.runtime.Group` of the context to reduce over its members only
+    (``dst`` a group rank); None: every rank.
     """
     call = "iris.collectives.ccl.reduce"
+    if group is not None:
+        ctx = on_group(ctx, group, call)
     root = _ranks.global_rank(ctx, dst, call, "dst")
     if ctx.rank != root and out is None:
         out = inp  # never written: the kernel writes out on the root alone
@@ -102,7 +107,8 @@ def _plan_reduce(ctx, key, out, inp, root, op, config, reach=None):
     return plan
 
 
-def gather(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, config=None) -> torch.Tensor | None:
+def gather(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, config=None,
+           group=None) -> torch.Tensor | None:
     """``out`` on rank ``dst`` = every rank's ``inp`` concatenated along dim 0, in rank order;
     returns ``out``.
 
@@ -110,9 +116,11 @@ def gather(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, config=No
     inp.numel()`` and ``out.shape[0] == W * inp.shape[0]``, same dtype, no overlap; other ranks'
     ``out`` is not touched and may be ``None``. The root pulls each rank's ``inp`` from the heap
     (staged there inside the kernel when it is not on the heap). Collective: every rank passes the
-    same ``dst``, shapes and dtype.
+    same ``dst``, shapes and dtype. ``group``: as for :func:`reduce` (``W`` the group's size).
     """
     call = "iris.collectives.ccl.gather"
+    if group is not None:
+        ctx = on_group(ctx, group, call)
     root = _ranks.global_rank(ctx, dst, call, "dst")
     if ctx.rank != root and out is None:
         out = inp  # never written
@@ -133,16 +141,19 @@ def gather(ctx, out: torch.Tensor | None, inp: torch.Tensor, dst: int, config=No
     return out if ctx.rank == root else None
 
 
-def scatter(ctx, out: torch.Tensor, inp: torch.Tensor | None, src: int, config=None) -> torch.Tensor:
+def scatter(ctx, out: torch.Tensor, inp: torch.Tensor | None, src: int, config=None, group=None) -> torch.Tensor:
     """Rank ``r``'s ``out`` = chunk ``r`` along dim 0 of rank ``src``'s ``inp``; returns ``out``.
 
     Like ``torch.distributed.scatter`` from one tensor: on ``src``, ``inp.numel() == W *
     out.numel()`` and ``inp.shape[0] == W * out.shape[0]``, same dtype, no overlap; other ranks'
     ``inp`` is not read and may be ``None``. The root stages its chunks on the heap inside the
     kernel (always: the other ranks cannot know where its ``inp`` lies) and every rank pulls its
-    own. Collective: every rank passes the same ``src``, ``out`` shape and dtype.
+    own. Collective: every rank passes the same ``src``, ``out`` shape and dtype. ``group``: as
+    for :func:`reduce` (``src`` a group rank, ``W`` the group's size).
     """
     call = "iris.collectives.ccl.scatter"
+    if group is not None:
+        ctx = on_group(ctx, group, call)
     root = _ranks.global_rank(ctx, src, call, "src")
     if ctx.rank != root and inp is None:
         inp = out  # never read

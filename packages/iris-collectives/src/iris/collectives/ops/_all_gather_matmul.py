@@ -32,6 +32,7 @@ from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
 from .._workspace import workspace
+from ..ccl._groups import on_group
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import (
@@ -249,7 +250,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
 
 
 def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Tensor,
-                      bias: torch.Tensor | None = None, config=None) -> torch.Tensor:
+                      bias: torch.Tensor | None = None, config=None, group=None) -> torch.Tensor:
     """``out = all_gather(a_shard, dim 0) @ b + bias`` on every rank; returns ``out``.
 
     ``a_shard`` is this rank's ``[M / W, K]`` block of rows of A (rank order), ``b`` ``[K, N]``
@@ -257,7 +258,11 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     ``out`` ``[M, N]``, ``bias`` an optional ``[N]``. fp32 accumulation, one rounding to
     ``out.dtype``. The shard is copied to a cached heap buffer each call (peers read it there).
     Collective; enqueued on torch's current stream; no barrier between calls.
+    ``group``: an :class:`iris.runtime.Group` of the context to run among its members only (``W``
+    and ranks are the group's); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, CALL)
     if is_compiling():
         return traced().fused("all_gather_matmul", ctx, out, a_shard, b, bias, config=config)
     check_inputs(CALL, ctx, out, a_shard, b, bias)

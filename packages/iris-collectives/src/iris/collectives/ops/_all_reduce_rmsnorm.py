@@ -31,6 +31,7 @@ from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, LOCK_WORDS, enter_range, signal_and_wait_all
 from .._views import INDEX_TYPE, TensorView, TileRange
 from ..ccl import _launch
+from ..ccl._groups import on_group
 from ._norm_checks import check_call
 from ._norm_config import choose
 
@@ -151,7 +152,7 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
 
 def all_reduce_residual_rmsnorm(ctx, out: torch.Tensor, residual_out: torch.Tensor | None, partial: torch.Tensor,
                                 residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6,
-                                scale: torch.Tensor | None = None, config=None) -> torch.Tensor:
+                                scale: torch.Tensor | None = None, config=None, group=None) -> torch.Tensor:
     """``residual_out = residual + sum over ranks of partial``, ``out = rms_norm(residual_out) *
     weight``, in one kernel, on every rank; returns ``out``.
 
@@ -177,8 +178,11 @@ def all_reduce_residual_rmsnorm(ctx, out: torch.Tensor, residual_out: torch.Tens
     torch's current stream; back-to-back calls need no barrier, and a CUDA graph of it replays
     correctly. ``config``: an :class:`~iris.collectives.ops.Config` forcing ``variant``
     (``one_shot``, ``one_shot_buffered``, ``two_shot``), ``block_m`` (rows per tile),
-    ``num_warps`` or ``grid``; see docs/fused-ops.md.
+    ``num_warps`` or ``grid``; see docs/fused-ops.md. ``group``: an :class:`iris.runtime.Group` of
+    the context to sum over its members only (in group rank order); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, CALL)
     if is_compiling():
         return traced().all_reduce_residual_rmsnorm(ctx, out, residual_out, partial, residual, weight, eps, scale,
                                                     config)

@@ -29,6 +29,7 @@ from .._gather import all_gather
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch
 from .._views import TensorView, Tile
 from .._workspace import workspace
+from ..ccl._groups import on_group
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
@@ -87,14 +88,18 @@ def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K,
 
 
 def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-                      config=None) -> torch.Tensor:
+                      config=None, group=None) -> torch.Tensor:
     """``out = all_gather(a @ b + bias, dim 0)`` on every rank; returns ``out``.
 
     ``a`` is this rank's ``[M / W, K]`` rows, ``b`` ``[K, N]``, ``out`` ``[M, N]`` (rank ``r``'s
     product in rows ``[r * M / W, (r + 1) * M / W)``), ``bias`` an optional ``[N]``. fp32
     accumulation, one rounding to ``out.dtype``. Collective; enqueued on torch's current stream;
     no barrier between calls.
+    ``group``: an :class:`iris.runtime.Group` of the context to run among its members only (``W``
+    and ranks are the group's); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, CALL)
     if is_compiling():
         return traced().fused("matmul_all_gather", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)

@@ -27,6 +27,7 @@ from .._compiling import is_compiling, traced
 from .._context import DeviceContext
 from .._views import TensorView, Tile
 from .._workspace import workspace
+from ..ccl._groups import on_group
 from ._checks import check_inputs, check_matrix
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
@@ -77,7 +78,7 @@ def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K,
 
 
 def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-                      config=None) -> torch.Tensor:
+                      config=None, group=None) -> torch.Tensor:
     """``out = all_reduce(a @ b) + bias`` on every rank; returns ``out``.
 
     ``a`` is ``[M, K_local]`` and ``b`` ``[K_local, N]`` (this rank's share of the inner
@@ -90,7 +91,11 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     same allocation, as for any symmetric tensor). Collective:
     every rank calls it with the same shapes and config. Enqueued on torch's current stream; no
     host barrier is needed between calls.
+    ``group``: an :class:`iris.runtime.Group` of the context to run among its members only (``W``
+    and ranks are the group's); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, CALL)
     if is_compiling():
         return traced().fused("matmul_all_reduce", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)

@@ -34,6 +34,7 @@ from .._context import DeviceContext
 from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signal_all, wait_at_least
 from .._views import Tile
 from .._workspace import workspace
+from ..ccl._groups import on_group
 from ._checks import check_inputs, check_matrix, check_rows_divide
 from ._config import choose
 from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
@@ -105,14 +106,18 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
 
 
 def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                          bias: torch.Tensor | None = None, config=None) -> torch.Tensor:
+                          bias: torch.Tensor | None = None, config=None, group=None) -> torch.Tensor:
     """``out = reduce_scatter(a @ b, dim 0) + bias``: rank ``r`` gets rows ``[r * M / W, (r + 1) * M / W)``
     of the sum over ranks of ``a @ b``; returns ``out``.
 
     ``a`` is ``[M, K_local]``, ``b`` ``[K_local, N]``, ``out`` ``[M / W, N]`` (``W`` must divide
     ``M``), ``bias`` an optional ``[N]`` added once after the sum. fp32 accumulation, one rounding
     to ``out.dtype``. Collective; enqueued on torch's current stream; no barrier between calls.
+    ``group``: an :class:`iris.runtime.Group` of the context to run among its members only (``W``
+    and ranks are the group's); None: every rank.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, CALL)
     if is_compiling():
         return traced().fused("matmul_reduce_scatter", ctx, out, a, b, bias, config=config)
     check_inputs(CALL, ctx, out, a, b, bias)
