@@ -26,6 +26,12 @@
 # (tools/suite_timings.py prints it at the end). IRIS_GPU_CACHE=<folder> keeps Triton's and
 # inductor's compiled kernels there (carry it to the next run for a warm start); unset, a fresh
 # machine compiles everything (cold caches).
+# Compiling: every process records the kernels it compiles (IRIS_KERNEL_RECORD, in $logs/kernel-records),
+# merged at the end into $logs/kernels.json; a run starts by compiling the manifest kept in the tree
+# (tools/gpu-kernels.json, tools/gpu-kernels-eight.json for --eight; copy a run's kernels.json there
+# when the kernels' specialisations change) on every core beside the tests (python -m
+# iris.runtime.precompile): a job then finds most of its kernels compiled or being compiled instead of
+# compiling them one by one. IRIS_GPU_PRECOMPILE=0 leaves it out (each job compiles what it needs).
 # `bash tools/gpu-tests.sh --eight [pytest args]`: the 8-rank scenarios of the collectives (every
 # test function of the collectives, the ops, their torch operators and the device primitives that
 # takes its world sizes from IRIS_TEST_WORLD_SIZES), 2 processes side by side.
@@ -90,6 +96,15 @@ export IRIS_TEST_CLAIMS="$logs/claims"
 rm -rf "$IRIS_SUITE_RESULTS" "$IRIS_TEST_CLAIMS"
 echo "=== $parallel processes side by side, IRIS_GPU_RANKS=$IRIS_GPU_RANKS, logs in $logs"
 start=$(date +%s)
+export IRIS_KERNEL_RECORD="$logs/kernel-records"
+rm -rf "$IRIS_KERNEL_RECORD"
+manifest=tools/gpu-kernels${eight:+-eight}.json
+precompile_pid=""
+if [ "${IRIS_GPU_PRECOMPILE:-1}" != 0 ] && [ -f "$manifest" ]; then
+  # beside the tests: a kernel one of them needs meanwhile waits for its compile lock, not compiled twice
+  IRIS_KERNEL_RECORD="" python3 -m iris.runtime.precompile "$manifest" --jobs "$(nproc)" >"$logs/precompile.log" 2>&1 &
+  precompile_pid=$!
+fi
 pids=()
 # First every test but the gpu_fault ones, side by side.
 for i in $(seq 1 "$parallel"); do
@@ -99,6 +114,7 @@ for i in $(seq 1 "$parallel"); do
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+[ -n "$precompile_pid" ] && { wait "$precompile_pid"; tail -n 6 "$logs/precompile.log"; }
 # Then the gpu_fault tests: each ends a job on purpose (a device assert, the watchdog, a crash), and
 # a rank may end while a peer's kernel still reads its heap; under MPS the fault that follows ends
 # every job sharing the GPU. So they run after the others, without MPS: each process has a context
@@ -130,5 +146,6 @@ for i in $(seq 1 "$parallel") $(seq -f "faults-%g" 1 "$parallel"); do
   grep -q "short test summary info" "$logs/shard-$i.log" || tail -n 15 "$logs/shard-$i.log"
 done
 [ -n "${IRIS_TEST_TIMINGS:-}" ] && python3 tools/suite_timings.py "$IRIS_TEST_TIMINGS"
+[ -d "$IRIS_KERNEL_RECORD" ] && python3 -m iris.runtime.precompile --merge "$IRIS_KERNEL_RECORD" "$logs/kernels.json"
 python3 tools/pytest_suite_summary.py "$IRIS_SUITE_RESULTS" "$(( $(date +%s) - start ))"
 exit $status

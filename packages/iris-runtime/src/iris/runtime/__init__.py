@@ -16,8 +16,10 @@ from ._backend import prepare_interpreter_at_import
 DEFAULT_BACKEND = prepare_interpreter_at_import()
 
 from ._compile_lock import install_from_env as _install_compile_lock
+from ._kernel_manifest import install_recorder_from_env as _install_kernel_recorder
 
 _install_compile_lock(DEFAULT_BACKEND)  # IRIS_COMPILE_LOCK=1: one compilation per kernel per machine
+_install_kernel_recorder(DEFAULT_BACKEND)  # IRIS_KERNEL_RECORD=<folder>: a manifest of the kernels compiled
 
 from ._allocator import SymmetricAllocator, format_bytes
 from ._errors import (
