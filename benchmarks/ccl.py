@@ -5,6 +5,7 @@
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --write-table            # tune, rewrite ccl/_table.py
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --quick                  # cpu backend, tiny sizes
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --host [--calls 20000]   # microseconds of Python per call
+    mpirun -n 8 python3 -m mpi4py benchmarks/ccl.py --group-size 2           # groups of 2 vs contexts of 2
 
 For each dtype (``--dtypes``), size (``--sizes``: the larger buffer per rank, as in nccl-tests) and
 collective, in microseconds per call of the slowest rank (every rank calls back to back; the median
@@ -20,6 +21,12 @@ once; reduce-scatter ``size + size / W``); the ratios ``ccl / torch``, ``ccl / f
 (``--table-out`` elsewhere) with the fastest per size class, for this backend, world size and ranks
 per GPU. Writes ``results/ccl_<W>ranks[_<G>gpu][_quick].{json,md,png}`` after every size (a run cut
 short keeps what it measured). docs/ccl.md says how to read them.
+
+``--group-size G``: the collectives on the world split into groups of G consecutive ranks
+(``ctx.new_group``) next to the same calls on contexts of those G ranks alone (a second context
+over the split communicator), in one job, every group at once; the ratio group / context (eager
+and in a CUDA graph) and the floor; 1 MiB and 256 MiB by default;
+``results/ccl_groups_<W>ranks_g<G>[_quick].*``.
 
 ``--host``: the host's microseconds per call, 4 KiB fp32, plain and heap tensors: ``dispatch`` (the
 launch replaced by a no-op: what iris adds; any backend) and, on the GPU, ``enqueue`` (``--calls``
@@ -53,6 +60,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_SIZES = [4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB]
 QUICK_SIZES = [4 * KiB]
+GROUP_SIZES = [MiB, 256 * MiB]
 #: Sizes at and above which the floor and the goal ratios are shown (below, launches decide).
 FLOOR_FROM = 16 * MiB
 TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "packages",
@@ -119,13 +127,15 @@ def parse_args(argv=None):
                    help="bytes of heap per rank (default 8x the largest size + 64 MiB); with 8 ranks on one GPU a "
                         "256 MiB all-reduce of heap tensors was 2.5x slower than of registered ones: whether the "
                         "heap's size is why")
+    p.add_argument("--group-size", type=int, default=0, metavar="G",
+                   help="the collectives on groups of G ranks next to contexts of G ranks (ratio group/context)")
     p.add_argument("--host", action="store_true", help="the host's microseconds per call instead (see above)")
     p.add_argument("--calls", type=int, default=5000, help="with --host: calls per measurement")
     p.add_argument("--rounds", type=int, default=5, help="with --host: measurements, the median counts")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
     if args.sizes is None:
-        args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+        args.sizes = QUICK_SIZES if args.quick else GROUP_SIZES if args.group_size else DEFAULT_SIZES
     unknown = [d for d in args.dtypes if d not in DTYPES] + [c for c in args.collectives if c not in COLLECTIVES]
     if unknown:
         p.error(f"unknown dtypes/collectives {unknown}; dtypes: {tuple(DTYPES)}, collectives: {COLLECTIVES}")
@@ -142,8 +152,12 @@ def floor_bytes(name: str, nbytes: int, W: int) -> int:
 class Case:
     """The tensors of one collective at one size, and the ccl call on them (checked once)."""
 
-    def __init__(self, ctx, name: str, size: int, dtype, heap: bool = False, registered: bool = False):
-        W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    def __init__(self, ctx, name: str, size: int, dtype, heap: bool = False, registered: bool = False,
+                 group=None):
+        # on a group (ctx.new_group), the call's ranks are the group's
+        W, r = (group.size, group.rank) if group is not None else (ctx.world_size, ctx.rank)
+        dev = ctx.device
+        self.W, self.r, self.group = W, r, group
         esize = torch.empty((), dtype=dtype).element_size()
         big = max(W, size // esize // W * W)  # elements of the larger buffer, a multiple of W
         small = big // W
@@ -184,15 +198,15 @@ class Case:
         self.heap = []
 
     def call(self, config=None):
-        ctx = self.ctx
+        ctx, on = self.ctx, {} if self.group is None else {"group": self.group}
         if self.name == "broadcast":
-            return lambda: ccl.broadcast(ctx, self.out, 0, config=config)
+            return lambda: ccl.broadcast(ctx, self.out, 0, config=config, **on)
         fn = getattr(ccl, self.name)
-        return lambda: fn(ctx, self.out, self.inp, config=config)
+        return lambda: fn(ctx, self.out, self.inp, config=config, **on)
 
     def expected(self) -> torch.Tensor:
         """What ``out`` must hold, built on the rank's device."""
-        W, r, n = self.ctx.world_size, self.ctx.rank, self.inp.numel()
+        W, r, n = self.W, self.r, self.inp.numel()
 
         def arange(k):
             return torch.arange(k, dtype=torch.int32, device=self.ctx.device)
@@ -212,7 +226,7 @@ class Case:
 
     def check(self, config=None) -> bool:
         if self.name == "broadcast":
-            self.out.copy_((torch.arange(self.out.numel(), device=self.out.device) % 7 + self.ctx.rank)
+            self.out.copy_((torch.arange(self.out.numel(), device=self.out.device) % 7 + self.r)
                            .to(self.dtype))
         self.call(config)()
         ok = torch.equal(self.out, self.expected())
@@ -414,6 +428,122 @@ def run(args, on_size=None) -> dict:
             on_size(result)
     ctx.close()
     return result
+
+
+# --- groups: a call on a group of G ranks next to the same call on a context of G ranks -------------------
+
+def run_groups(args) -> dict:
+    """``--group-size G``: the world as W / G groups of G consecutive ranks (``ctx.new_group``) and,
+    in the same job, a second context of each G ranks alone (``iris.runtime.iris(comm=...)`` on the
+    split communicator): every collective at every size on both, every group calling at once in
+    both cases, so the ratio group / context is what a group adds. The floor is the copy floor of
+    the group's message, as in the plain run."""
+    from mpi4py import MPI
+
+    G = args.group_size
+    heap = args.heap_size or max(1 << 26, 8 * max(args.sizes) + (1 << 26))
+    ctx = iris.runtime.iris(heap_size=heap)
+    W, backend = ctx.world_size, ctx.device.type
+    if G < 2 or W % G:
+        raise SystemExit(f"benchmarks/ccl.py --group-size {G}: a group size of at least 2 that divides the "
+                         f"world of {W} ranks (e.g. --group-size 2 with 4 or 8 ranks)")
+    index = ctx.rank // G
+    groups = [ctx.new_group(list(range(g * G, (g + 1) * G))) for g in range(W // G)]
+    group = groups[index]
+    alone = iris.runtime.iris(heap_size=heap, comm=MPI.COMM_WORLD.Split(index, ctx.rank))
+    timer = Timer(ctx, args.time_per_point, args.quick)
+    points = []
+    result = {"world_size": W, "group_size": G, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend,
+              "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
+              "date": datetime.date.today().isoformat(),
+              "command": " ".join(["benchmarks/ccl.py", *sys.argv[1:]]), "points": points,
+              "notes": [] if backend == "cuda" else
+              ["cpu backend (Triton's interpreter): times show the code path works, not performance"]}
+    for size in args.sizes:
+        copy_us = copy_seconds(ctx, timer, size) * 1e6
+        for dname in args.dtypes:
+            for name in args.collectives:
+                on_group = Case(ctx, name, size, DTYPES[dname], group=group)
+                on_alone = Case(alone, name, size, DTYPES[dname])
+                point = {"collective": name, "dtype": dname, "bytes": on_group.nbytes,
+                         "correct": {"group": on_group.check(), "context": on_alone.check()},
+                         "floor_us": copy_us * floor_bytes(name, on_group.nbytes, G) / (2 * on_group.nbytes)}
+                point["group_us"] = timer(on_group.call()) * 1e6
+                point["context_us"] = timer(on_alone.call()) * 1e6
+                point["group_graph_us"] = _us(timer.graphed(on_group.call(), args.graph))
+                point["context_graph_us"] = _us(timer.graphed(on_alone.call(), args.graph))
+                points.append(point)
+                del on_group, on_alone
+                ctx.barrier()
+                ccl.clear_workspaces(ctx)
+                ccl.clear_workspaces(alone)
+    alone.close()
+    ctx.close()
+    return result
+
+
+def _us(seconds):
+    return None if seconds is None else seconds * 1e6
+
+
+def groups_table(result: dict) -> str:
+    """One row per collective, dtype and size: group and context times (eager, graph), their ratio,
+    the floor."""
+    G, W = result["group_size"], result["world_size"]
+    lines = [f"ccl on {W // G} groups of {G} ranks (ctx.new_group) vs {W // G} contexts of {G} ranks, "
+             f"{W} ranks, {result['device']}, {result['date']}",
+             f"{'collective':>14} {'dtype':>5} {'size':>9} {'group us':>10} {'context us':>10} {'ratio':>6} "
+             f"{'graph grp':>10} {'graph ctx':>10} {'ratio':>6} {'floor us':>9} {'ok':>3}"]
+    for p in result["points"]:
+        def fmt(v):
+            return f"{v:10.1f}" if v is not None else f"{'-':>10}"
+        graph_ratio = _div(p["group_graph_us"], p["context_graph_us"])
+        lines.append(f"{p['collective']:>14} {p['dtype']:>5} {human(p['bytes']):>9} {p['group_us']:10.1f} "
+                     f"{p['context_us']:10.1f} {p['group_us'] / p['context_us']:6.3f} {fmt(p['group_graph_us'])} "
+                     f"{fmt(p['context_graph_us'])} {'-' if graph_ratio is None else f'{graph_ratio:.3f}':>6} "
+                     f"{p['floor_us']:9.1f} {'yes' if all(p['correct'].values()) else 'NO':>3}")
+    lines += [f"note: {n}" for n in result["notes"]]
+    return "\n".join(lines)
+
+
+def groups_plot(result: dict, path: str) -> str | None:
+    """Group / context time per size, one line per collective (eager)."""
+    plt = pyplot()
+    if plt is None:
+        return NO_PLOT
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in dict.fromkeys(p["collective"] for p in result["points"]):
+        for dname in dict.fromkeys(p["dtype"] for p in result["points"]):
+            pts = [p for p in result["points"] if p["collective"] == name and p["dtype"] == dname]
+            ax.plot([p["bytes"] for p in pts], [p["group_us"] / p["context_us"] for p in pts], marker="o",
+                    label=f"{name} {dname}")
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per rank")
+    ax.set_ylabel("group / context time")
+    ax.set_title(f"ccl on groups of {result['group_size']}, {result['world_size']} ranks, {result['device']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def save_groups(args, result: dict) -> None:
+    """Rank 0 prints the table and writes ``results/ccl_groups_<W>ranks_g<G>[_quick].{json,md,png}``."""
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"ccl_groups_{result['world_size']}ranks_g{result['group_size']}"
+                        + ("_quick" if args.quick else ""))
+    why_no_plot = groups_plot(result, stem + ".png")
+    if why_no_plot:
+        result = dict(result, notes=[*result["notes"], why_no_plot])
+    text = groups_table(result)
+    print(text)
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(f"```text\n{text}\n```\n\n`{result['command']}`\n")
+    print(f"wrote {stem}.json, .md and .png", flush=True)
 
 
 # --- the selection table ----------------------------------------------------------------------------------
@@ -799,7 +929,12 @@ def main(argv=None) -> None:
     if hasattr(signal, "SIGUSR1"):  # tools/gpu-bench.sh sends it at its time limit: show where each rank is
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
-        result = run_host(args) if args.host else run(args, on_size=lambda partial: save(args, partial, final=False))
+        if args.group_size:
+            result = run_groups(args)
+        elif args.host:
+            result = run_host(args)
+        else:
+            result = run(args, on_size=lambda partial: save(args, partial, final=False))
     except BaseException:
         # Under mpirun the job's abort can outrun the rank's stderr: say what failed on stdout first.
         import traceback
@@ -809,7 +944,12 @@ def main(argv=None) -> None:
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_rank() == 0:
-        save_host(args, result) if args.host else save(args, result, final=True)
+        if args.group_size:
+            save_groups(args, result)
+        elif args.host:
+            save_host(args, result)
+        else:
+            save(args, result, final=True)
 
 
 if __name__ == "__main__":
