@@ -292,3 +292,21 @@ def test_torch_backend_quick(tmp_path):
     assert "iris/ccl" in proc.stdout
     if importlib.util.find_spec("matplotlib") is not None:
         assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.multirank
+@pytest.mark.once  # the group path of ccl is tested on every Triton line; this is the script's
+def test_ccl_groups_quick(tmp_path):
+    # 4 ranks as 2 groups of 2 next to 2 contexts of 2 ranks: every call checked, the ratio printed
+    proc = run_ranks(4, os.path.join(BENCH, "ccl.py"), "--quick", "--group-size", "2", "--dtypes", "fp32",
+                     "--collectives", "all_reduce,broadcast", "--out", str(tmp_path), timeout=600)
+    stem = results_file(tmp_path, "ccl_groups_4ranks_g2_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert result["group_size"] == 2 and result["world_size"] == 4, result
+    assert {p["collective"] for p in result["points"]} == {"all_reduce", "broadcast"}, result["points"]
+    for point in result["points"]:
+        assert point["correct"] == {"group": True, "context": True}, point
+        assert point["group_us"] > 0 and point["context_us"] > 0 and point["floor_us"] > 0, point
+    text = stem.with_suffix(".md").read_text()
+    assert "group us" in text and "context us" in text and "floor us" in text, text
+    assert "ratio" in proc.stdout
