@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
-# [ccl] [ccl_host] [fused] [tp_mlp] [norm] [moe] (no argument: rma collectives trace examples; the
+# [ccl] [ccl_groups] [ccl_host] [fused] [tp_mlp] [norm] [moe] (no argument: rma collectives trace examples; the
 # others only when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS, NORM_WORLDS
-# and MOE_WORLDS set the world sizes, EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS,
+# and MOE_WORLDS set the world sizes (GROUP_SIZES the group sizes of ccl_groups, 8 ranks), EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS,
 # CCL_ARGS, FUSED_ARGS, MLP_ARGS, NORM_ARGS and MOE_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
 # Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each benchmark
 # measures, and the commands behind the committed results: docs/performance.md.
@@ -41,6 +41,9 @@ for s in $stages; do
       done ;;
     ccl) for w in ${CCL_WORLDS:-2}; do
         step "ccl_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/ccl.py $([ "${CCL_TUNE:-1}" = 1 ] && echo --write-table) ${CCL_ARGS:-}
+      done ;;
+    ccl_groups) for g in ${GROUP_SIZES:-2 4}; do
+        step "ccl_groups_8_g$g" $MPI -n 8 python3 -m mpi4py benchmarks/ccl.py --group-size "$g" ${CCL_ARGS:-}
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl.py --host ;;
     fused) for w in ${FUSED_WORLDS:-2 4}; do
