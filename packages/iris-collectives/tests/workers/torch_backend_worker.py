@@ -557,10 +557,13 @@ def scenario_ddp(ctx):
     """DDP over the iris backend against DDP over gloo, same model, data and seed: bit-identical
     parameters. DDP divides each gradient by the world size before its bucket is summed; values
     that are sums of few powers of two keep every quotient and sum exact (W a power of two), so
-    no order of summation can tell the two apart."""
+    no order of summation can tell the two apart. On the GPU the forward and backward run in cuBLAS,
+    whose gradients carry more bits than such sums keep exact: there the two orders of summation
+    (iris's rank order, gloo's ring) may differ in the last bit, and the parameters are compared
+    to a relative 1e-6."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     gloo = dist.new_group(backend="gloo")
-    exact = W & (W - 1) == 0
+    exact = W & (W - 1) == 0 and dev.type != "cuda"
     for dtype in (torch.float32, torch.float64):
         results = []
         for group in (dist.group.WORLD, gloo):
