@@ -310,3 +310,35 @@ def test_ccl_groups_quick(tmp_path):
     text = stem.with_suffix(".md").read_text()
     assert "group us" in text and "context us" in text and "floor us" in text, text
     assert "ratio" in proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.once  # the script compares two ccl.py jobs; ccl.py's paths are tested on every line above
+def test_call_check_compares_the_check_on_and_off(tmp_path):
+    # ccl.py --host and ccl.py, each as a job with IRIS_CHECK_CALLS=1 and one with =0, launched by the
+    # script itself (not under mpiexec), compared in one table with a verdict against the host budget
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "call_check.py"), "--ranks", "2", "--quick",
+                           "--collectives", "all_reduce,all_gather", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    stem = results_file(tmp_path, "call_check_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    # each setting ran as its own jobs, and the ranks saw it (a launcher that drops the variable would
+    # compare the check with itself)
+    for setting, on in (("on", True), ("off", False)):
+        assert [job[kind]["check_calls"] for job in result["runs"][setting] for kind in ("host", "device")] == \
+            [on, on], (setting, result["runs"][setting])
+    hits = [r for r in result["host_rows"] if r["cache_hit"]]
+    assert {(r["collective"], r["tensors"]) for r in hits} >= {("all_reduce", "plain"), ("all_reduce", "heap")}, hits
+    assert all(r["dispatch_us"]["on"] > 0 and r["dispatch_us"]["off"] > 0 for r in result["host_rows"]), hits
+    assert {(r["collective"], r["tensors"]) for r in result["device_rows"]} == {
+        (c, t) for c in ("all_reduce", "all_gather") for t in ("plain", "heap")}, result["device_rows"]
+    assert all(r["correct"] and r["eager_us"]["on"] > 0 and r["eager_us"]["off"] > 0 and r["floor_us"]
+               for r in result["device_rows"]), result["device_rows"]
+    assert result["budget_us"] == 0.3 and any(v.startswith("host, cache hit") for v in result["verdict"]), result
+    assert "every call correct in both settings: yes" in result["verdict"], result["verdict"]
+    text = stem.with_suffix(".md").read_text()
+    for column in ("dispatch on - off", "eager on/off", "graph on/off", "floor on - off", "verdict: host, cache hit"):
+        assert column in text and column in proc.stdout, (column, text)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
