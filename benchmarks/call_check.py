@@ -109,7 +109,7 @@ def job_launcher(env: dict) -> list[str]:
     if "Open MPI" not in version and "OpenRTE" not in version:
         return cmd
     passed = {cmd[i + 1] for i, word in enumerate(cmd[:-1]) if word == "-x"}
-    names = sorted(n for n in env if (n.startswith("IRIS_") or n in FORWARD) and n not in passed)
+    names = sorted(n for n in env if (n.startswith("IRIS_") or n in FORWARD) and n not in passed | {"IRIS_MPIEXEC"})
     return cmd + [word for n in names for word in ("-x", n)]
 
 
