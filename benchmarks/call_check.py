@@ -2,7 +2,7 @@
 
     python3 benchmarks/call_check.py --ranks 2                # GPU: host and device jobs, the check on and off
     python3 benchmarks/call_check.py --ranks 4 --repeats 3    # three jobs per setting and kind, medians
-    python3 benchmarks/call_check.py --ranks 2 --quick        # cpu backend, tiny: the code path only
+    python3 benchmarks/call_check.py --ranks 2 --quick        # ccl.py --quick (cpu backend), the code path only
 
 Not under mpirun: it launches the jobs itself, with the launcher of the tests
 (``iris.runtime.testing``: ``IRIS_MPIEXEC``, else the ``mpiexec`` next to Python or on ``PATH``;
@@ -63,7 +63,9 @@ FORWARD = ("PYTHONPATH", "PYTHONUNBUFFERED", "TRITON_INTERPRET", "CUDA_VISIBLE_D
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=2, help="ranks of each job")
-    p.add_argument("--quick", action="store_true", help="cpu backend, ccl.py's --quick sizes, a few host calls")
+    p.add_argument("--quick", action="store_true",
+                   help="ccl.py's --quick (its size, one timed call; the cpu backend unless IRIS_BACKEND is set), "
+                        "a few host calls")
     p.add_argument("--repeats", type=int, default=None,
                    help="jobs per setting and kind, the median counts (default 2; 1 with --quick)")
     p.add_argument("--sizes", default=None,
@@ -119,8 +121,8 @@ def run_job(args, kind: str, setting: str, folder: str) -> dict:
     out = os.path.join(folder, f"{kind}_{setting}")
     os.makedirs(out, exist_ok=True)
     changes = {"IRIS_CHECK_CALLS": SETTINGS[setting]}
-    if args.quick:
-        changes["IRIS_BACKEND"] = "cpu"  # as ccl.py --quick, over a backend named in the environment
+    if args.quick and "IRIS_BACKEND" not in os.environ:
+        changes["IRIS_BACKEND"] = "cpu"  # as ccl.py --quick: the cpu backend unless the environment names one
     env = dict(os.environ, PYTHONUNBUFFERED="1", **changes)  # what run_command gives the launcher
     cmd = job_launcher(env) + ["-n", str(args.ranks), sys.executable, "-m", "mpi4py", CCL, *ccl_args(args, kind, out)]
     print(f"=== check {setting} ({kind}): {' '.join(cmd)}", flush=True)
@@ -188,9 +190,11 @@ def host_rows(runs: dict) -> tuple[list[dict], list[dict]]:
         c = compare(*([job.get(key) for job in jobs[s]] for s in SETTINGS))
         if c:
             reference.append({"what": label, "enqueue_us": c})
-    for i, peer in enumerate(jobs["on"][0].get("peer_rows", [])):
-        c = compare(*([job["peer_rows"][i]["enqueue_median_us"] for job in jobs[s]] for s in SETTINGS))
-        reference.append({"what": f"all_reduce, {peer['label']} (the peer)", "enqueue_us": c})
+    for peer in jobs["on"][0].get("peer_rows", []):  # a peer that failed to start in a job has no row there
+        c = compare(*([row["enqueue_median_us"] for job in jobs[s] for row in job.get("peer_rows", [])
+                       if row["label"] == peer["label"]] for s in SETTINGS))
+        if c:
+            reference.append({"what": f"all_reduce, {peer['label']} (the peer)", "enqueue_us": c})
     return rows, reference
 
 
@@ -246,7 +250,7 @@ def verdicts(result: dict) -> list[str]:
         else:
             judged = "within" if price <= BUDGET_US else "OVER"
             judged += f" the {BUDGET_US} us budget"
-        lines.append(f"host, cache hit (dispatch, {len(hits)} calls): the check adds {price:+.2f} us per call (median; "
+        lines.append(f"host, cache hit (dispatch, {len(hits)} rows): the check adds {price:+.2f} us per call (median; "
                      f"{min(diffs):+.2f} to {max(diffs):+.2f}): {judged}"
                      + ("" if result["backend"] == "cuda" else " (cpu backend: the same Python as on the GPU, "
                         "on this machine's CPU)"))
@@ -364,7 +368,9 @@ def plot(result: dict, path: str) -> str | None:
                     [f"{r['collective']}\n{r['tensors']}" for r in rows], fontsize=6, rotation=45)
     left.set_ylabel("host us per call")
     left.set_title(f"host, cached calls, {result['world_size']} ranks, {result['device']}", fontsize=9)
-    left.legend(fontsize=7)
+    tallest = max((r[key][s] for key, s in series for r in rows if r[key]), default=1.0)
+    left.set_ylim(0, 1.35 * tallest)  # room for the legend above the bars
+    left.legend(fontsize=7, ncol=2, loc="upper left")
     key = "graph_us" if any(r["graph_us"] for r in result["device_rows"]) else "eager_us"
     for name in dict.fromkeys(r["collective"] for r in result["device_rows"]):
         pts = [r for r in result["device_rows"] if r["collective"] == name and r["tensors"] == "plain" and r[key]]
@@ -374,7 +380,9 @@ def plot(result: dict, path: str) -> str | None:
                                markerfacecolor=face, color=line.get_color() if line else None,
                                label=f"{name}, check {s}")
     right.set_xscale("log", base=2)
-    right.set_yscale("log")
+    times = [r[key][s] for r in result["device_rows"] if r[key] for s in ("on", "off")]
+    if times and max(times) > 10 * min(times):  # sizes whose times differ by orders of magnitude
+        right.set_yscale("log")
     right.set_xlabel("bytes per rank")
     right.set_ylabel("device us per call" + (" (graph)" if key == "graph_us" else " (eager)"))
     right.set_title(f"device, plain tensors, {result['world_size']} ranks", fontsize=9)

@@ -335,6 +335,8 @@ def test_call_check_compares_the_check_on_and_off(tmp_path):
         (c, t) for c in ("all_reduce", "all_gather") for t in ("plain", "heap")}, result["device_rows"]
     assert all(r["correct"] and r["eager_us"]["on"] > 0 and r["eager_us"]["off"] > 0 and r["floor_us"]
                for r in result["device_rows"]), result["device_rows"]
+    if result["backend"] == "cuda":  # the GPU suite (IRIS_BACKEND=cuda): real launches and CUDA graphs too
+        assert all(r["enqueue_us"] for r in hits) and all(r["graph_us"] for r in result["device_rows"]), result
     assert result["budget_us"] == 0.3 and any(v.startswith("host, cache hit") for v in result["verdict"]), result
     assert "every call correct in both settings: yes" in result["verdict"], result["verdict"]
     text = stem.with_suffix(".md").read_text()
