@@ -32,6 +32,9 @@ and in a CUDA graph) and the floor; 1 MiB and 256 MiB by default;
 launch replaced by a no-op: what iris adds; any backend) and, on the GPU, ``enqueue`` (``--calls``
 real calls in a row), next to an empty Triton kernel (Triton's launcher, the plans' direct launch)
 and the peer's call; the slowest rank's median of ``--rounds``; ``results/ccl_host_<W>ranks[_cpu].*``.
+
+Every results file says whether the call agreement was on (``check_calls``: ``IRIS_CHECK_CALLS``,
+read at import); ``benchmarks/call_check.py`` runs this script with it on and off and compares.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from common import NO_PLOT, Timer, TorchPeer, log_axes, pyplot
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
 from iris.collectives.ccl import _launch, _table
+from iris.device import _calls
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -362,6 +366,7 @@ def run(args, on_size=None) -> dict:
     result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtypes": args.dtypes,
               "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
               "peer": peer.kind, "graph_calls": args.graph, "heap_size": ctx.heap_size,
+              "check_calls": bool(_calls.CHECK_CALLS.value),
               "date": datetime.date.today().isoformat(),
               "command": " ".join(["benchmarks/ccl.py", *sys.argv[1:]]), "points": points, "notes": notes,
               "sizes_done": []}
@@ -852,6 +857,7 @@ def run_host(args) -> dict:
     result = {"world_size": ctx.world_size, "backend": ctx.device.type, "calls": args.calls, "rounds": args.rounds,
               "device": torch.cuda.get_device_name(ctx.device) if cuda else "cpu (interpreter)",
               "triton": triton.__version__, "torch": torch.__version__, "rows": rows, "peer_rows": peer_rows,
+              "check_calls": bool(_calls.CHECK_CALLS.value),
               "empty_triton_launch_us": slowest(floor) if floor else None,
               "empty_direct_launch_us": slowest(direct) if direct else None,
               "date": datetime.date.today().isoformat()}

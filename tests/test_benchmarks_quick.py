@@ -310,3 +310,80 @@ def test_ccl_groups_quick(tmp_path):
     text = stem.with_suffix(".md").read_text()
     assert "group us" in text and "context us" in text and "floor us" in text, text
     assert "ratio" in proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.once  # the script compares two ccl.py jobs; ccl.py's paths are tested on every line above
+def test_call_check_compares_the_check_on_and_off(tmp_path):
+    # ccl.py --host and ccl.py, each as a job with IRIS_CHECK_CALLS=1 and one with =0, launched by the
+    # script itself (not under mpiexec), compared in one table with a verdict against the host budget
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "call_check.py"), "--ranks", "2", "--quick",
+                           "--collectives", "all_reduce,all_gather", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    stem = results_file(tmp_path, "call_check_2ranks*_quick.json").with_suffix("")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    # each setting ran as its own jobs, and the ranks saw it (a launcher that drops the variable would
+    # compare the check with itself)
+    for setting, on in (("on", True), ("off", False)):
+        assert [job[kind]["check_calls"] for job in result["runs"][setting] for kind in ("host", "device")] == \
+            [on, on], (setting, result["runs"][setting])
+    hits = [r for r in result["host_rows"] if r["cache_hit"]]
+    assert {(r["collective"], r["tensors"]) for r in hits} >= {("all_reduce", "plain"), ("all_reduce", "heap")}, hits
+    assert all(r["dispatch_us"]["on"] > 0 and r["dispatch_us"]["off"] > 0 for r in result["host_rows"]), hits
+    assert {(r["collective"], r["tensors"]) for r in result["device_rows"]} == {
+        (c, t) for c in ("all_reduce", "all_gather") for t in ("plain", "heap")}, result["device_rows"]
+    assert all(r["correct"] and r["eager_us"]["on"] > 0 and r["eager_us"]["off"] > 0 and r["floor_us"]
+               for r in result["device_rows"]), result["device_rows"]
+    if result["backend"] == "cuda":  # the GPU suite (IRIS_BACKEND=cuda): real launches and CUDA graphs too
+        assert all(r["enqueue_us"] for r in hits) and all(r["graph_us"] for r in result["device_rows"]), result
+    assert result["budget_us"] == 0.3 and any(v.startswith("host, cache hit") for v in result["verdict"]), result
+    assert "every call correct in both settings: yes" in result["verdict"], result["verdict"]
+    text = stem.with_suffix(".md").read_text()
+    for column in ("dispatch on - off", "eager on/off", "graph on/off", "floor on - off", "verdict: host, cache hit"):
+        assert column in text and column in proc.stdout, (column, text)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.once  # arithmetic on results: no kernel, nothing that depends on Triton
+def test_call_check_verdict_against_the_host_budget(monkeypatch):
+    # the verdict of benchmarks/call_check.py on made-up jobs: a price under 0.3 us is within the budget,
+    # one over it is OVER, and rows that disagree by more than the budget leave it unresolved; the rows
+    # that agree on every call by design (not cache hits) never count, and a wrong call is reported
+    monkeypatch.syspath_prepend(BENCH)
+    spec = importlib.util.spec_from_file_location("call_check_under_test", os.path.join(BENCH, "call_check.py"))
+    call_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(call_check)
+    args = call_check.parse_args(["--repeats", "1"])
+
+    def runs(prices, correct=True):
+        def job(setting):
+            rows = [{"collective": c, "heap": heap, "agreed": False,
+                     "dispatch_median_us": 2.0 + (price if setting == "on" else 0.0)}
+                    for (c, heap), price in zip([(c, h) for h in (False, True) for c in ("all_reduce", "all_gather")],
+                                                prices)]
+            rows.append({"collective": "all_reduce", "heap": False, "agreed": True,
+                         "dispatch_median_us": 50.0 if setting == "on" else 10.0})
+            point = {"collective": "all_reduce", "dtype": "bf16", "bytes": 4096, "eager_us": {"ccl": 9.0, "heap": 8.0},
+                     "graph_us": {}, "correct": {"ccl": correct or setting == "off", "heap": True}, "floor_us": 1.0}
+            common = {"world_size": 2, "backend": "cpu", "device": "cpu (interpreter)", "check_calls": setting == "on"}
+            return {"host": dict(common, rows=rows, peer_rows=[], empty_triton_launch_us=None,
+                                 empty_direct_launch_us=None),
+                    "device": dict(common, ranks_per_gpu=2, graph_calls=20, points=[point])}
+        return {"on": [job("on")], "off": [job("off")]}
+
+    def verdict(prices, correct=True):
+        result = call_check.build(args, runs(prices, correct))
+        return next(v for v in result["verdict"] if v.startswith("host, cache hit")), result
+
+    text, result = verdict([0.1, 0.1, 0.1, 0.1])
+    assert "4 rows" in text and "+0.10 us" in text and "within the 0.3 us budget" in text, text
+    assert "every call correct in both settings: yes" in result["verdict"], result["verdict"]
+    assert "| all_reduce | plain, agreed |" in call_check.table(result)  # shown, but not a cache hit
+    text, _ = verdict([0.5, 0.5, 0.5, 0.5])
+    assert "+0.50 us" in text and "OVER the 0.3 us budget" in text, text
+    text, _ = verdict([-2.0, 2.0, -1.0, 1.5])
+    assert "not resolved" in text and "within" not in text and "OVER" not in text, text
+    _, result = verdict([0.1, 0.1, 0.1, 0.1], correct=False)
+    assert "every call correct in both settings: NO (1 rows wrong)" in result["verdict"], result["verdict"]

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
-# [ccl] [ccl_groups] [ccl_host] [fused] [tp_mlp] [norm] [moe] (no argument: rma collectives trace examples; the
-# others only when named). COLL_WORLDS, CCL_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS, NORM_WORLDS
+# [ccl] [ccl_groups] [ccl_host] [call_check] [fused] [tp_mlp] [norm] [moe] (no argument: rma collectives trace examples; the
+# others only when named). COLL_WORLDS, CCL_WORLDS, CHECK_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS, NORM_WORLDS
 # and MOE_WORLDS set the world sizes (GROUP_SIZES the group sizes of ccl_groups, 8 ranks), EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS,
-# CCL_ARGS, FUSED_ARGS, MLP_ARGS, NORM_ARGS and MOE_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
+# CCL_ARGS, CHECK_ARGS, FUSED_ARGS, MLP_ARGS, NORM_ARGS and MOE_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
+# call_check launches its own jobs (ccl.py with IRIS_CHECK_CALLS=1 and =0) through $MPI (IRIS_MPIEXEC), 20 min per world size at most.
 # Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each benchmark
 # measures, and the commands behind the committed results: docs/performance.md.
 set -uo pipefail
@@ -46,6 +47,9 @@ for s in $stages; do
         step "ccl_groups_8_g$g" $MPI -n 8 python3 -m mpi4py benchmarks/ccl.py --group-size "$g" ${CCL_ARGS:-}
       done ;;
     ccl_host) step ccl_host $MPI -n 2 python3 -m mpi4py benchmarks/ccl.py --host ;;
+    call_check) for w in ${CHECK_WORLDS:-2 4}; do
+        IRIS_MPIEXEC="$MPI" STEP_TIMEOUT=${STEP_TIMEOUT:-1200} step "call_check_$w" python3 benchmarks/call_check.py --ranks "$w" ${CHECK_ARGS:-}
+      done ;;
     fused) for w in ${FUSED_WORLDS:-2 4}; do
         step "fused_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/fused_ops.py ${FUSED_ARGS:-}
       done ;;
