@@ -740,6 +740,10 @@ def scenario_operators_on_groups(ctx):
     # groups of each operator called back to back; then compiled (fullgraph, aot_eager): operators
     # and front doors on two groups in one graph, each group's handle a constant of it; bad groups.
     groups = [g for g in groups_of(ctx).values() if g is not None]
+    for g in groups:  # a group's handle: its own uid (never a context's) and its size
+        h = F.handle_of(ctx, g)
+        assert h != F.handle_of(ctx) and h & ((1 << _handles.WORLD_BITS) - 1) == g.size, (h, g)
+        assert iris.runtime.context_of_uid(g.uid) is g and F.context_of(h, "test") is g, g
     names = ("all_reduce", "all_reduce avg", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
              "sum_gradients", "all_to_all_v")
     for k, name in enumerate(names):
