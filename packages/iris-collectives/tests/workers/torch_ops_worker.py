@@ -801,6 +801,11 @@ def scenario_operators_on_groups(ctx):
     for cls in (ColumnParallelLinear, RowParallelLinear):
         expect_error(lambda: cls(ctx, 4, 4, group=other), iris.runtime.GroupError,
                      f"iris.collectives.nn.{cls.__name__}", "a group of another context")
+    tp = groups_of(ctx)["tp"]
+    if tp.size > 1:
+        expect_error(lambda: ColumnParallelLinear(ctx, 4, 2 * tp.size + 1, group=tp), IrisUsageError,
+                     "ColumnParallelLinear", f"out_features={2 * tp.size + 1} is not a multiple of the size of the "
+                     f"group {list(tp.ranks)}, {tp.size}")
 
 
 def scenario_layers_on_groups(ctx):
@@ -823,6 +828,15 @@ def scenario_layers_on_groups(ctx):
                 same(torch.as_tensor(expected), torch.as_tensor(got),
                      f"{what} (group {list(g.ranks)}, sequence_parallel={sequence_parallel})", 1e-12)
             assert not counters["graph_break"], dict(counters["graph_break"])
+    if ctx.device.type == "cuda" and tp.size > 1:
+        # GPU only: inductor with CUDA graphs (mode="reduce-overhead") on the TP group, bf16
+        torch._dynamo.reset()
+        counters.clear()
+        for what, got, expected in tp_mlp_step(ctx, True, torch.bfloat16, group=tp, mode="reduce-overhead"):
+            got, expected = torch.as_tensor(got).float(), torch.as_tensor(expected).float()
+            scale = max(expected.abs().max().item(), 1e-3)
+            same(expected, got, f"{what} (group {list(tp.ranks)}, inductor, reduce-overhead)", 3e-2 * scale)
+        assert not counters["graph_break"], dict(counters["graph_break"])
     T, t, D, d = tp.size, tp.rank, dp.size, dp.rank  # d: this rank's replica (its TP group's place)
     H, S, inter = 6, 4, 4 * T
     torch.manual_seed(5)

@@ -27,7 +27,7 @@ import math
 import torch
 
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
-from iris.runtime._group import check_group
+from iris.runtime._group import Group, check_group
 
 from ..functional._handles import encode_config, handle_of
 from ..functional._sum_gradients import SumGradients
@@ -41,9 +41,12 @@ def _ranks_of(ctx, group, call: str):
     return check_group(ctx, group, call)
 
 
-def _split(call: str, name: str, features: int, world_size: int) -> int:
+def _split(call: str, name: str, features: int, on) -> int:
+    """``features`` split over the ranks of ``on`` (the context or the group)."""
+    world_size = on.world_size
     if features % world_size:
-        raise IrisUsageError(f"{call}: {name}={features} is not a multiple of the world size {world_size}; pick "
+        size = "the world size" if not isinstance(on, Group) else f"the size of the group {list(on.ranks)}"
+        raise IrisUsageError(f"{call}: {name}={features} is not a multiple of {size}, {world_size}; pick "
                              f"{name} divisible by it (e.g. {-(-features // world_size) * world_size})")
     return features // world_size
 
@@ -116,7 +119,7 @@ class ColumnParallelLinear(_ParallelLinear):
     def __init__(self, ctx, in_features: int, out_features: int, bias: bool = True, *, sequence_parallel: bool = False,
                  dtype=None, config=None, group=None):
         call = "iris.collectives.nn.ColumnParallelLinear"
-        local = _split(call, "out_features", out_features, _ranks_of(ctx, group, call).world_size)
+        local = _split(call, "out_features", out_features, _ranks_of(ctx, group, call))
         super().__init__(ctx, in_features, out_features, bias, sequence_parallel, (local, in_features), local,
                          dtype, config, group)
 
@@ -166,7 +169,7 @@ class RowParallelLinear(_ParallelLinear):
     def __init__(self, ctx, in_features: int, out_features: int, bias: bool = True, *, sequence_parallel: bool = False,
                  dtype=None, config=None, group=None):
         call = "iris.collectives.nn.RowParallelLinear"
-        local = _split(call, "in_features", in_features, _ranks_of(ctx, group, call).world_size)
+        local = _split(call, "in_features", in_features, _ranks_of(ctx, group, call))
         super().__init__(ctx, in_features, out_features, bias, sequence_parallel, (out_features, local),
                          out_features, dtype, config, group)
 
