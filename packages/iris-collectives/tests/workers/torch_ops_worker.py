@@ -768,7 +768,8 @@ def scenario_operators_on_groups(ctx):
         y = F.all_gather(ctx, x, group=tp) * 2
         z = F.all_reduce(ctx, y, group=dp)
         s = torch.empty_like(z)
-        ccl.all_reduce(ctx, s, z, group=tp)  # a front door on a group, compiled
+        ccl.all_reduce(ctx, s, z.detach(), group=tp)  # front doors on groups, compiled
+        ccl.barrier(ctx, group=dp)
         return F.reduce_scatter(ctx, s, group=tp) + z.sum()
 
     x = rand((2, 3), 3100 + ctx.rank)
@@ -788,6 +789,7 @@ def scenario_operators_on_groups(ctx):
     torch.compile(model, backend=capture, fullgraph=True)(x.to(dev))
     for g in (tp, dp):
         assert len(codes) == 1 and f"({F.handle_of(ctx, g)}, " in codes[0], codes
+    assert f"iris.barrier({F.handle_of(ctx, dp)})" in codes[0], codes
     # errors: a group of another context, anything else as group=
     other = object.__new__(iris.runtime.Group)
     other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
