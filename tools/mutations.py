@@ -390,6 +390,20 @@ MUTATIONS = [
              [(f"{RUNTIME}/_group.py", "self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + ",
                "self.size + layout.CALL_WORDS_OFFSET] = 0 * ", 1)],
              [("worker", "4", "ccl_worker.py", "groups")], expect="scenario 'groups' failed"),
+    Mutation("operator-backward-on-context", "the gradient of an operator called on a group communicates on the "
+             "same group",
+             [(f"{COLL}/functional/_collective_ops.py",
+               "torch.ops.iris.reduce_scatter(ctx.handle, grad.contiguous())",
+               "torch.ops.iris.reduce_scatter(_whole(ctx.handle), grad.contiguous())", 1),
+              (f"{COLL}/functional/_collective_ops.py", "def _world(handle: int, name: str) -> int:",
+               "def _whole(handle):  # the handle of the context of a group's handle\n"
+               "    from ._handles import handle_of\n\n    on = context_of(handle, 'mutation')\n"
+               "    return handle_of(getattr(on, 'ctx', on))\n\n\ndef _world(handle: int, name: str) -> int:", 1)],
+             [("worker", "4", "torch_ops_worker.py", "operators_on_groups")],
+             expect="scenario 'operators_on_groups' failed"),
+    Mutation("layer-splits-over-context", "a layer on a group splits over the group's size and rank",
+             [(f"{COLL}/nn/_linear.py", "        on = ctx if group is None else group", "        on = ctx", 1)],
+             [("worker", "4", "torch_ops_worker.py", "layers_on_groups")], expect="scenario 'layers_on_groups' failed"),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

@@ -2,9 +2,10 @@
 runs every scenario of workers/torch_ops_worker.py (operators against the front doors, the front
 doors inside ``torch.compile(fullgraph=True)``, ``torch.autograd.gradcheck`` in fp64 of every
 collective and fused op across the ranks, a compiled tensor-parallel MLP training one step against
-the single-device model, argument errors).
+the single-device model, argument errors, every operator and both layers on sub-groups).
 
-On the cpu backend it runs at 2 ranks and compiles with ``aot_eager`` (inductor's kernels cannot
+On the cpu backend it runs at 2 ranks, and the group scenarios again at 4 (TP and DP pairs, a
+non-contiguous group of 3: the layout sub-groups are for), and compiles with ``aot_eager`` (inductor's kernels cannot
 run in Triton's interpreter); on the GPU (``tools/gpu-tests.sh``) at the world sizes of
 ``IRIS_TEST_WORLD_SIZES``, and the GPU scenario also compiles with inductor, plain and with
 ``mode="reduce-overhead"`` (CUDA graphs), in bf16."""
@@ -23,6 +24,8 @@ WORKER = os.path.join(HERE, "workers", "torch_ops_worker.py")
 with open(WORKER) as _f:
     SCENARIOS = re.findall(r"^def scenario_(\w+)\(", _f.read(), re.M)
 ON_GPU = os.environ.get("IRIS_BACKEND") in ("cuda", "nvshmem")
+#: Run at 4 ranks on the cpu backend too (on the GPU every scenario runs at every world size).
+GROUP_SCENARIOS = [s for s in SCENARIOS if s.endswith("on_groups")]
 
 
 @pytest.mark.multirank
@@ -32,3 +35,13 @@ def test_torch_ops_scenarios(nranks):
     proc = run_ranks(nranks, WORKER, *SCENARIOS, timeout=600, env={"MPIEXEC_TIMEOUT": "580"})
     assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
+
+
+@pytest.mark.multirank
+@pytest.mark.skipif(ON_GPU, reason="on the GPU the scenarios above run at every world size")
+def test_torch_ops_on_groups_at_4_ranks():
+    # at 2 ranks the groups are cut down (a TP pair, DP singletons); 4 ranks give TP [0,1],[2,3],
+    # DP [0,2],[1,3] and the non-contiguous [3,0,2]
+    proc = run_ranks(4, WORKER, *GROUP_SCENARIOS, timeout=600, env={"MPIEXEC_TIMEOUT": "580"})
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == GROUP_SCENARIOS, proc.stdout + proc.stderr
+    assert ", 4 ranks, " in proc.stdout

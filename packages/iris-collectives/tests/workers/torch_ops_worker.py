@@ -342,17 +342,21 @@ def scenario_reduce_scatter_gradient_gathers_once(ctx):
     same(results[("b",)][1], results[("a", "b")][1], "db alone against both", 0.0)
 
 
-def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):
-    """One SGD step of a tensor-parallel MLP (compiled, ``fullgraph=True``) and of the same MLP on one
-    device: returns [(what, tensor-parallel value, single-device value)] to compare."""
-    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+def tp_mlp_step(ctx, sequence_parallel: bool, dtype, group=None, **compile_options):
+    """One SGD step of a tensor-parallel MLP (compiled, ``fullgraph=True``; on ``group``'s ranks if
+    given) and of the same MLP on one device: returns [(what, tensor-parallel value, single-device
+    value)] to compare."""
+    on = ctx if group is None else group
+    W, r, dev = on.world_size, on.rank, ctx.device
     S, H, inter = 2 * W, 6, 4 * W  # tokens, hidden, intermediate
     torch.manual_seed(1)  # the same full model on every rank
     full = torch.nn.Sequential(torch.nn.Linear(H, inter), torch.nn.GELU(), torch.nn.Linear(inter, H)).to(dtype)
     x, target = rand((S, H), 120, dtype).requires_grad_(True), rand((S, H), 121, dtype)
-    tp = torch.nn.Sequential(ColumnParallelLinear.from_linear(ctx, full[0], sequence_parallel=sequence_parallel),
+    tp = torch.nn.Sequential(ColumnParallelLinear.from_linear(ctx, full[0], sequence_parallel=sequence_parallel,
+                                                             group=group),
                              torch.nn.GELU(),
-                             RowParallelLinear.from_linear(ctx, full[2], sequence_parallel=sequence_parallel))
+                             RowParallelLinear.from_linear(ctx, full[2], sequence_parallel=sequence_parallel,
+                                                          group=group))
     rows = slice(r * S // W, (r + 1) * S // W) if sequence_parallel else slice(None)
     tp_x, tp_target = x.detach()[rows].to(dev).requires_grad_(True), target[rows].to(dev)
     step = torch.compile(tp, fullgraph=True, **compile_options)
@@ -367,7 +371,7 @@ def tp_mlp_step(ctx, sequence_parallel: bool, dtype, **compile_options):
         return ((step(tp_x) - tp_target).to(acc) ** 2).sum() / target.numel()
 
     def total(loss):  # the loss of the whole model: one value, or the ranks' parts summed
-        return sum(ctx.comm.allgather(loss.item())) if sequence_parallel else loss.item()
+        return sum(on.comm.allgather(loss.item())) if sequence_parallel else loss.item()
 
     loss = tp_loss()
     loss.backward()
@@ -591,6 +595,266 @@ def scenario_calls_agree(ctx):
                  "partial=float32[4, 8]", "partial=float32[3, 8]")
     x = torch.full((16,), float(r), device=dev)
     assert torch.equal(F.all_reduce(ctx, x).cpu(), torch.full((16,), float(W * (W - 1) // 2)))
+
+
+# --- groups ------------------------------------------------------------------------------------------
+
+_GROUPS: dict = {}
+
+
+def groups_of(ctx) -> dict:
+    """This rank's groups of ccl_worker's layouts, made once per context (every rank makes every
+    group): at 4 ranks TP ``[0,1],[2,3]``, DP ``[0,2],[1,3]``, the non-contiguous ``[3,0,2]``; the
+    same shapes cut down on fewer ranks. None where this rank is no member."""
+    from ccl_worker import group_layouts, make_groups
+
+    if ctx.uid not in _GROUPS:
+        _GROUPS[ctx.uid] = {name: make_groups(ctx, lists) for name, lists in group_layouts(ctx.world_size).items()}
+    return _GROUPS[ctx.uid]
+
+
+def grad_of(fn, x, upstream, dev):
+    """``(fn(x), x's gradient)`` for the upstream gradient ``upstream`` (this rank's)."""
+    leaf = x.to(dev).requires_grad_(True)
+    y = fn(leaf)
+    y.backward(upstream.to(dev))
+    return y, leaf.grad
+
+
+def check_collectives_on_group(ctx, g, name: str, seed: int) -> None:
+    """One functional collective on group ``g``, forward and backward, against torch on every
+    member's regenerated data (exact: small integers), in group rank order; the forward against
+    the ccl front door on the group too."""
+    R, G, i, dev = g.ranks, g.size, g.rank, ctx.device
+    what = f"functional.{name} on group {list(R)}"
+
+    def own(shape, s):  # every member's value, in group order
+        return [ints(shape, s + p) for p in R]
+
+    def chunk(t, j):
+        return t.chunk(G)[j]
+
+    if name in ("all_reduce", "all_reduce avg"):
+        op = "avg" if name.endswith("avg") else "sum"
+        X, U = own((2 * G, 3), seed), own((2 * G, 3), seed + 50)
+        y, dx = grad_of(lambda x: F.all_reduce(ctx, x, op, group=g), X[i], U[i], dev)
+        front = X[i].to(dev).clone()
+        ccl.all_reduce(ctx, front, front, op=op, group=g)
+        same(front, y, f"{what} against ccl")
+        if op == "sum":
+            same(sum(X), y, what)
+        same(U[i] / G if op == "avg" else U[i], dx, f"{what}: gradient")
+    elif name == "reduce_scatter":
+        X, U = own((2 * G, 3), seed), own((2, 3), seed + 50)
+        y, dx = grad_of(lambda x: F.reduce_scatter(ctx, x, group=g), X[i], U[i], dev)
+        same(chunk(sum(X), i), y, what)
+        same(torch.cat(U), dx, f"{what}: gradient (the group's gradients gathered)")
+    elif name == "all_gather":
+        X, U = own((2, 3), seed), own((2 * G, 3), seed + 50)
+        y, dx = grad_of(lambda x: F.all_gather(ctx, x, group=g), X[i], U[i], dev)
+        front = torch.empty(2 * G, 3, device=dev)
+        ccl.all_gather(ctx, front, X[i].to(dev), group=g)
+        same(front, y, f"{what} against ccl")
+        same(torch.cat(X), y, what)
+        same(chunk(sum(U), i), dx, f"{what}: gradient (the group's gradients reduce-scattered)")
+    elif name == "all_to_all":
+        X, U = own((2 * G, 3), seed), own((2 * G, 3), seed + 50)
+        y, dx = grad_of(lambda x: F.all_to_all(ctx, x, group=g), X[i], U[i], dev)
+        same(torch.cat([chunk(X[j], i) for j in range(G)]), y, what)
+        same(torch.cat([chunk(U[j], i) for j in range(G)]), dx, f"{what}: gradient")
+    elif name == "broadcast":
+        X, U = own((2, 3), seed), own((2, 3), seed + 50)
+        y, dx = grad_of(lambda x: F.broadcast(ctx, x, G - 1, group=g), X[i], U[i], dev)
+        same(X[G - 1], y, what)
+        same(sum(U) if i == G - 1 else torch.zeros(2, 3), dx, f"{what}: gradient")
+    elif name == "sum_gradients":
+        X, U = own((2, 3), seed), own((2, 3), seed + 50)
+        y, dx = grad_of(lambda x: F.sum_gradients(ctx, x, group=g), X[i], U[i], dev)
+        same(X[i], y, what)
+        same(sum(U), dx, f"{what}: gradient (summed over the group)")
+    elif name == "all_to_all_v":
+        # one row to each member: row j of the result came from group rank j; its gradient goes back
+        X, U = own((G, 3), seed), own((G * G, 3), seed + 50)
+        splits = torch.ones(G, dtype=torch.int64, device=dev)
+        leaf = X[i].to(dev).requires_grad_(True)
+        y, out_splits, offsets = F.all_to_all_v(ctx, leaf, splits, group=g)
+        y.backward(U[i].to(dev))
+        expected = torch.zeros(G * G, 3)
+        expected[:G] = torch.stack([X[j][i] for j in range(G)])
+        same(expected, y, what)
+        same(torch.ones(G, dtype=torch.int64), out_splits, f"{what}: splits")
+        same(torch.arange(G), offsets, f"{what}: offsets")
+        same(torch.stack([U[j][i] for j in range(G)]), leaf.grad, f"{what}: gradient")
+    else:
+        raise AssertionError(name)
+
+
+def check_fused_on_group(ctx, g, name: str, seed: int) -> None:
+    """One functional fused op on group ``g`` with a bias, forward and the three gradients, against
+    torch on every member's regenerated data (exact), and the forward against the ops front door."""
+    R, G, i, dev = g.ranks, g.size, g.rank, ctx.device
+    what = f"functional.{name} on group {list(R)}"
+
+    def own(shape, s):
+        return [ints(shape, s + p) for p in R]
+
+    rows = 2 * G if name in ("matmul_all_reduce", "matmul_reduce_scatter") else 2
+    A, B, C = own((rows, 5), seed), own((5, 4), seed + 10), own((4,), seed + 20)
+    if name == "matmul_all_reduce":  # its bias is added once: one value on every rank
+        C = [C[0]] * G
+    out_rows = {"matmul_all_reduce": rows, "matmul_reduce_scatter": 2}.get(name, 2 * G)
+    U = own((out_rows, 4), seed + 30)
+    a, b, c = (t.to(dev).requires_grad_(True) for t in (A[i], B[i], C[i]))
+    y = getattr(F, name)(ctx, a, b, c, group=g)
+    y.backward(U[i].to(dev))
+    front = torch.empty_like(y)
+    # given the leaves, which require grad, after the operator made the group's workspaces inside
+    # the dispatcher (no-grad mode): the front door writes its staging buffers in grad mode
+    getattr(ops, name)(ctx, front, a, b, c, group=g)
+    same(front, y, f"{what} against ops")
+    if name == "matmul_all_reduce":
+        expected = sum(A[j] @ B[j] for j in range(G)) + C[i]
+        gy = U[i]  # the replicated result's gradient passes the all-reduce as it is
+        da, db, dc = gy @ B[i].t(), A[i].t() @ gy, gy.sum(0)
+    elif name == "matmul_reduce_scatter":
+        expected = sum(A[j] @ B[j] for j in range(G)).chunk(G)[i] + C[i]
+        gathered = torch.cat(U)  # the group's gradients of their rows
+        da, db, dc = gathered @ B[i].t(), A[i].t() @ gathered, U[i].sum(0)
+    elif name == "all_gather_matmul":
+        whole = torch.cat(A)
+        expected = whole @ B[i] + C[i]
+        da = sum(U[j] @ B[j].t() for j in range(G)).chunk(G)[i]
+        db, dc = whole.t() @ U[i], U[i].sum(0)
+    else:  # matmul_all_gather
+        expected = torch.cat([A[j] @ B[j] + C[j] for j in range(G)])
+        mine = sum(U).chunk(G)[i]  # every member's gradient of this rank's rows
+        da, db, dc = mine @ B[i].t(), A[i].t() @ mine, mine.sum(0)
+    same(expected, y, what)
+    for got, want, which in ((a.grad, da, "a"), (b.grad, db, "b"), (c.grad, dc, "bias")):
+        same(want, got, f"{what}: {which}'s gradient")
+
+
+def scenario_operators_on_groups(ctx):
+    # Every functional operator on TP and DP groups and a non-contiguous one, forward and backward
+    # exact against torch on the members' data (and against the front doors on the group), the
+    # groups of each operator called back to back; then compiled (fullgraph, aot_eager): operators
+    # and front doors on two groups in one graph, each group's handle a constant of it; bad groups.
+    groups = [g for g in groups_of(ctx).values() if g is not None]
+    for g in groups:  # a group's handle: its own uid (never a context's) and its size
+        h = F.handle_of(ctx, g)
+        assert h != F.handle_of(ctx) and h & ((1 << _handles.WORLD_BITS) - 1) == g.size, (h, g)
+        assert iris.runtime.context_of_uid(g.uid) is g and F.context_of(h, "test") is g, g
+    names = ("all_reduce", "all_reduce avg", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
+             "sum_gradients", "all_to_all_v")
+    for k, name in enumerate(names):
+        for g in groups:
+            check_collectives_on_group(ctx, g, name, 1000 + 100 * k)
+    for k, name in enumerate(("matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul",
+                              "matmul_all_gather")):
+        for g in groups:
+            check_fused_on_group(ctx, g, name, 2000 + 100 * k)
+    dev = ctx.device
+    for g in groups:  # the inference op: the front door's bits on the group
+        partial, weight = ints((3, 8), 3000 + ctx.rank, dev), rand((8,), 3001, torch.float32, dev)
+        out, res = F.all_reduce_residual_rmsnorm(ctx, partial, None, weight, group=g)
+        ref_out, ref_res = torch.empty_like(partial), torch.empty_like(partial)
+        ops.all_reduce_residual_rmsnorm(ctx, ref_out, ref_res, partial, None, weight, group=g)
+        same(ref_out, out, f"functional.all_reduce_residual_rmsnorm on group {list(g.ranks)}")
+        same(ref_res, res, f"functional.all_reduce_residual_rmsnorm on group {list(g.ranks)}: residual_out")
+
+    tp, dp = groups_of(ctx)["tp"], groups_of(ctx)["dp"]
+
+    def model(x):
+        y = F.all_gather(ctx, x, group=tp) * 2
+        z = F.all_reduce(ctx, y, group=dp)
+        s = torch.empty_like(z)
+        ccl.all_reduce(ctx, s, z.detach(), group=tp)  # front doors on groups, compiled
+        ccl.barrier(ctx, group=dp)
+        return F.reduce_scatter(ctx, s, group=tp) + z.sum()
+
+    x = rand((2, 3), 3100 + ctx.rank)
+    expected, dx = grad_of(model, x, torch.ones(2, 3, dtype=F64), dev)
+    torch._dynamo.reset()
+    got, dx_compiled = grad_of(torch.compile(model, backend="aot_eager", fullgraph=True), x,
+                               torch.ones(2, 3, dtype=F64), dev)
+    same(expected, got, "compiled on groups")
+    same(dx, dx_compiled, "compiled on groups: gradient")
+    codes = []
+
+    def capture(gm, example_inputs):
+        codes.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(model, backend=capture, fullgraph=True)(x.to(dev))
+    for g in (tp, dp):
+        assert len(codes) == 1 and f"({F.handle_of(ctx, g)}, " in codes[0], codes
+    assert f"iris.barrier({F.handle_of(ctx, dp)})" in codes[0], codes
+    # errors: a group of another context, anything else as group=
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    x = ints((2 * ctx.world_size,), 3200, dev)
+    for call, fn in (("all_reduce", lambda: F.all_reduce(ctx, x, group=other)),
+                     ("matmul_all_reduce", lambda: F.matmul_all_reduce(ctx, x[:, None], x[None], group=other)),
+                     ("sum_gradients", lambda: F.sum_gradients(ctx, x, group=other))):
+        expect_error(fn, iris.runtime.GroupError, f"iris.collectives.functional.{call}", "a group of another context")
+    expect_error(lambda: F.all_gather(ctx, x, group=7), iris.runtime.GroupError, "iris.collectives.functional."
+                 "all_gather", "group=7", "ctx.new_group(ranks)")
+    for cls in (ColumnParallelLinear, RowParallelLinear):
+        expect_error(lambda: cls(ctx, 4, 4, group=other), iris.runtime.GroupError,
+                     f"iris.collectives.nn.{cls.__name__}", "a group of another context")
+    tp = groups_of(ctx)["tp"]
+    if tp.size > 1:
+        expect_error(lambda: ColumnParallelLinear(ctx, 4, 2 * tp.size + 1, group=tp), IrisUsageError,
+                     "ColumnParallelLinear", f"out_features={2 * tp.size + 1} is not a multiple of the size of the "
+                     f"group {list(tp.ranks)}, {tp.size}")
+
+
+def scenario_layers_on_groups(ctx):
+    # The tensor-parallel layers on a group: split by the group's size and rank, every call on the
+    # group. A compiled MLP on the TP group (both layouts) and on the non-contiguous group trains one
+    # step as the single-device model does (exact in fp64); then TP x DP: each TP group a replica
+    # with data of its own, gradients averaged over the DP group: the single-device model's
+    # gradients of the mean loss over the replicas.
+    from torch._dynamo.utils import counters
+
+    groups = groups_of(ctx)
+    tp, dp = groups["tp"], groups["dp"]
+    for g, layouts in ((tp, (False, True)), (groups["odd"], (True,))):
+        if g is None:
+            continue
+        for sequence_parallel in layouts:
+            torch._dynamo.reset()
+            counters.clear()
+            for what, got, expected in tp_mlp_step(ctx, sequence_parallel, F64, group=g, backend="aot_eager"):
+                same(torch.as_tensor(expected), torch.as_tensor(got),
+                     f"{what} (group {list(g.ranks)}, sequence_parallel={sequence_parallel})", 1e-12)
+            assert not counters["graph_break"], dict(counters["graph_break"])
+    if ctx.device.type == "cuda" and tp.size > 1:
+        # GPU only: inductor with CUDA graphs (mode="reduce-overhead") on the TP group, bf16
+        torch._dynamo.reset()
+        counters.clear()
+        for what, got, expected in tp_mlp_step(ctx, True, torch.bfloat16, group=tp, mode="reduce-overhead"):
+            got, expected = torch.as_tensor(got).float(), torch.as_tensor(expected).float()
+            scale = max(expected.abs().max().item(), 1e-3)
+            same(expected, got, f"{what} (group {list(tp.ranks)}, inductor, reduce-overhead)", 3e-2 * scale)
+        assert not counters["graph_break"], dict(counters["graph_break"])
+    T, t, D, d = tp.size, tp.rank, dp.size, dp.rank  # d: this rank's replica (its TP group's place)
+    H, S, inter = 6, 4, 4 * T
+    torch.manual_seed(5)
+    full = torch.nn.Sequential(torch.nn.Linear(H, inter), torch.nn.GELU(), torch.nn.Linear(inter, H)).to(F64)
+    layer = torch.nn.Sequential(ColumnParallelLinear.from_linear(ctx, full[0], group=tp), torch.nn.GELU(),
+                                RowParallelLinear.from_linear(ctx, full[2], group=tp))
+    assert (layer[0].rank, layer[0].world_size, layer[0].weight.shape[0]) == (t, T, inter // T), layer[0]
+    xs, targets = [rand((S, H), 3300 + q) for q in range(D)], [rand((S, H), 3400 + q) for q in range(D)]
+    loss = ((layer(xs[d].to(ctx.device)) - targets[d].to(ctx.device)) ** 2).mean()
+    loss.backward()
+    grads = [F.all_reduce(ctx, p.grad, "avg", group=dp) for p in layer.parameters()]
+    (sum(((full(xs[q]) - targets[q]) ** 2).mean() for q in range(D)) / D).backward()
+    expected = (full[0].weight.grad.chunk(T, 0)[t], full[0].bias.grad.chunk(T)[t],
+                full[2].weight.grad.chunk(T, 1)[t], full[2].bias.grad)
+    for what, got, want in zip(("column weight", "column bias", "row weight", "row bias"), grads, expected):
+        same(want, got, f"TP x DP {what} gradient (TP {list(tp.ranks)}, DP {list(dp.ranks)})", 1e-12)
 
 
 def scenario_gpu_inductor_and_cuda_graphs(ctx):

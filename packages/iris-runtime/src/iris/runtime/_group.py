@@ -84,7 +84,8 @@ class Group:
     """A group of a context's ranks (see the module docstring), made by :meth:`Iris.new_group`.
 
     Attributes: ``ctx`` (the context), ``ranks`` (the members' global ranks, in group order),
-    ``rank`` (this rank's place in ``ranks``), ``size`` and its alias ``world_size``, ``device``.
+    ``rank`` (this rank's place in ``ranks``), ``size`` and its alias ``world_size``, ``device``,
+    ``uid`` (an int naming the group in this process, as a context's ``uid``).
     Pass it as ``group=`` to the calls of ``iris.collectives.ccl``: inside the call, ranks and
     sizes are the group's. Only members hold one (a non-member gets None)."""
 
@@ -112,6 +113,16 @@ class Group:
         self._words_at = arena.numel() - layout.CALL_WORDS_BYTES
         self._next, self._live = 0, 0
         self._context = self._build_context()
+        from ._iris import new_uid
+
+        #: An int naming this group in this process (never reused; ``context_of_uid`` finds it),
+        #: from the contexts' counter: torch operators name a group by it as they name a context.
+        self.uid = new_uid(self)
+
+    @property
+    def _closed(self) -> bool:
+        # a group lives as long as its context is open
+        return self.ctx._closed
 
     # --- what a collective call reads from a context -----------------------------------------
     def _build_context(self) -> torch.Tensor:
@@ -213,7 +224,10 @@ class Group:
                 f"ctx.new_group()")
         self._next, self._live = start + nbytes, self._live + 1
         raw = self._arena[start:start + nbytes]
-        return raw.view(dtype).view(shape).zero_()
+        # detached: no autograd view of the arena. A view made in no-grad mode (inside a torch
+        # operator of iris.collectives.functional) refuses in-place writes in grad mode, which an
+        # eager call given a tensor that requires grad makes into its staging buffer.
+        return raw.view(dtype).view(shape).detach().zero_()
 
     def free(self, tensor: torch.Tensor) -> None:
         """Give a workspace buffer back to the arena: once every one is back, the arena starts over

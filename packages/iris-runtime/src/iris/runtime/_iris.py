@@ -33,13 +33,22 @@ from ._watchdog import Watchdog, write_watchdog_info
 
 DEFAULT_HEAP_SIZE = 1 << 30
 _UIDS = itertools.count(1)
-_LIVE: dict[int, weakref.ref] = {}  # uid -> context, weakly
+_LIVE: dict[int, weakref.ref] = {}  # uid -> context or group, weakly
 
 
-def context_of_uid(uid: int) -> Iris | None:
-    """The live context whose ``uid`` is ``uid`` in this process, or None (closed, collected, or
-    never made here). For code that names a context by an integer, e.g. torch operators, whose
-    arguments cannot be Python objects."""
+def new_uid(owner) -> int:
+    """A new ``uid`` for ``owner`` (a context or a :class:`Group`), which :func:`context_of_uid`
+    finds while ``owner`` lives. Contexts and groups share one counter: a uid names one of them."""
+    uid = next(_UIDS)
+    _LIVE[uid] = weakref.ref(owner, lambda _, uid=uid: _LIVE.pop(uid, None))
+    return uid
+
+
+def context_of_uid(uid: int):
+    """The live context, or group of a live context, whose ``uid`` is ``uid`` in this process, or
+    None (closed, collected, or never made here). For code that names a context by an integer,
+    e.g. torch operators, whose arguments cannot be Python objects; a group stands in for its
+    context in collective calls, so they name it the same way."""
     ref = _LIVE.get(uid) if isinstance(uid, int) else None
     ctx = ref() if ref is not None else None
     return None if ctx is None or ctx._closed else ctx
@@ -135,8 +144,7 @@ class Iris(TensorFactories):
         #: launch plans compare it). Registrations made on the fly for collective calls
         #: (:meth:`reach`) leave it alone: a plan that uses one is keyed by its serial instead.
         self.registrations_generation = 0
-        self.uid = next(_UIDS)
-        _LIVE[self.uid] = weakref.ref(self, lambda _, uid=self.uid: _LIVE.pop(uid, None))
+        self.uid = new_uid(self)
         logger.info("%s heap of %s per rank on %s", self.backend, format_bytes(self.heap_size), self.device)
 
     def _start_watchdog(self, timeout_s: float) -> Watchdog:

@@ -5,14 +5,14 @@ A group provides what a call reads from a context (its rank and size, its member
 group order, a context tensor of its own, its own workspaces, call agreement and barrier: see
 ``iris.runtime._group``), so the call's plan, workspace cache and kernels are the context's,
 keyed by the group: calls of different groups never share a plan, a workspace or a flag.
+
+Under ``torch.compile`` the front doors hand the group, as the context, to the torch operators
+(:mod:`iris.collectives.functional`), which name it by its handle (the group's ``uid`` and size).
 """
 
 from __future__ import annotations
 
-from iris.runtime import IrisUnsupportedError
 from iris.runtime._group import check_group
-
-from .._compiling import is_compiling
 
 
 def on_group(ctx, group, call: str):
@@ -20,8 +20,4 @@ def on_group(ctx, group, call: str):
     to be a group of ``ctx``."""
     if group is None:
         return ctx
-    check_group(ctx, group, call)
-    if is_compiling():
-        raise IrisUnsupportedError(f"{call}(group=...) under torch.compile is not supported yet; call it outside "
-                                   f"the compiled region")
-    return group
+    return check_group(ctx, group, call)

@@ -38,8 +38,18 @@ ranks with :func:`sum_gradients`; the layers of :mod:`iris.collectives.nn` do th
 ``op="sum"`` and ``"avg"`` reductions are differentiable. Every rank must ask for the same
 gradients (a backward may communicate).
 
-The operators take the context as a small integer handle (see :func:`handle_of`) and a config as
-a string: torch operators take no Python objects.
+Groups: every function above but ``moe_dispatch``, ``moe_combine``, ``send`` and ``recv``, and
+:func:`sum_gradients`, takes ``group=`` (an :class:`iris.runtime.Group` of ``ctx``, from
+``ctx.new_group(ranks)``; None: every rank), and then runs on the group's members only, with
+the group's rank and size (a ``src`` is a group rank), in autograd and under ``torch.compile``
+alike: results and gradients are those of the same call on a context of just those ranks (the
+backward of a call on a group communicates on the same group: ``all_gather``'s is a
+``reduce_scatter`` over the group). A group of another context raises
+:class:`iris.runtime.GroupError`; a rank outside a group holds no ``Group`` (``new_group`` gave it
+None), and ``group=None`` there means every rank.
+
+The operators take the context, or the group, as a small integer handle (see :func:`handle_of`)
+and a config as a string: torch operators take no Python objects.
 """
 
 from __future__ import annotations
@@ -58,6 +68,11 @@ from ._handles import context_of, encode_config, handle_of
 from ._sum_gradients import sum_gradients
 
 
+def _handle(ctx, group, name: str) -> int:
+    # the operators' handle of the context, or of the group that the call runs on
+    return handle_of(ctx, group, f"iris.collectives.functional.{name}")
+
+
 def _ccl_config(config, name: str) -> str:
     return encode_config(config, _CclConfig, f"iris.collectives.functional.{name}")
 
@@ -66,45 +81,49 @@ def _ops_config(config, name: str) -> str:
     return encode_config(config, _OpsConfig, f"iris.collectives.functional.{name}")
 
 
-def all_reduce(ctx, x: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+def all_reduce(ctx, x: torch.Tensor, op: str = "sum", config=None, group=None) -> torch.Tensor:
     """``op`` (``"sum"``, ``"avg"``, ``"max"``, ``"min"``, ``"prod"``) over every rank's ``x``, as a new
-    tensor. Gradient (sum, avg): the output's, passed back as it is (divided by the world size for avg)."""
-    return torch.ops.iris.all_reduce(handle_of(ctx), x, op, _ccl_config(config, "all_reduce"))
+    tensor. Gradient (sum, avg): the output's, passed back as it is (divided by the world size for avg).
+    ``group``: see the module's docstring."""
+    return torch.ops.iris.all_reduce(_handle(ctx, group, "all_reduce"), x, op, _ccl_config(config, "all_reduce"))
 
 
-def reduce_scatter(ctx, x: torch.Tensor, op: str = "sum", config=None) -> torch.Tensor:
+def reduce_scatter(ctx, x: torch.Tensor, op: str = "sum", config=None, group=None) -> torch.Tensor:
     """Chunk ``rank`` along dim 0 of ``op`` over every rank's ``x`` (``x.shape[0]`` a multiple of the
     world size). Gradient: every rank's gradient, all-gathered."""
-    return torch.ops.iris.reduce_scatter(handle_of(ctx), x, op, _ccl_config(config, "reduce_scatter"))
+    return torch.ops.iris.reduce_scatter(_handle(ctx, group, "reduce_scatter"), x, op,
+                                         _ccl_config(config, "reduce_scatter"))
 
 
-def all_gather(ctx, x: torch.Tensor, config=None) -> torch.Tensor:
+def all_gather(ctx, x: torch.Tensor, config=None, group=None) -> torch.Tensor:
     """Every rank's ``x`` concatenated along dim 0, in rank order. Gradient: every rank's gradient,
     reduce-scattered (summed over the ranks, this rank's rows)."""
-    return torch.ops.iris.all_gather(handle_of(ctx), x, _ccl_config(config, "all_gather"))
+    return torch.ops.iris.all_gather(_handle(ctx, group, "all_gather"), x, _ccl_config(config, "all_gather"))
 
 
-def all_to_all(ctx, x: torch.Tensor, config=None) -> torch.Tensor:
+def all_to_all(ctx, x: torch.Tensor, config=None, group=None) -> torch.Tensor:
     """Chunk ``j`` along dim 0 of ``x`` to rank ``j``; chunk ``i`` of the result came from rank ``i``.
     Gradient: the same exchange of the output's gradient."""
-    return torch.ops.iris.all_to_all(handle_of(ctx), x, _ccl_config(config, "all_to_all"))
+    return torch.ops.iris.all_to_all(_handle(ctx, group, "all_to_all"), x, _ccl_config(config, "all_to_all"))
 
 
-def broadcast(ctx, x: torch.Tensor, src: int, config=None) -> torch.Tensor:
+def broadcast(ctx, x: torch.Tensor, src: int, config=None, group=None) -> torch.Tensor:
     """Rank ``src``'s ``x`` on every rank, as a new tensor. Gradient: every rank's, summed, on rank
-    ``src``; zero elsewhere."""
-    return torch.ops.iris.broadcast(handle_of(ctx), x, src, _ccl_config(config, "broadcast"))
+    ``src``; zero elsewhere. On a group, ``src`` is a group rank."""
+    return torch.ops.iris.broadcast(_handle(ctx, group, "broadcast"), x, src, _ccl_config(config, "broadcast"))
 
 
-def all_to_all_v(ctx, x: torch.Tensor, in_splits: torch.Tensor, capacity: int | None = None, config=None):
+def all_to_all_v(ctx, x: torch.Tensor, in_splits: torch.Tensor, capacity: int | None = None, config=None,
+                 group=None):
     """``(out, out_splits, out_offsets)``: :func:`iris.collectives.ccl.all_to_all_v` of ``x`` (rows along
     dim 0, ``in_splits[j]`` of them to rank ``j``, in order) into a new ``out`` of ``capacity`` rows
     (default: world size x ``x``'s rows, all that can arrive; zeros past the received rows), and
     the received counts and their offsets (int64, on the device). Gradient: ``out``'s gradient
     sent back the way the rows came (zeros for the rows of ``x`` that were not sent)."""
+    handle = _handle(ctx, group, "all_to_all_v")
     if capacity is None:
-        capacity = ctx.world_size * x.shape[0]
-    return torch.ops.iris.all_to_all_v(handle_of(ctx), x, in_splits, capacity, _ccl_config(config, "all_to_all_v"))
+        capacity = (ctx if group is None else group).world_size * x.shape[0]
+    return torch.ops.iris.all_to_all_v(handle, x, in_splits, capacity, _ccl_config(config, "all_to_all_v"))
 
 
 def moe_dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, *,
@@ -154,49 +173,49 @@ def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0) -> torch.Tensor
 
 
 def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
-                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                      out_dtype: torch.dtype | None = None, group=None) -> torch.Tensor:
     """``sum over ranks of a @ b, + bias`` (``a`` ``[M, K/W]``, ``b`` ``[K/W, N]``; the bias the same on
     every rank), replicated: its gradient passes the all-reduce as it is; see
     :func:`iris.collectives.ops.matmul_all_reduce`."""
-    return torch.ops.iris.matmul_all_reduce(handle_of(ctx), a, b, bias, _ops_config(config, "matmul_all_reduce"),
-                                            out_dtype)
+    return torch.ops.iris.matmul_all_reduce(_handle(ctx, group, "matmul_all_reduce"), a, b, bias,
+                                            _ops_config(config, "matmul_all_reduce"), out_dtype)
 
 
 def matmul_reduce_scatter(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
-                          out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                          out_dtype: torch.dtype | None = None, group=None) -> torch.Tensor:
     """This rank's ``M / W`` rows of ``sum over ranks of a @ b``, ``+ bias``; ``a``'s gradient is an
     ``all_gather_matmul``; see :func:`iris.collectives.ops.matmul_reduce_scatter`."""
-    return torch.ops.iris.matmul_reduce_scatter(handle_of(ctx), a, b, bias,
+    return torch.ops.iris.matmul_reduce_scatter(_handle(ctx, group, "matmul_reduce_scatter"), a, b, bias,
                                                 _ops_config(config, "matmul_reduce_scatter"), out_dtype)
 
 
 def all_gather_matmul(ctx, a_shard: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
-                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                      out_dtype: torch.dtype | None = None, group=None) -> torch.Tensor:
     """``all_gather(a_shard, dim 0) @ b + bias`` with this rank's ``b`` and ``bias`` (a column block);
     ``a_shard``'s gradient is a ``matmul_reduce_scatter``; see
     :func:`iris.collectives.ops.all_gather_matmul`."""
-    return torch.ops.iris.all_gather_matmul(handle_of(ctx), a_shard, b, bias,
+    return torch.ops.iris.all_gather_matmul(_handle(ctx, group, "all_gather_matmul"), a_shard, b, bias,
                                             _ops_config(config, "all_gather_matmul"), out_dtype)
 
 
 def matmul_all_gather(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
-                      out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                      out_dtype: torch.dtype | None = None, group=None) -> torch.Tensor:
     """``all_gather(a @ b + bias, dim 0)``; its gradient is reduce-scattered, then local GEMMs; see
     :func:`iris.collectives.ops.matmul_all_gather`."""
-    return torch.ops.iris.matmul_all_gather(handle_of(ctx), a, b, bias, _ops_config(config, "matmul_all_gather"),
-                                            out_dtype)
+    return torch.ops.iris.matmul_all_gather(_handle(ctx, group, "matmul_all_gather"), a, b, bias,
+                                            _ops_config(config, "matmul_all_gather"), out_dtype)
 
 
 def all_reduce_residual_rmsnorm(ctx, partial: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
                                 eps: float = 1e-6, scale: torch.Tensor | None = None,
-                                out_dtype: torch.dtype | None = None, config=None):
+                                out_dtype: torch.dtype | None = None, config=None, group=None):
     """``(out, residual_out)``: ``residual_out = residual + sum over ranks of partial`` and ``out =
     rms_norm(residual_out) * weight`` in ``out_dtype`` (default ``partial``'s), as new tensors; see
     :func:`iris.collectives.ops.all_reduce_residual_rmsnorm`. ``out_dtype=torch.float8_e4m3fn``
     quantises: with ``scale`` (per-tensor, read), or without it per row, and then the result is
     ``(out, residual_out, row_scales)``. No gradient (inference)."""
     out, residual_out, row_scales = torch.ops.iris.all_reduce_residual_rmsnorm(
-        handle_of(ctx), partial, residual, weight, eps, scale, out_dtype,
+        _handle(ctx, group, "all_reduce_residual_rmsnorm"), partial, residual, weight, eps, scale, out_dtype,
         _ops_config(config, "all_reduce_residual_rmsnorm"))
     return (out, residual_out, row_scales) if row_scales.numel() else (out, residual_out)
 

@@ -10,6 +10,12 @@ input and output are split along dim 0 (rank ``r`` holds rows ``r * S / W`` to `
 the column layer all-gathers its input inside ``all_gather_matmul``, the row layer reduce-scatters
 its product inside ``matmul_reduce_scatter``, and their gradients are the same two ops swapped.
 
+With ``group=`` (an :class:`iris.runtime.Group` of the context, e.g. the tensor-parallel group
+of a TP x DP layout) everything above is the group's: the features are split over its ``size``
+ranks, this rank's block is its group rank's, and every call (forward and backward) runs on the
+group. The layers hold the group's handle, as they hold the context's: keep the group alive
+while the model runs.
+
 Weights are stored as ``torch.nn.Linear`` stores them (``[out, in]``, this rank's block), so
 ``from_linear`` takes a rank's block of a full layer, and a state dict maps block for block.
 """
@@ -21,15 +27,26 @@ import math
 import torch
 
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
+from iris.runtime._group import Group, check_group
 
 from ..functional._handles import encode_config, handle_of
 from ..functional._sum_gradients import SumGradients
 from ..ops._config import Config
 
 
-def _split(call: str, name: str, features: int, world_size: int) -> int:
+def _ranks_of(ctx, group, call: str):
+    """What the layer splits over: ``ctx``, or ``group`` once checked to be a group of ``ctx``."""
+    if group is None:
+        return ctx
+    return check_group(ctx, group, call)
+
+
+def _split(call: str, name: str, features: int, on) -> int:
+    """``features`` split over the ranks of ``on`` (the context or the group)."""
+    world_size = on.world_size
     if features % world_size:
-        raise IrisUsageError(f"{call}: {name}={features} is not a multiple of the world size {world_size}; pick "
+        size = "the world size" if not isinstance(on, Group) else f"the size of the group {list(on.ranks)}"
+        raise IrisUsageError(f"{call}: {name}={features} is not a multiple of {size}, {world_size}; pick "
                              f"{name} divisible by it (e.g. {-(-features // world_size) * world_size})")
     return features // world_size
 
@@ -38,13 +55,15 @@ class _ParallelLinear(torch.nn.Module):
     """What the two layers share: the handle, the split, the parameters' creation and checks."""
 
     def __init__(self, ctx, in_features: int, out_features: int, bias: bool, sequence_parallel: bool,
-                 weight_shape: tuple, bias_features: int, dtype, config):
+                 weight_shape: tuple, bias_features: int, dtype, config, group):
         super().__init__()
         self.call = f"iris.collectives.nn.{type(self).__name__}"
-        # The context's handle, an int: what the operators take, a constant to the compiler, and no
-        # reference to the context (a deep copy or a pickle of the model does not copy the heap).
-        self.handle = handle_of(ctx)
-        self.rank, self.world_size = ctx.rank, ctx.world_size
+        # The handle of the context, or of the group the layer is split over: an int, what the
+        # operators take, a constant to the compiler, and no reference to the context (a deep copy
+        # or a pickle of the model does not copy the heap). rank and world_size are the group's.
+        self.handle = handle_of(ctx, group, self.call)
+        on = ctx if group is None else group
+        self.rank, self.world_size = on.rank, on.world_size
         self.in_features, self.out_features = in_features, out_features
         self.sequence_parallel = bool(sequence_parallel)
         self.config = encode_config(config, Config, self.call)
@@ -90,16 +109,19 @@ class ColumnParallelLinear(_ParallelLinear):
 
     ``out_features`` must be a multiple of the world size. ``dtype``: fp32, fp16, bf16 (fp64 for
     checks); the input must have the weight's dtype. ``config``: an ``ops.Config`` for the fused op.
+    ``group``: an :class:`iris.runtime.Group` of ``ctx`` to split over (its size and rank stand
+    for the world size and rank above; every call runs on it); None: every rank.
     Parameters are created on the context's device, this rank's block of ``torch.nn.Linear``'s
     initialisation of the full layer (:meth:`reset_parameters`); :meth:`from_linear` copies a full
     layer's block instead.
     """
 
     def __init__(self, ctx, in_features: int, out_features: int, bias: bool = True, *, sequence_parallel: bool = False,
-                 dtype=None, config=None):
-        local = _split("iris.collectives.nn.ColumnParallelLinear", "out_features", out_features, ctx.world_size)
+                 dtype=None, config=None, group=None):
+        call = "iris.collectives.nn.ColumnParallelLinear"
+        local = _split(call, "out_features", out_features, _ranks_of(ctx, group, call))
         super().__init__(ctx, in_features, out_features, bias, sequence_parallel, (local, in_features), local,
-                         dtype, config)
+                         dtype, config, group)
 
     def _block(self, weight: torch.Tensor) -> torch.Tensor:
         """This rank's rows of a full ``[out, in]`` weight."""
@@ -109,10 +131,10 @@ class ColumnParallelLinear(_ParallelLinear):
 
     @classmethod
     def from_linear(cls, ctx, linear: torch.nn.Linear, *, sequence_parallel: bool = False,
-                    config=None) -> ColumnParallelLinear:
+                    config=None, group=None) -> ColumnParallelLinear:
         """This rank's block of ``linear`` (the same full layer on every rank), on the context's device."""
         layer = cls(ctx, linear.in_features, linear.out_features, linear.bias is not None,
-                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype, config=config)
+                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype, config=config, group=group)
         with torch.no_grad():
             layer.weight.copy_(layer._block(linear.weight))
             if linear.bias is not None:
@@ -141,14 +163,15 @@ class RowParallelLinear(_ParallelLinear):
       bias's gradient sums every rank's rows (:func:`~iris.collectives.functional.sum_gradients`).
 
     ``in_features`` (and ``S`` with sequence parallelism) must be multiples of the world size.
-    ``dtype``, ``config``: as for :class:`ColumnParallelLinear`.
+    ``dtype``, ``config``, ``group``: as for :class:`ColumnParallelLinear`.
     """
 
     def __init__(self, ctx, in_features: int, out_features: int, bias: bool = True, *, sequence_parallel: bool = False,
-                 dtype=None, config=None):
-        local = _split("iris.collectives.nn.RowParallelLinear", "in_features", in_features, ctx.world_size)
+                 dtype=None, config=None, group=None):
+        call = "iris.collectives.nn.RowParallelLinear"
+        local = _split(call, "in_features", in_features, _ranks_of(ctx, group, call))
         super().__init__(ctx, in_features, out_features, bias, sequence_parallel, (out_features, local),
-                         out_features, dtype, config)
+                         out_features, dtype, config, group)
 
     def _block(self, weight: torch.Tensor) -> torch.Tensor:
         """This rank's columns of a full ``[out, in]`` weight."""
@@ -160,10 +183,10 @@ class RowParallelLinear(_ParallelLinear):
 
     @classmethod
     def from_linear(cls, ctx, linear: torch.nn.Linear, *, sequence_parallel: bool = False,
-                    config=None) -> RowParallelLinear:
+                    config=None, group=None) -> RowParallelLinear:
         """This rank's block of ``linear`` (the same full layer on every rank), on the context's device."""
         layer = cls(ctx, linear.in_features, linear.out_features, linear.bias is not None,
-                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype, config=config)
+                    sequence_parallel=sequence_parallel, dtype=linear.weight.dtype, config=config, group=group)
         with torch.no_grad():
             layer.weight.copy_(layer._block(linear.weight))
             if linear.bias is not None:
