@@ -32,12 +32,18 @@
 # when the kernels' specialisations change) on every core beside the tests (python -m
 # iris.runtime.precompile): a job then finds most of its kernels compiled or being compiled instead of
 # compiling them one by one. IRIS_GPU_PRECOMPILE=0 leaves it out (each job compiles what it needs).
+# `bash tools/gpu-tests.sh --faults [pytest args]`: the gpu_fault phase alone.
 # `bash tools/gpu-tests.sh --eight [pytest args]`: the 8-rank scenarios of the collectives (every
 # test function of the collectives, the ops, their torch operators and the device primitives that
 # takes its world sizes from IRIS_TEST_WORLD_SIZES), 2 processes side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 eight=""
+faults_only=""
+if [ "${1:-}" = "--faults" ]; then  # only the gpu_fault phase (without MPS)
+  shift
+  faults_only=1
+fi
 if [ "${1:-}" = "--eight" ]; then
   shift
   export IRIS_TEST_WORLD_SIZES=8 IRIS_GPU_PARALLEL=${IRIS_GPU_PARALLEL:-2}
@@ -107,7 +113,7 @@ if [ "${IRIS_GPU_PRECOMPILE:-1}" != 0 ] && [ -f "$manifest" ]; then
 fi
 pids=()
 # First every test but the gpu_fault ones, side by side.
-for i in $(seq 1 "$parallel"); do
+for i in $( [ -z "$faults_only" ] && seq 1 "$parallel"); do
   IRIS_TEST_PROCESS="$i-of-$parallel" "${deadline[@]}" python3 -m pytest "${plugins[@]}" --durations=10 \
     -m "not gpu_fault" "${skip_compile[@]}" "$@" >"$logs/shard-$i.log" 2>&1 &
   pids+=($!)
@@ -139,7 +145,7 @@ for pid in "${pids[@]}"; do
   rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 5 ] || status=1  # 5: none collected (--eight has none)
 done
-for i in $(seq 1 "$parallel") $(seq -f "faults-%g" 1 "$parallel"); do
+for i in $( [ -z "$faults_only" ] && seq 1 "$parallel") $(seq -f "faults-%g" 1 "$parallel"); do
   echo "=== process $i ($logs/shard-$i.log)"
   # pytest's short summary (failures, errors, skips with -rfEs) and its last lines
   sed -n '/short test summary info/,$p' "$logs/shard-$i.log" | tail -n 40
