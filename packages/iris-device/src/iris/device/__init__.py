@@ -31,6 +31,7 @@ from ._atomics import (
 from ._context import DeviceContext, DeviceContextMethods
 from ._debug import DEBUG, debug_enabled
 from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError, NotOnHeapError
+from ._group import DeviceGroup
 from ._interpreter import (
     INTERPRETER,
     interpreter_enabled,
@@ -54,6 +55,7 @@ __all__ = [
     "DEBUG",
     "DeviceContext",
     "DeviceContextMethods",
+    "DeviceGroup",
     "DeviceTracing",
     "EVENT_IDS",
     "EVENT_NAMES",
