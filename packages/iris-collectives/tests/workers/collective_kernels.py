@@ -393,18 +393,19 @@ ALL_GATHER, GATHER, ALL_TO_ALL = range(3)
 
 
 @triton.jit
-def group_move_kernel(context, group_context, src, dst, M, N: tl.constexpr, stride_src, stride_dst, source,
+def group_move_kernel(context, group_context, src, dst, flags, M, M_dst, N, stride_src, stride_dst, source,
                       rank: tl.constexpr, world_size: tl.constexpr, group_rank: tl.constexpr,
-                      group_size: tl.constexpr, OP: tl.constexpr, BOUND: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr):
-    """On a group: ``ALL_GATHER`` (``src`` M x N into ``dst`` group_size*M x N, dim 0), ``GATHER``
-    (``dst`` = group rank ``source``'s ``src``, both M x N) or ``ALL_TO_ALL`` (``src`` and ``dst``
-    M x group_size*N, column blocks of N)."""
+                      group_size: tl.constexpr, OP: tl.constexpr, N_PER_RANK: tl.constexpr, BOUND: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """On a group: ``ALL_GATHER`` (``src`` M x N into ``dst`` M_dst = group_size*M x N, dim 0, then
+    a device barrier of the group per tile on ``flags``), ``GATHER`` (``dst`` = group rank
+    ``source``'s ``src``, both M x N) or ``ALL_TO_ALL`` (``src`` and ``dst`` M x group_size*N,
+    column blocks of N = N_PER_RANK)."""
     ctx = ic.DeviceContext.initialize(context, rank, world_size)
     group = ic.DeviceGroup.initialize(group_context, group_rank, group_size)
     if OP == 0:
         in_view = ic.TensorView(src, M, N, stride_src, 1)
-        dst_view = ic.TensorView(dst, group_size * M, N, stride_dst, 1)
+        dst_view = ic.TensorView(dst, M_dst, N, stride_dst, 1)
     elif OP == 1:
         in_view = ic.TensorView(src, M, N, stride_src, 1)
         dst_view = ic.TensorView(dst, M, N, stride_dst, 1)
@@ -421,6 +422,7 @@ def group_move_kernel(context, group_context, src, dst, M, N: tl.constexpr, stri
                 ctx.all_gather(tile, dst_view, 0, group=group)
             else:
                 ic.all_gather(ctx, tile, dst_view, 0, group=group)
+            ic.device_barrier(ctx, flags + ic.BARRIER_WORDS * t, group=group)
         elif OP == 1:
             if BOUND:
                 data = ctx.gather(view, in_view, source, group=group)
@@ -429,9 +431,9 @@ def group_move_kernel(context, group_context, src, dst, M, N: tl.constexpr, stri
             dst_view.store(view, data)
         else:
             if BOUND:
-                ctx.all_to_all(view, in_view, dst_view, N, group=group)
+                ctx.all_to_all(view, in_view, dst_view, N_PER_RANK, group=group)
             else:
-                ic.all_to_all(ctx, view, in_view, dst_view, N, group=group)
+                ic.all_to_all(ctx, view, in_view, dst_view, N_PER_RANK, group=group)
 
 
 @triton.jit

@@ -815,8 +815,8 @@ def run_group_all_reduce(ctx, g, name, variant, dtype, M, N, BM, BN, seed):
 
 
 def run_group_moves(ctx, g, name, seed):
-    """all_gather, gather (from the next group rank) and all_to_all among ``g``'s members, against
-    the members' inputs in group order."""
+    """all_gather (then a device barrier of the group per tile), gather (from the next group rank)
+    and all_to_all among ``g``'s members, against the members' inputs in group order."""
     dev, G, M, N, B = ctx.device, g.size, 5, 6, 4
     for op in (K.ALL_GATHER, K.GATHER, K.ALL_TO_ALL):
         cols = G * N if op == K.ALL_TO_ALL else N
@@ -826,11 +826,13 @@ def run_group_moves(ctx, g, name, seed):
         src.copy_(inputs[g.rank].to(dev))
         dst = g.zeros(rows, cols, dtype=torch.float32)
         dst.fill_(POISON[torch.float32])
+        flags = g.zeros(ic.barrier_words(ic.num_tiles(M, N, B, B)), dtype=torch.int32)
         source = (g.rank + 1) % G
         g.barrier()  # sources in place, destinations poisoned
-        K.group_move_kernel[(2,)](ctx.get_device_context(), ctx.device_group(g), src, dst, M, N, src.stride(0),
-                                  dst.stride(0), source, rank=ctx.rank, world_size=ctx.world_size, group_rank=g.rank,
-                                  group_size=G, OP=op, BOUND=bool(op % 2), BLOCK_M=B, BLOCK_N=B)
+        K.group_move_kernel[(2,)](ctx.get_device_context(), ctx.device_group(g), src, dst, flags, M, rows, N,
+                                  src.stride(0), dst.stride(0), source, rank=ctx.rank, world_size=ctx.world_size,
+                                  group_rank=g.rank, group_size=G, OP=op, N_PER_RANK=N, BOUND=bool(op % 2),
+                                  BLOCK_M=B, BLOCK_N=B)
         g.barrier()  # every member's pushes are in
         if op == K.ALL_GATHER:
             expected, what = torch.cat(inputs), "all_gather"
@@ -841,8 +843,8 @@ def run_group_moves(ctx, g, name, seed):
             what = "all_to_all"
         check(dst, expected, f"{what} on group {list(g.ranks)} ({name}), group rank {g.rank}")
         g.barrier()
-        g.free(dst)
-        g.free(src)
+        for t in (flags, dst, src):
+            g.free(t)
 
 
 def run_group_barrier(ctx, g, name, launches=2, lag_s=0.1):

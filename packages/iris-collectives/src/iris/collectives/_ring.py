@@ -42,8 +42,9 @@ CREDITED: tl.constexpr = tl.constexpr(3)
 
 
 @triton.constexpr_function
-def _raise_capacity(num_tiles, limit, where):
+def _raise_capacity(num_tiles, on_group):
     tiles = host_scalar(num_tiles)
+    limit, where = (GROUP_RING_MAX_TILES, "the group's ring area") if on_group else (RING_MAX_TILES, "the signal pad")
     if tiles > limit:
         raise IrisUsageError(
             f"iris.collectives.all_reduce_ring: dst_view has {tiles} tiles but {where} holds flags for "
@@ -52,20 +53,23 @@ def _raise_capacity(num_tiles, limit, where):
 
 
 @triton.jit
-def _check_capacity(num_tiles, limit: tl.constexpr = _RING_MAX_TILES, where: tl.constexpr = "the signal pad"):
-    # Too many tiles would write flags past the pad, into whatever follows: fail loudly on every
-    # backend, not only in debug mode (one scalar comparison per program).
+def _check_capacity(num_tiles, ON_GROUP: tl.constexpr = False):
+    # Too many tiles would write flags past the pad (or the group's ring area), into whatever
+    # follows: fail loudly on every backend, not only in debug mode (one scalar comparison per
+    # program).
     if INTERPRETER:
-        _raise_capacity(num_tiles, limit, where)
+        _raise_capacity(num_tiles, ON_GROUP)
     else:
-        if num_tiles > limit:
-            if limit == _RING_MAX_TILES:
-                tl.device_print("iris.collectives.all_reduce_ring: more tiles than the signal pad holds flags for: "
-                                "tiles, limit = ", num_tiles, limit)
-            else:
+        if ON_GROUP:
+            if num_tiles > _GROUP_RING_MAX_TILES:
                 tl.device_print("iris.collectives.all_reduce_ring: more tiles than the group's ring area holds "
-                                "flags for: tiles, limit = ", num_tiles, limit)
-            tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+                                "flags for: tiles, limit = ", num_tiles, _GROUP_RING_MAX_TILES)
+                tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            if num_tiles > _RING_MAX_TILES:
+                tl.device_print("iris.collectives.all_reduce_ring: more tiles than the signal pad holds flags for: "
+                                "tiles, limit = ", num_tiles, _RING_MAX_TILES)
+                tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -158,7 +162,7 @@ def all_reduce_ring(ctx, tile, src_view, dst_view, group=None):
         num_tiles = dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N)
         t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
         if group is not None:
-            _check_capacity(num_tiles, _GROUP_RING_MAX_TILES, "the group's ring area")
+            _check_capacity(num_tiles, True)
             record = _group_record(ctx, t)
         else:
             _check_capacity(num_tiles)
