@@ -390,6 +390,18 @@ MUTATIONS = [
              [(f"{RUNTIME}/_group.py", "self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + ",
                "self.size + layout.CALL_WORDS_OFFSET] = 0 * ", 1)],
              [("worker", "4", "ccl_worker.py", "groups")], expect="scenario 'groups' failed"),
+    Mutation("group-ring-in-signal-pad", "the ring all-reduce on a group keeps its flags in the group's workspace, "
+             "not in the signal pad that every group of a rank shares",
+             [(f"{COLL}/_ring.py", "            record = _group_record(ctx, t)", "            record = _pad_record(ctx, t)",
+               1)],
+             [("worker", "4", "collectives_worker.py", "groups_back_to_back")],
+             expect="scenario 'groups_back_to_back' failed"),
+    Mutation("group-ignored-in-kernel", "a tile collective called with group= runs among the group's members, in "
+             "group ranks",
+             [(f"{DEVICE}/_group.py", "    return DeviceContext(group.rank, group.size, group.heap_bases, ctx.tracing)",
+               "    return ctx", 1)],
+             [("worker", "4", "collectives_worker.py", "groups_tile_collectives", "IRIS_TIMEOUT_S=5",
+               "MPIEXEC_TIMEOUT=120")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
