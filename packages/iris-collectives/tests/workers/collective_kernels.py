@@ -457,3 +457,12 @@ def group_barrier_kernel(context, group_context, buf, flags, out, members, value
     if pid == 0:
         for q in tl.static_range(group.size):
             tl.store(members + q, group.global_rank(q))
+
+
+@triton.jit
+def group_misuse_kernel(context, x, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr):
+    """A mistake that must not compile: the context passed as ``group=``."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    view = ic.TensorView(x, BLOCK, BLOCK, BLOCK, 1)
+    tile = ic.Tile(0, 0, BLOCK, BLOCK, view.load(ic.TileView(0, 0, BLOCK, BLOCK)))
+    ic.all_reduce_atomic(ctx, tile, view, group=ctx)

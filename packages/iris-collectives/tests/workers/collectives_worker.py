@@ -940,7 +940,8 @@ def scenario_groups_back_to_back(ctx):
 
 def scenario_groups_errors(ctx):
     """device_group refuses a non-member's None and a group of another context, naming the fix; a
-    kernel given a group larger than the context does not compile."""
+    kernel given a group larger than the context, a group rank out of range, or the context as
+    group= does not compile."""
     W = ctx.world_size
     expect_error(lambda: ctx.device_group(None), "iris.runtime.Iris.device_group()", "not a member",
                  "launch the group's kernel on its members only")
@@ -959,6 +960,9 @@ def scenario_groups_errors(ctx):
         ctx.get_device_context(), ctx.device_group(everyone), buf, buf, buf, locks, M, N, N, rank=ctx.rank,
         world_size=W, group_rank=W, group_size=W, VARIANT=K.ONE_SHOT, BOUND=False, BLOCK_M=8, BLOCK_N=8),
         "DeviceGroup.initialize", "rank must be a constexpr in [0, size)")
+    expect_error(lambda: K.group_misuse_kernel[(1,)](ctx.get_device_context(), buf, rank=ctx.rank, world_size=W,
+                                                     BLOCK=8), "iris.collectives.all_reduce_atomic",
+                 "group= takes an iris.device.DeviceGroup")
     ctx.barrier()
     everyone.free(locks)
     everyone.free(buf)
