@@ -7,6 +7,10 @@ Two forms of every primitive:
 - the bound :class:`DeviceContext`, which knows the current rank and the heap:
   ``ctx = DeviceContext.initialize(context_tensor, rank, world_size); ctx.load(pointer, from_rank)``.
 
+A group of ranks reaches a kernel as :class:`DeviceGroup` (its rank, size and
+``global_rank(q)``), which the tile collectives of ``iris.collectives`` take as ``group=``; the
+primitives here keep taking global ranks.
+
 This package depends on Triton only (and numpy, for Triton's interpreter): importing it pulls in
 neither torch, mpi4py nor the runtime.
 Importing it chooses compiled or interpreted kernels (see ``iris.device._mode``).
