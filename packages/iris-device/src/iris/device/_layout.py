@@ -111,7 +111,6 @@ WATCHDOG_NS_C: tl.constexpr = tl.constexpr(WATCHDOG_NS)
 WATCHDOG_RECORD_C: tl.constexpr = tl.constexpr(WATCHDOG_RECORD)
 CALL_WORDS_OFFSET_C: tl.constexpr = tl.constexpr(CALL_WORDS_OFFSET)
 GROUP_RANKS_C: tl.constexpr = tl.constexpr(GROUP_RANKS)
-GROUP_RING_BYTES_C: tl.constexpr = tl.constexpr(GROUP_RING_BYTES)
 
 # One trace event is TRACE_EVENT_FIELDS int64 words, in this order.
 EVENT_ID = 0        #: TraceEvent id
