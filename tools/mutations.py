@@ -404,6 +404,18 @@ MUTATIONS = [
     Mutation("layer-splits-over-context", "a layer on a group splits over the group's size and rank",
              [(f"{COLL}/nn/_linear.py", "        on = ctx if group is None else group", "        on = ctx", 1)],
              [("worker", "4", "torch_ops_worker.py", "layers_on_groups")], expect="scenario 'layers_on_groups' failed"),
+    Mutation("group-ring-in-signal-pad", "the ring all-reduce on a group keeps its flags in the group's workspace, "
+             "not in the signal pad that every group of a rank shares",
+             [(f"{COLL}/_ring.py", "            record = _group_record(ctx, t)", "            record = _pad_record(ctx, t)",
+               1)],
+             [("worker", "4", "collectives_worker.py", "groups_back_to_back")],
+             expect="scenario 'groups_back_to_back' failed"),
+    Mutation("group-ignored-in-kernel", "a tile collective called with group= runs among the group's members, in "
+             "group ranks",
+             [(f"{DEVICE}/_group.py", "    return DeviceContext(group.rank, group.size, group.heap_bases, ctx.tracing)",
+               "    return ctx", 1)],
+             [("worker", "4", "collectives_worker.py", "groups_tile_collectives", "IRIS_TIMEOUT_S=5",
+               "MPIEXEC_TIMEOUT=120")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

@@ -128,8 +128,16 @@ def summary(ptx: str) -> dict:
     }
 
 
-def all_reduce_case(variant: int, dtype: str, bound: bool, trace: bool, world: int, rank: int) -> str:
+def all_reduce_case(variant: int, dtype: str, bound: bool, trace: bool, world: int, rank: int,
+                    group: bool = False) -> str:
     dst = PTR["fp32"] if variant in (K.ATOMIC, K.SPINLOCK) and dtype in ("fp16", "bf16") else PTR[dtype]
+    if group:  # on a group of world - 1 ranks, whose rank 0 this rank is (group=)
+        sig = {"context": "*i64", "group_context": "*i64", "inp": PTR[dtype], "src": PTR[dtype], "dst": dst,
+               "locks": "*i32", "M": "i32", "N": "i32", "stride": "i32"}
+        const = {"rank": rank, "world_size": world, "group_rank": 0, "group_size": world - 1, "VARIANT": variant,
+                 "BOUND": False, "BLOCK_M": 32, "BLOCK_N": 64}
+        return compile_ptx(K.group_all_reduce_kernel, sig, const,
+                           aligned=("inp", "src", "dst", "locks", "N", "stride"))
     sig = {"context": "*i64", "inp": PTR[dtype], "src": PTR[dtype], "dst": dst, "locks": "*i32", "M": "i32",
            "N": "i32", "stride_in": "i32", "stride_src": "i32", "stride_dst": "i32"}
     const = {"rank": rank, "world_size": world, "VARIANT": variant, "BOUND": bound, "STAGE": True, "TRACE": trace,
@@ -138,7 +146,15 @@ def all_reduce_case(variant: int, dtype: str, bound: bool, trace: bool, world: i
                        aligned=("inp", "src", "dst", "locks", "N", "stride_in", "stride_src", "stride_dst"))
 
 
-def gather_family_case(kind: str, dtype: str, world: int, rank: int) -> str:
+def gather_family_case(kind: str, dtype: str, world: int, rank: int, group: bool = False) -> str:
+    if group:  # on a group of 2 of the world's ranks, whose rank 1 this rank is (group=)
+        op = {"all_gather": K.ALL_GATHER, "gather": K.GATHER, "all_to_all": K.ALL_TO_ALL}[kind]
+        sig = {"context": "*i64", "group_context": "*i64", "src": PTR[dtype], "dst": PTR[dtype], "flags": "*i32",
+               "M": "i32", "M_dst": "i32", "N": "i32", "stride_src": "i32", "stride_dst": "i32", "source": "i32"}
+        const = {"rank": rank, "world_size": world, "group_rank": 1, "group_size": 2, "OP": op, "N_PER_RANK": 64,
+                 "BOUND": True, "BLOCK_M": 32, "BLOCK_N": 64}
+        aligned = ("src", "dst", "M", "M_dst", "N", "stride_src", "stride_dst")
+        return compile_ptx(K.group_move_kernel, sig, const, aligned=aligned)
     if kind == "all_gather":
         sig = {"context": "*i64", "inp": PTR[dtype], "dst": PTR[dtype], "flags": "*i32", "out": PTR[dtype],
                "M_local": "i32", "N_local": "i32", "M": "i32", "N": "i32", "stride_in": "i32", "stride_dst": "i32",
@@ -178,9 +194,9 @@ def run_case(case: str) -> dict:
         elif parts[0] in K.VARIANT_NAMES.values():
             variant = next(v for v, n in K.VARIANT_NAMES.items() if n == parts[0])
             ptx = all_reduce_case(variant, parts[1], parts[2] == "bound", parts[3] == "trace", int(parts[4]),
-                                  int(parts[5]))
+                                  int(parts[5]), group=parts[2] == "group")
         else:
-            ptx = gather_family_case(parts[0], parts[1], int(parts[2]), int(parts[3]))
+            ptx = gather_family_case(parts[0], parts[1], int(parts[2]), int(parts[3]), group=parts[4:] == ["group"])
         return {"ok": True, **summary(ptx)}
     except Exception as exc:  # reported to the test, which shows it
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
@@ -191,11 +207,13 @@ def cases(debug: bool) -> list[str]:
     for name in K.VARIANT_NAMES.values():
         for dtype in ("fp32", "bf16") if not debug else ("fp32",):
             out.append(f"{name}/{dtype}/bound/plain/4/1")
+        out.append(f"{name}/fp32/group/plain/4/1")  # group= (a DeviceGroup of 3 of the 4 ranks)
         if not debug:
             out.append(f"{name}/fp16/free/trace/3/2")
             out.append(f"{name}/int32/free/plain/2/0")
     for kind in ("all_gather", "gather", "all_to_all"):
         out.append(f"{kind}/fp32/4/1")
+        out.append(f"{kind}/fp32/4/2/group")
         if not debug:
             out.append(f"{kind}/bf16/3/0")
     out.append("all_reduce_rmsnorm/bf16/one/tiles/4/1")

@@ -38,8 +38,9 @@ def params(fn) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(SPEC))
 def test_bound_and_free_forms_have_the_spec_signature(name):
-    assert params(getattr(ic.DeviceContext, name))[1:] == SPEC[name]
-    assert params(getattr(ic, name)) == ["ctx", *SPEC[name]]
+    # the spec's parameters, in its order, then this library's group= (a group of ranks, None: all)
+    assert params(getattr(ic.DeviceContext, name))[1:] == [*SPEC[name], "group=None"]
+    assert params(getattr(ic, name)) == ["ctx", *SPEC[name], "group=None"]
     assert getattr(ic, name).__doc__ if not hasattr(getattr(ic, name), "fn") else getattr(ic, name).fn.__doc__
 
 

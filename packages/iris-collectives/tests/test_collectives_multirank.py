@@ -1,7 +1,8 @@
 """iris.collectives on 1..N ranks: one launch per world size runs every scenario of
 workers/collectives_worker.py (all nine collectives, fp32/fp16/bf16/int32, ragged shapes, blocks
 larger than the tensor, 130x257, back-to-back launches, non-contiguous views, the ring's source off
-the heap, device barrier with explicit epochs and late ranks, tracing of every collective, errors),
+the heap, device barrier with explicit epochs and late ranks, tracing of every collective, errors; at 4 ranks
+every collective and the barrier on groups of ranks, group= inside the kernel),
 plus one debug-mode launch (waits bounded within a window of IRIS_DEBUG_TIMEOUT_S, checked flags)."""
 
 from __future__ import annotations

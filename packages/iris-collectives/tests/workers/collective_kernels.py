@@ -333,3 +333,136 @@ def message_ring_kernel(context, x, inbox, flags, out, n, rounds, before, rank: 
     for k in range(rounds):
         ic.wait_signal(flags, before + k + 1, ctx.heap_bases, peer=(rank + world_size - 1) % world_size, index=0)
         tl.store(out + k * BLOCK + offs, tl.load(inbox + k * BLOCK + offs, mask=mask), mask=mask)
+
+
+# --- on a group of ranks: the context keeps global ranks, the collectives take group= -------------
+
+@triton.jit
+def group_all_reduce_kernel(context, group_context, inp, src, dst, locks, M, N, stride, rank: tl.constexpr,
+                            world_size: tl.constexpr, group_rank: tl.constexpr, group_size: tl.constexpr,
+                            VARIANT: tl.constexpr, BOUND: tl.constexpr, BLOCK_M: tl.constexpr,
+                            BLOCK_N: tl.constexpr):
+    """:func:`all_reduce_kernel` (staged, every view ``stride`` x 1) among the members of a group:
+    ``ic.<collective>(ctx, ..., group=group)``, or the bound form with ``BOUND``."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    group = ic.DeviceGroup.initialize(group_context, group_rank, group_size)
+    in_view = ic.TensorView(inp, M, N, stride, 1)
+    src_view = ic.TensorView(src, M, N, stride, 1)
+    dst_view = ic.TensorView(dst, M, N, stride, 1)
+    tiles_n = dst_view.num_tiles_n(BLOCK_N)
+    for t in range(tl.program_id(0), dst_view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        data = in_view.load(view)
+        src_view.store(view, data)
+        tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, data)
+        if VARIANT == 0:
+            if BOUND:
+                ctx.all_reduce_atomic(tile, dst_view, group=group)
+            else:
+                ic.all_reduce_atomic(ctx, tile, dst_view, group=group)
+        elif VARIANT == 1:
+            if BOUND:
+                ctx.all_reduce_spinlock(tile, dst_view, locks, group=group)
+            else:
+                ic.all_reduce_spinlock(ctx, tile, dst_view, locks, group=group)
+        elif VARIANT == 2:
+            if BOUND:
+                ctx.all_reduce_one_shot(tile, src_view, dst_view, locks, group=group)
+            else:
+                ic.all_reduce_one_shot(ctx, tile, src_view, dst_view, locks, group=group)
+        elif VARIANT == 3:
+            if BOUND:
+                ctx.all_reduce_two_shot(tile, src_view, dst_view, locks, group=group)
+            else:
+                ic.all_reduce_two_shot(ctx, tile, src_view, dst_view, locks, group=group)
+        elif VARIANT == 4:
+            if BOUND:
+                ctx.all_reduce_ring(view, src_view, dst_view, group=group)
+            else:
+                ic.all_reduce_ring(ctx, view, src_view, dst_view, group=group)
+        else:
+            if BOUND:
+                ctx.reduce_scatter(tile, src_view, dst_view, locks, group=group)
+            else:
+                ic.reduce_scatter(ctx, tile, src_view, dst_view, locks, group=group)
+
+
+# OP numbers of group_move_kernel.
+ALL_GATHER, GATHER, ALL_TO_ALL = range(3)
+
+
+@triton.jit
+def group_move_kernel(context, group_context, src, dst, flags, M, M_dst, N, stride_src, stride_dst, source,
+                      rank: tl.constexpr, world_size: tl.constexpr, group_rank: tl.constexpr,
+                      group_size: tl.constexpr, OP: tl.constexpr, N_PER_RANK: tl.constexpr, BOUND: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """On a group: ``ALL_GATHER`` (``src`` M x N into ``dst`` M_dst = group_size*M x N, dim 0, then
+    a device barrier of the group per tile on ``flags``), ``GATHER`` (``dst`` = group rank
+    ``source``'s ``src``, both M x N) or ``ALL_TO_ALL`` (``src`` and ``dst`` M x group_size*N,
+    column blocks of N = N_PER_RANK)."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    group = ic.DeviceGroup.initialize(group_context, group_rank, group_size)
+    if OP == 0:
+        in_view = ic.TensorView(src, M, N, stride_src, 1)
+        dst_view = ic.TensorView(dst, M_dst, N, stride_dst, 1)
+    elif OP == 1:
+        in_view = ic.TensorView(src, M, N, stride_src, 1)
+        dst_view = ic.TensorView(dst, M, N, stride_dst, 1)
+    else:
+        in_view = ic.TensorView(src, M, group_size * N, stride_src, 1)
+        dst_view = ic.TensorView(dst, M, group_size * N, stride_dst, 1)
+    tiles_n = ic.cdiv(N, BLOCK_N)
+    for t in range(tl.program_id(0), ic.cdiv(M, BLOCK_M) * tiles_n, tl.num_programs(0)):
+        pid_m, pid_n = ic.tile_coords(t, tiles_n)
+        view = ic.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        if OP == 0:
+            tile = ic.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, in_view.load(view))
+            if BOUND:
+                ctx.all_gather(tile, dst_view, 0, group=group)
+            else:
+                ic.all_gather(ctx, tile, dst_view, 0, group=group)
+            ic.device_barrier(ctx, flags + ic.BARRIER_WORDS * t, group=group)
+        elif OP == 1:
+            if BOUND:
+                data = ctx.gather(view, in_view, source, group=group)
+            else:
+                data = ic.gather(ctx, view, in_view, source, group=group)
+            dst_view.store(view, data)
+        else:
+            if BOUND:
+                ctx.all_to_all(view, in_view, dst_view, N_PER_RANK, group=group)
+            else:
+                ic.all_to_all(ctx, view, in_view, dst_view, N_PER_RANK, group=group)
+
+
+@triton.jit
+def group_barrier_kernel(context, group_context, buf, flags, out, members, value, rank: tl.constexpr,
+                         world_size: tl.constexpr, group_rank: tl.constexpr, group_size: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """:func:`barrier_exchange_kernel` on a group: program ``p`` writes ``value + i`` into its
+    ``BLOCK`` of ``buf``, crosses ``device_barrier(..., group=)`` on slot ``p`` of ``flags``, then
+    copies its block of every member's ``buf`` into ``out[q]`` (q: group rank), reading with the
+    context's global ranks (``group.global_rank(q)``); program 0 writes every member's global rank
+    into ``members``."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    group = ic.DeviceGroup.initialize(group_context, group_rank, group_size)
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(buf + offs, value + offs)
+    ic.device_barrier(ctx, flags + ic.BARRIER_WORDS * pid, group=group)
+    width = tl.num_programs(0) * BLOCK
+    for q in tl.static_range(group_size):
+        tl.store(out + q * width + offs, ctx.load(buf + offs, group.global_rank(q)))
+    if pid == 0:
+        for q in tl.static_range(group.size):
+            tl.store(members + q, group.global_rank(q))
+
+
+@triton.jit
+def group_misuse_kernel(context, x, rank: tl.constexpr, world_size: tl.constexpr, BLOCK: tl.constexpr):
+    """A mistake that must not compile: the context passed as ``group=``."""
+    ctx = ic.DeviceContext.initialize(context, rank, world_size)
+    view = ic.TensorView(x, BLOCK, BLOCK, BLOCK, 1)
+    tile = ic.Tile(0, 0, BLOCK, BLOCK, view.load(ic.TileView(0, 0, BLOCK, BLOCK)))
+    ic.all_reduce_atomic(ctx, tile, view, group=ctx)

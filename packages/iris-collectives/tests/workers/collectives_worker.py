@@ -25,6 +25,7 @@ import triton
 import iris.collectives as ic  # imports iris.runtime first, which picks the backend
 import iris.runtime.testing
 from iris.device import EVENT_IDS, EVENT_NAMES
+from iris.device._layout import GROUP_RING_BYTES
 from iris.runtime.trace import load_trace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -751,6 +752,220 @@ def scenario_tracing_every_collective(ctx):
                 exported = sum(1 for e in events if e["pid"] == r and e["name"] == name)
                 assert exported == count, f"export: rank {r} has {exported} '{name}' events, recorded {count}"
         assert len(events) == sum(sum(c.values()) for c in everyone), f"export: {len(events)} events in all"
+
+
+# --- on groups of ranks --------------------------------------------------------------------------
+
+#: The layouts of 4 ranks under test: tensor-parallel pairs, data-parallel (strided) pairs, and a
+#: group whose list is neither sorted nor contiguous (rank 1 is not a member).
+GROUP_LAYOUTS = {"pairs": ([0, 1], [2, 3]), "strided pairs": ([0, 2], [1, 3]), "non-contiguous": ([3, 0, 2],)}
+GROUP_WORLD = 4
+
+
+def make_groups(ctx) -> dict:
+    """Every group of GROUP_LAYOUTS (every rank makes every group, in the same order); returns this
+    rank's group of each layout it belongs to."""
+    mine = {}
+    for name, lists in GROUP_LAYOUTS.items():
+        for ranks in lists:
+            group = ctx.new_group(ranks, workspace_size=1 << 16)
+            if group is not None:
+                mine[name] = group
+    return mine
+
+
+def launch_group_all_reduce(ctx, g, variant, inp, src, dst, locks, M, N, BM, BN, *, bound=False, grid=2):
+    K.group_all_reduce_kernel[(grid,)](
+        ctx.get_device_context(), ctx.device_group(g), inp, src, dst, locks, M, N, inp.stride(0), rank=ctx.rank,
+        world_size=ctx.world_size, group_rank=g.rank, group_size=g.size, VARIANT=variant, BOUND=bound,
+        BLOCK_M=BM, BLOCK_N=BN)
+
+
+def group_inputs(g, shape, dtype, seed):
+    """The members' inputs, in group order (each member's is its global rank's rank_input)."""
+    return [rank_input(r, shape, dtype, seed) for r in g.ranks]
+
+
+def run_group_all_reduce(ctx, g, name, variant, dtype, M, N, BM, BN, seed):
+    """One all-reduce (or reduce-scatter) ``variant`` among ``g``'s members, checked bit for bit
+    against torch's sum of the members' inputs (reduce-scatter: on the tiles this group rank owns)."""
+    inputs = group_inputs(g, (M, N), dtype, seed)
+    out_dtype = dst_dtype_for(variant, dtype)
+    zero_dst = variant in (K.ATOMIC, K.SPINLOCK)
+    poison = 0 if zero_dst else POISON[out_dtype]
+    src, dst = g.zeros(M, N, dtype=dtype), g.zeros(M, N, dtype=out_dtype)
+    dst.fill_(poison)
+    locks = g.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    g.barrier()  # every member's dst poisoned (or zeroed) before anyone writes into it
+    launch_group_all_reduce(ctx, g, variant, inputs[g.rank].to(ctx.device), src, dst, locks, M, N, BM, BN,
+                            bound=bool(seed % 2))
+    if variant == K.ATOMIC:
+        g.barrier()  # the sum is complete once every member is done
+    expected = reference_sum(inputs, out_dtype)
+    if variant == K.REDUCE_SCATTER:
+        owned = set(ic.reduce_scatter_tiles(g.rank, ic.num_tiles(M, N, BM, BN), g.size))
+        full, expected = expected, torch.full((M, N), poison, dtype=out_dtype)
+        for t in owned:
+            pm, pn = divmod(t, -(-N // BN))
+            expected[pm * BM:(pm + 1) * BM, pn * BN:(pn + 1) * BN] = full[pm * BM:(pm + 1) * BM, pn * BN:(pn + 1) * BN]
+    check(dst, expected, f"{K.VARIANT_NAMES[variant]} on group {list(g.ranks)} ({name}) {dtype}, group rank {g.rank}")
+    g.barrier()
+    for t in (locks, dst, src):
+        g.free(t)
+
+
+def run_group_moves(ctx, g, name, seed):
+    """all_gather (then a device barrier of the group per tile), gather (from the next group rank)
+    and all_to_all among ``g``'s members, against the members' inputs in group order."""
+    dev, G, M, N, B = ctx.device, g.size, 5, 6, 4
+    for op in (K.ALL_GATHER, K.GATHER, K.ALL_TO_ALL):
+        cols = G * N if op == K.ALL_TO_ALL else N
+        inputs = group_inputs(g, (M, cols), torch.float32, seed + op)
+        rows = G * M if op == K.ALL_GATHER else M
+        src = g.zeros(M, cols, dtype=torch.float32)
+        src.copy_(inputs[g.rank].to(dev))
+        dst = g.zeros(rows, cols, dtype=torch.float32)
+        dst.fill_(POISON[torch.float32])
+        flags = g.zeros(ic.barrier_words(ic.num_tiles(M, N, B, B)), dtype=torch.int32)
+        source = (g.rank + 1) % G
+        g.barrier()  # sources in place, destinations poisoned
+        K.group_move_kernel[(2,)](ctx.get_device_context(), ctx.device_group(g), src, dst, flags, M, rows, N,
+                                  src.stride(0), dst.stride(0), source, rank=ctx.rank, world_size=ctx.world_size,
+                                  group_rank=g.rank, group_size=G, OP=op, N_PER_RANK=N, BOUND=bool(op % 2),
+                                  BLOCK_M=B, BLOCK_N=B)
+        g.barrier()  # every member's pushes are in
+        if op == K.ALL_GATHER:
+            expected, what = torch.cat(inputs), "all_gather"
+        elif op == K.GATHER:
+            expected, what = inputs[source], f"gather from group rank {source}"
+        else:
+            expected = torch.cat([x[:, g.rank * N:(g.rank + 1) * N] for x in inputs], dim=1)
+            what = "all_to_all"
+        check(dst, expected, f"{what} on group {list(g.ranks)} ({name}), group rank {g.rank}")
+        g.barrier()
+        for t in (flags, dst, src):
+            g.free(t)
+
+
+def run_group_barrier(ctx, g, name, launches=2, lag_s=0.1):
+    """device_barrier(group=) with members arriving ``lag_s`` apart (a different one first in each
+    launch): after it, every member's block is what that member wrote for this launch; and
+    DeviceGroup.global_rank maps every group rank to its global rank."""
+    dev, P, B, G = ctx.device, BARRIER_PROGRAMS, BARRIER_BLOCK, g.size
+    buf = g.zeros(P * B, dtype=torch.int32)
+    flags = g.zeros(ic.barrier_words(P), dtype=torch.int32)
+    for k in range(launches):
+        out = torch.full((G, P * B), -1, dtype=torch.int32, device=dev)
+        members = torch.full((G,), -1, dtype=torch.int64, device=dev)
+        g.barrier()  # every member is done reading the previous launch's blocks
+        time.sleep(((g.rank - k) % G) * lag_s)
+        K.group_barrier_kernel[(P,)](ctx.get_device_context(), ctx.device_group(g), buf, flags, out, members,
+                                     barrier_value(k, ctx.rank), rank=ctx.rank, world_size=ctx.world_size,
+                                     group_rank=g.rank, group_size=G, BLOCK=B)
+        expected = torch.stack([barrier_value(k, r) + torch.arange(P * B, dtype=torch.int32) for r in g.ranks])
+        check(out, expected, f"device_barrier on group {list(g.ranks)} ({name}) launch {k + 1}, group rank {g.rank}")
+        assert members.cpu().tolist() == list(g.ranks), (name, members.cpu().tolist(), g.ranks)
+    arrivals = flags.view(P, ic.BARRIER_WORDS)[:, 0].cpu().tolist()
+    assert arrivals == [launches * G] * P, (name, arrivals)  # the group's members only
+    g.barrier()
+    g.free(flags)
+    g.free(buf)
+
+
+def scenario_groups_tile_collectives(ctx):
+    """4 ranks only (other world sizes pass at once): every tile collective and the device barrier
+    inside a kernel on a group (``group=`` an iris.device.DeviceGroup), free and bound forms, on
+    the pairs [0,1],[2,3], the strided pairs [0,2],[1,3] and [3,0,2] (rank 1 outside it), each
+    against torch on the members' inputs in group order; groups of one layout run at the same time,
+    and a rank's groups of different layouts overlap."""
+    if ctx.world_size != GROUP_WORLD:
+        return
+    groups = make_groups(ctx)
+    seed = 3000
+    for name, g in groups.items():
+        for variant in K.VARIANT_NAMES:
+            run_group_all_reduce(ctx, g, name, variant, torch.float32, 9, 12, 8, 8, seed)
+            seed += 1
+        run_group_all_reduce(ctx, g, name, K.RING, torch.bfloat16, 9, 12, 8, 8, seed)
+        run_group_all_reduce(ctx, g, name, K.TWO_SHOT, torch.bfloat16, 9, 12, 8, 8, seed + 1)
+        seed += 2
+        run_group_moves(ctx, g, name, seed)
+        seed += 3
+        run_group_barrier(ctx, g, name)
+    ctx.barrier()  # rank 1 is in no non-contiguous group: the others must not free before it is done
+
+
+def scenario_groups_back_to_back(ctx):
+    """4 ranks only: a pair's collective, then at once the strided pair's on the pair's result (no
+    barrier between, the same rank in both groups), four times with new data, a different rank
+    late each time: one-shot, two-shot and the ring (whose flags on a group are the group's own,
+    not the rank's signal pad). The result is the sum over all 4 ranks, exact."""
+    if ctx.world_size != GROUP_WORLD:
+        return
+    groups = make_groups(ctx)
+    tp, dp, dev = groups["pairs"], groups["strided pairs"], ctx.device
+    M, N, BM, BN, R = 9, 12, 8, 8, GROUP_WORLD
+    for variant in (K.ONE_SHOT, K.TWO_SHOT, K.RING):
+        bufs = {g: (g.zeros(M, N, dtype=torch.float32), g.zeros(M, N, dtype=torch.float32),
+                    g.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)) for g in (tp, dp)}
+        ctx.barrier()
+        results = []
+        for k in range(R):
+            x = rank_input(ctx.rank, (M, N), torch.float32, 3500 + 10 * variant + k).to(dev)
+            if k == ctx.rank:
+                time.sleep(0.3)  # fall behind: the others run ahead into the next group's call
+            src, dst, locks = bufs[tp]
+            launch_group_all_reduce(ctx, tp, variant, x, src, dst, locks, M, N, BM, BN)
+            partial = dst.clone()
+            src, dst, locks = bufs[dp]
+            launch_group_all_reduce(ctx, dp, variant, partial, src, dst, locks, M, N, BM, BN, bound=True)
+            results.append(dst.clone())
+        for k in range(R):
+            inputs = [rank_input(r, (M, N), torch.float32, 3500 + 10 * variant + k) for r in range(GROUP_WORLD)]
+            what = f"{K.VARIANT_NAMES[variant]} on {list(tp.ranks)} then {list(dp.ranks)}, call {k + 1}"
+            check(results[k], reference_sum(inputs, torch.float32), f"{what}, rank {ctx.rank}")
+        if variant == K.RING:
+            # the ring's flags on a group are in the group's own workspace (its signal pad is every
+            # group's): the per-rank running totals of arrivals and credits of the tiles used
+            tiles = ic.num_tiles(M, N, BM, BN)
+            for g in (tp, dp):
+                words = g._arena[g._words_at - GROUP_RING_BYTES:g._words_at].view(torch.int32).view(-1, 4)
+                totals = words[:tiles, 2:].sum().item()
+                assert totals > 0, f"rank {ctx.rank}: no ring flags counted in group {list(g.ranks)}'s workspace"
+        ctx.barrier()
+        for g in (tp, dp):
+            for t in reversed(bufs[g]):
+                g.free(t)
+
+
+def scenario_groups_errors(ctx):
+    """device_group refuses a non-member's None and a group of another context, naming the fix; a
+    kernel given a group larger than the context, a group rank out of range, or the context as
+    group= does not compile."""
+    W = ctx.world_size
+    expect_error(lambda: ctx.device_group(None), "iris.runtime.Iris.device_group()", "not a member",
+                 "launch the group's kernel on its members only")
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    expect_error(lambda: ctx.device_group(other), "iris.runtime.Iris.device_group()", "a group of another context")
+    everyone = ctx.new_group(list(range(W)), workspace_size=1 << 16)
+    M = N = 8
+    buf = everyone.zeros(M, N, dtype=torch.float32)
+    locks = everyone.zeros(ic.lock_words(M, N, 8, 8), dtype=torch.int32)
+    expect_error(lambda: K.group_all_reduce_kernel[(1,)](
+        ctx.get_device_context(), ctx.device_group(everyone), buf, buf, buf, locks, M, N, N, rank=ctx.rank,
+        world_size=W, group_rank=everyone.rank, group_size=W + 1, VARIANT=K.ONE_SHOT, BOUND=False, BLOCK_M=8,
+        BLOCK_N=8), "iris.collectives.all_reduce_one_shot", "more ranks than the context")
+    expect_error(lambda: K.group_all_reduce_kernel[(1,)](
+        ctx.get_device_context(), ctx.device_group(everyone), buf, buf, buf, locks, M, N, N, rank=ctx.rank,
+        world_size=W, group_rank=W, group_size=W, VARIANT=K.ONE_SHOT, BOUND=False, BLOCK_M=8, BLOCK_N=8),
+        "DeviceGroup.initialize", "rank must be a constexpr in [0, size)")
+    expect_error(lambda: K.group_misuse_kernel[(1,)](ctx.get_device_context(), buf, rank=ctx.rank, world_size=W,
+                                                     BLOCK=8), "iris.collectives.all_reduce_atomic",
+                 "group= takes an iris.device.DeviceGroup")
+    ctx.barrier()
+    everyone.free(locks)
+    everyone.free(buf)
 
 
 # --- errors --------------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ Expert parallelism, the token exchange of a mixture of experts with its counts o
 (``dispatch``, ``combine``), lives in :mod:`iris.collectives.moe`, on the kernels of
 ``ccl.all_to_all_v``.
 
+Every tile collective and :func:`device_barrier` take ``group=``, an :class:`iris.device.DeviceGroup`
+(re-exported here), to run among a group's members (``ctx.new_group(ranks)`` on the host).
+
 Point-to-point messages inside a kernel: :func:`put_with_signal` on the sender, :func:`wait_signal`
 on the receiver.
 
@@ -45,6 +48,7 @@ Example::
 # The runtime decides the backend, and for the cpu backend switches Triton's interpreter on, before
 # any kernel below is defined: importing this package first must work as well.
 import iris.runtime  # noqa: F401
+from iris.device import DeviceGroup
 
 # The torch operators (iris.collectives.functional, which imports ccl and ops; about 70 ms): the
 # front doors of ccl and ops hand their calls to them while torch.compile traces, and find them
@@ -57,7 +61,7 @@ from ._errors import IrisCallMismatchError, IrisCapacityError, IrisMessageSizeEr
 from ._gather import all_gather, all_to_all, gather
 from ._host import barrier_words, lock_words, num_tiles, reduce_scatter_tiles, two_shot_rows
 from ._reduce_scatter import reduce_scatter, reduce_scatter_owner
-from ._ring import RING_MAX_TILES, all_reduce_ring
+from ._ring import GROUP_RING_MAX_TILES, RING_MAX_TILES, all_reduce_ring
 from ._signals import put_with_signal, wait_signal
 from ._sync import BARRIER_WORDS, LOCK_WORDS, device_barrier, signal, wait_at_least
 from ._version import __version__
@@ -65,10 +69,12 @@ from ._views import TensorView, Tile, TileRange, TileView, cdiv, tile_coords, ti
 
 __all__ = [
     "BARRIER_WORDS",
+    "GROUP_RING_MAX_TILES",
     "LOCK_WORDS",
     "RING_MAX_TILES",
     "CollectiveMethods",
     "DeviceContext",
+    "DeviceGroup",
     "IrisCallMismatchError",
     "IrisCapacityError",
     "IrisMessageSizeError",

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG, TraceEvent, atomic_add, atomic_cas, atomic_xchg, device_clock_ns, load, round_to, store
+from iris.device._group import on_group
 from iris.device._watchdog import WATCHDOG, watchdog_tick
 
 from ._dtypes import accumulator_type, atomic_destination_type, check_lock_array
@@ -114,7 +115,7 @@ def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr, OP: tl.c
 
 
 @triton.jit
-def all_reduce_atomic(ctx, tile, dst_view):
+def all_reduce_atomic(ctx, tile, dst_view, group=None):
     """Add ``tile.data`` into ``dst_view`` at the tile's position on every rank, with atomics.
 
     Granularity: per program; one atomic add per element of the tile per rank (masked to the
@@ -133,7 +134,12 @@ def all_reduce_atomic(ctx, tile, dst_view):
     on a rank is complete only when every rank has returned (host barrier, or a
     :func:`device_barrier` per tile). The order of additions differs between ranks, so float
     results may differ in the last bits.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_reduce_atomic")
     call: tl.constexpr = "iris.collectives.all_reduce_atomic"
     dst_ty: tl.constexpr = atomic_destination_type(call, tile.data.dtype, dst_view.ptr.dtype.element_ty)
     dst_ptrs, mask = dst_view.frame(tile)
@@ -186,7 +192,7 @@ def _unlock(mutex, rank: tl.constexpr, peer: tl.constexpr, heap_bases):
 
 
 @triton.jit
-def all_reduce_spinlock(ctx, tile, dst_view, locks):
+def all_reduce_spinlock(ctx, tile, dst_view, locks, group=None):
     """Add ``tile.data`` into ``dst_view`` on every rank, one rank at a time per tile, under a lock.
 
     Publish this rank's call count for the tile (release). Then for each rank (starting with the
@@ -209,7 +215,13 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
     contribution arrived and is visible), and this rank's contribution is in every other rank's
     tile. Back to back calls work when each call adds into a destination zeroed beforehand (e.g. a
     fresh slice); the lock words need no reset. Order of additions differs between ranks.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s. Its
+    ``locks`` serve this group alone: allocate them per group (e.g. ``group.zeros`` on the host).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_reduce_spinlock")
     call: tl.constexpr = "iris.collectives.all_reduce_spinlock"
     check_lock_array(call, locks.dtype)
     dst_ty: tl.constexpr = atomic_destination_type(call, tile.data.dtype, dst_view.ptr.dtype.element_ty)
@@ -247,7 +259,7 @@ def all_reduce_spinlock(ctx, tile, dst_view, locks):
 
 
 @triton.jit
-def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
+def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks, group=None):
     """Every rank reads every rank's tile and sums locally (one shot, no intermediate step).
 
     Per tile: signal "my ``src_view`` tile is ready" to every peer, wait for every peer's, load
@@ -273,7 +285,13 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
     When it returns on a rank: this rank's ``dst_view`` tile holds the sum, and no peer reads this
     rank's ``src_view`` tile any more, so the caller may overwrite it (e.g. with the next call's
     data) right away: back to back calls need neither a barrier nor a lock reset.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s. Its
+    ``locks`` serve this group alone: allocate them per group (e.g. ``group.zeros`` on the host).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_reduce_one_shot")
     all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, None)
 
 
@@ -397,7 +415,7 @@ def own_share_rows(tile_id, BLOCK_M: tl.constexpr, rank: tl.constexpr, world_siz
 
 
 @triton.jit
-def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
+def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks, group=None):
     """Every rank reduces its share of the tile's rows, then writes it to every rank (two shots).
 
     Per tile: signal every peer "my ``src_view`` tile is ready" and wait for every peer's; then
@@ -430,7 +448,13 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     rank: each element is summed once, in rank order), and no peer reads this rank's ``src_view``
     tile any more (it may be overwritten at once): back to back calls need neither a barrier nor
     a lock reset.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s. Its
+    ``locks`` serve this group alone: allocate them per group (e.g. ``group.zeros`` on the host).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_reduce_two_shot")
     all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, None)
 
 

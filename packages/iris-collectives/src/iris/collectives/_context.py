@@ -21,32 +21,33 @@ from . import _ring as ring
 
 
 class CollectiveMethods:
-    """The tile collectives as methods (needs the fields of a device context)."""
+    """The tile collectives as methods (needs the fields of a device context); each takes
+    ``group=`` (an :class:`iris.device.DeviceGroup`) as its free function does."""
 
     @triton.jit
-    def all_reduce_atomic(self, tile, dst_view):
+    def all_reduce_atomic(self, tile, dst_view, group=None):
         """Bound :func:`iris.collectives.all_reduce_atomic`."""
-        ar.all_reduce_atomic(self, tile, dst_view)
+        ar.all_reduce_atomic(self, tile, dst_view, group)
 
     @triton.jit
-    def all_reduce_spinlock(self, tile, dst_view, locks):
+    def all_reduce_spinlock(self, tile, dst_view, locks, group=None):
         """Bound :func:`iris.collectives.all_reduce_spinlock`."""
-        ar.all_reduce_spinlock(self, tile, dst_view, locks)
+        ar.all_reduce_spinlock(self, tile, dst_view, locks, group)
 
     @triton.jit
-    def all_reduce_one_shot(self, tile, src_view, dst_view, locks):
+    def all_reduce_one_shot(self, tile, src_view, dst_view, locks, group=None):
         """Bound :func:`iris.collectives.all_reduce_one_shot`."""
-        ar.all_reduce_one_shot(self, tile, src_view, dst_view, locks)
+        ar.all_reduce_one_shot(self, tile, src_view, dst_view, locks, group)
 
     @triton.jit
-    def all_reduce_ring(self, tile, src_view, dst_view):
+    def all_reduce_ring(self, tile, src_view, dst_view, group=None):
         """Bound :func:`iris.collectives.all_reduce_ring`."""
-        ring.all_reduce_ring(self, tile, src_view, dst_view)
+        ring.all_reduce_ring(self, tile, src_view, dst_view, group)
 
     @triton.jit
-    def all_reduce_two_shot(self, tile, src_view, dst_view, locks):
+    def all_reduce_two_shot(self, tile, src_view, dst_view, locks, group=None):
         """Bound :func:`iris.collectives.all_reduce_two_shot`."""
-        ar.all_reduce_two_shot(self, tile, src_view, dst_view, locks)
+        ar.all_reduce_two_shot(self, tile, src_view, dst_view, locks, group)
 
     @triton.jit
     def all_reduce_rmsnorm(self, tile, src_view, dst_view, locks, weight, eps, residual_view=None,
@@ -57,24 +58,24 @@ class CollectiveMethods:
                                scale, ROW_SCALES, TWO_SHOT)
 
     @triton.jit
-    def all_gather(self, tile, dst_view, dim: tl.constexpr):
+    def all_gather(self, tile, dst_view, dim: tl.constexpr, group=None):
         """Bound :func:`iris.collectives.all_gather`."""
-        ga.all_gather(self, tile, dst_view, dim)
+        ga.all_gather(self, tile, dst_view, dim, group)
 
     @triton.jit
-    def gather(self, tile, src_view, source_rank, hint: tl.constexpr = None):
+    def gather(self, tile, src_view, source_rank, hint: tl.constexpr = None, group=None):
         """Bound :func:`iris.collectives.gather`; returns the loaded tile."""
-        return ga.gather(self, tile, src_view, source_rank, hint)
+        return ga.gather(self, tile, src_view, source_rank, hint, group)
 
     @triton.jit
-    def all_to_all(self, tile, src_view, dst_view, N_per_rank: tl.constexpr):
+    def all_to_all(self, tile, src_view, dst_view, N_per_rank: tl.constexpr, group=None):
         """Bound :func:`iris.collectives.all_to_all`."""
-        ga.all_to_all(self, tile, src_view, dst_view, N_per_rank)
+        ga.all_to_all(self, tile, src_view, dst_view, N_per_rank, group)
 
     @triton.jit
-    def reduce_scatter(self, tile, src_view, dst_view, locks):
+    def reduce_scatter(self, tile, src_view, dst_view, locks, group=None):
         """Bound :func:`iris.collectives.reduce_scatter`."""
-        rs.reduce_scatter(self, tile, src_view, dst_view, locks)
+        rs.reduce_scatter(self, tile, src_view, dst_view, locks, group)
 
 
 @aggregate

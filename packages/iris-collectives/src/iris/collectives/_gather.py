@@ -10,12 +10,13 @@ import triton
 import triton.language as tl
 
 from iris.device import TraceEvent, load, round_to, store
+from iris.device._group import on_group
 
 from ._views import INDEX_TYPE
 
 
 @triton.jit
-def all_gather(ctx, tile, dst_view, dim: tl.constexpr):
+def all_gather(ctx, tile, dst_view, dim: tl.constexpr, group=None):
     """Write this rank's tile into every rank's gathered tensor, at this rank's slot.
 
     ``dst_view`` is the full gathered tensor (symmetric heap). Along ``dim`` = 0 it is
@@ -35,7 +36,12 @@ def all_gather(ctx, tile, dst_view, dim: tl.constexpr):
     after a barrier). The gathered tensor on a rank is complete once every rank's programs have
     done so: follow with :func:`device_barrier` on a per-tile slot (then this tile's rows from
     every rank are there), or a host barrier.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_gather")
     tl.static_assert((dim == 0) | (dim == 1), "iris.collectives.all_gather: dim must be 0 (rows) or 1 (columns)")
     rows = tile.pid_m * tile.BLOCK_M + tl.arange(0, tile.BLOCK_M).to(INDEX_TYPE)
     cols = tile.pid_n * tile.BLOCK_N + tl.arange(0, tile.BLOCK_N).to(INDEX_TYPE)
@@ -59,7 +65,7 @@ def all_gather(ctx, tile, dst_view, dim: tl.constexpr):
 
 
 @triton.jit
-def gather(ctx, tile, src_view, source_rank, hint: tl.constexpr = None):
+def gather(ctx, tile, src_view, source_rank, hint: tl.constexpr = None, group=None):
     """Load ``tile`` of ``source_rank``'s ``src_view`` and return it, ``[BLOCK_M, BLOCK_N]``.
 
     ``src_view`` is on the symmetric heap (this rank's address of the allocation); elements
@@ -70,7 +76,13 @@ def gather(ctx, tile, src_view, source_rank, hint: tl.constexpr = None):
     data must have been published before (a flag the caller acquired, a barrier).
 
     When it returns: the values are in registers; nothing else changed.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s
+    (``source_rank`` is a group rank).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.gather")
     ptrs, mask = src_view.frame(tile)
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().collective, source_rank, ptrs, tile.pid_m, tile.pid_n,
@@ -82,7 +94,7 @@ def gather(ctx, tile, src_view, source_rank, hint: tl.constexpr = None):
 
 
 @triton.jit
-def all_to_all(ctx, tile, src_view, dst_view, N_per_rank: tl.constexpr):
+def all_to_all(ctx, tile, src_view, dst_view, N_per_rank: tl.constexpr, group=None):
     """Exchange column blocks: rank ``r``'s columns ``[p*N_per_rank, (p+1)*N_per_rank)`` go to
     rank ``p``'s columns ``[r*N_per_rank, (r+1)*N_per_rank)``, for every pair of ranks.
 
@@ -99,7 +111,12 @@ def all_to_all(ctx, tile, src_view, dst_view, N_per_rank: tl.constexpr):
     When it returns on a rank: this rank's blocks have been written to every rank. A rank's
     ``dst_view`` is complete once every rank's programs have done so (a :func:`device_barrier`
     per tile, or a host barrier).
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_to_all")
     rows = tile.pid_m * tile.BLOCK_M + tl.arange(0, tile.BLOCK_M).to(INDEX_TYPE)
     cols = tile.pid_n * tile.BLOCK_N + tl.arange(0, tile.BLOCK_N).to(INDEX_TYPE)
     mask = (rows[:, None] < src_view.M) & (cols[None, :] < N_per_rank)

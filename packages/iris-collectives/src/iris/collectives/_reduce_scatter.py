@@ -5,6 +5,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG, TraceEvent, round_to
+from iris.device._group import on_group
 
 from ._all_reduce import _sum_in_rank_order
 from ._dtypes import accumulator_type, check_lock_array
@@ -20,7 +21,7 @@ def reduce_scatter_owner(tile_id, num_tiles, world_size: tl.constexpr):
 
 
 @triton.jit
-def reduce_scatter(ctx, tile, src_view, dst_view, locks):
+def reduce_scatter(ctx, tile, src_view, dst_view, locks, group=None):
     """Sum the tile over every rank on the rank that owns it; only the owner stores the result.
 
     Tiles (row-major over ``dst_view``) are split into ``world_size`` contiguous blocks, rank
@@ -42,7 +43,13 @@ def reduce_scatter(ctx, tile, src_view, dst_view, locks):
     tiles of ``dst_view`` are not touched. Either way no peer reads this rank's ``src_view`` tile
     any more, so it may be overwritten at once: back to back calls need neither a barrier nor a
     lock reset.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the call runs
+    among the group's members, with the group's ranks and size in place of ``ctx``'s. Its
+    ``locks`` serve this group alone: allocate them per group (e.g. ``group.zeros`` on the host).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.reduce_scatter")
     call: tl.constexpr = "iris.collectives.reduce_scatter"
     check_lock_array(call, locks.dtype)
     acc_ty: tl.constexpr = accumulator_type(call, tile.data.dtype)

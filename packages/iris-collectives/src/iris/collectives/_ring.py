@@ -4,6 +4,10 @@ The ring takes no lock array (the spec's signature has none), so its flags live 
 pad: ``iris.device._layout.SIGNAL_PAD_BYTES`` bytes that ``iris.runtime`` maps and zeroes right
 after every rank's heap, at ``heap_base + heap_size``. The pad holds ``FLAG_WORDS`` (4) int32 words
 per tile index, so one ring call covers up to :data:`RING_MAX_TILES` tiles.
+
+Every group of a rank shares that rank's pad, so a ring on a group (``group=``) keeps its flags in
+the group's own workspace instead (``GROUP_RING_BYTES`` before the group's call words, see
+``iris.device._layout``): :data:`GROUP_RING_MAX_TILES` tiles per call.
 """
 
 # No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
@@ -12,6 +16,7 @@ import triton.language as tl
 
 from iris.device import INTERPRETER, TraceEvent, round_to, store
 from iris.device import _layout as layout
+from iris.device._group import on_group
 
 from ._dtypes import accumulator_type, int_type_of_width, pieces_per_partial
 from ._errors import IrisUsageError
@@ -21,7 +26,13 @@ from ._sync import ARRIVE, DONE, FLAG_WORDS, advance, host_scalar, signal, wait_
 RING_MAX_TILES = (layout.SIGNAL_PAD_BYTES - layout.PAD_RESERVED_BYTES) // (4 * FLAG_WORDS)
 _RECORD_WORDS: tl.constexpr = tl.constexpr(FLAG_WORDS)
 _RING_MAX_TILES: tl.constexpr = tl.constexpr(RING_MAX_TILES)
+#: The most tiles one :func:`all_reduce_ring` call on a group can use (its flags fill the group's
+#: ``GROUP_RING_BYTES``).
+GROUP_RING_MAX_TILES = layout.GROUP_RING_MAX_TILES
+_GROUP_RING_MAX_TILES: tl.constexpr = tl.constexpr(GROUP_RING_MAX_TILES)
 _HEAP_SIZE: tl.constexpr = tl.constexpr(layout.HEAP_SIZE)
+_CALL_WORDS_OFFSET: tl.constexpr = tl.constexpr(layout.CALL_WORDS_OFFSET)
+_GROUP_RING_BYTES: tl.constexpr = tl.constexpr(layout.GROUP_RING_BYTES)
 # The ring's words in a tile's record: ARRIVE (0, peers count arrivals into this rank's tile),
 # CREDIT (1, the right neighbour counts its tile being free), and this rank's private running
 # totals of the arrivals and credits it has consumed (2 and 3).
@@ -31,26 +42,34 @@ CREDITED: tl.constexpr = tl.constexpr(3)
 
 
 @triton.constexpr_function
-def _raise_capacity(num_tiles):
+def _raise_capacity(num_tiles, on_group):
     tiles = host_scalar(num_tiles)
-    if tiles > RING_MAX_TILES:
+    limit, where = (GROUP_RING_MAX_TILES, "the group's ring area") if on_group else (RING_MAX_TILES, "the signal pad")
+    if tiles > limit:
         raise IrisUsageError(
-            f"iris.collectives.all_reduce_ring: dst_view has {tiles} tiles but the signal pad holds flags for "
-            f"{RING_MAX_TILES}; use larger blocks (fewer tiles)")
+            f"iris.collectives.all_reduce_ring: dst_view has {tiles} tiles but {where} holds flags for "
+            f"{limit}; use larger blocks (fewer tiles)")
     return 0
 
 
 @triton.jit
-def _check_capacity(num_tiles):
-    # Too many tiles would write flags past the pad, into whatever follows: fail loudly on every
-    # backend, not only in debug mode (one scalar comparison per program).
+def _check_capacity(num_tiles, ON_GROUP: tl.constexpr = False):
+    # Too many tiles would write flags past the pad (or the group's ring area), into whatever
+    # follows: fail loudly on every backend, not only in debug mode (one scalar comparison per
+    # program).
     if INTERPRETER:
-        _raise_capacity(num_tiles)
+        _raise_capacity(num_tiles, ON_GROUP)
     else:
-        if num_tiles > _RING_MAX_TILES:
-            tl.device_print("iris.collectives.all_reduce_ring: more tiles than the signal pad holds flags for: "
-                            "tiles, limit = ", num_tiles, _RING_MAX_TILES)
-            tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        if ON_GROUP:
+            if num_tiles > _GROUP_RING_MAX_TILES:
+                tl.device_print("iris.collectives.all_reduce_ring: more tiles than the group's ring area holds "
+                                "flags for: tiles, limit = ", num_tiles, _GROUP_RING_MAX_TILES)
+                tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            if num_tiles > _RING_MAX_TILES:
+                tl.device_print("iris.collectives.all_reduce_ring: more tiles than the signal pad holds flags for: "
+                                "tiles, limit = ", num_tiles, _RING_MAX_TILES)
+                tl.inline_asm_elementwise("trap;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -59,6 +78,15 @@ def _pad_record(ctx, t):
     # record is at the same offset from the peer's heap base, so the heap translation reaches it;
     # signals go without iris.device's debug address check, as the pad lies outside the heap.
     base = tl.load(ctx.heap_bases + ctx.rank) + tl.load(ctx.heap_bases + ctx.world_size + _HEAP_SIZE)
+    return tl.cast(base, tl.pointer_type(tl.int32)) + t * _RECORD_WORDS
+
+
+@triton.jit
+def _group_record(ctx, t):
+    # Tile t's flag record of a ring on a group (ctx: the group's, see on_group): in the group's
+    # workspace, GROUP_RING_BYTES before its call words, at the same offset on every member.
+    words = tl.load(ctx.heap_bases + ctx.world_size + _CALL_WORDS_OFFSET)
+    base = tl.load(ctx.heap_bases + ctx.rank) + words - _GROUP_RING_BYTES
     return tl.cast(base, tl.pointer_type(tl.int32)) + t * _RECORD_WORDS
 
 
@@ -78,7 +106,7 @@ def _send_partial(ctx, acc, piece: tl.constexpr, pieces: tl.constexpr, dst_bits_
 
 
 @triton.jit
-def all_reduce_ring(ctx, tile, src_view, dst_view):
+def all_reduce_ring(ctx, tile, src_view, dst_view, group=None):
     """All-reduce each tile by passing it around the ring of ranks, neighbour to neighbour.
 
     Tile ``t`` starts at rank ``s = t % world_size`` (so every rank starts some tiles). Reduce:
@@ -106,7 +134,13 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
     When it returns on a rank: this rank's ``dst_view`` tile holds the sum; this rank no longer
     reads or writes any peer's memory for this tile. A rank must be done reading its ``dst_view``
     when it calls again.
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): the ring runs
+    through the group's members in group order, its flags in the group's own workspace (so rings
+    of groups that share a rank never meet), at most :data:`GROUP_RING_MAX_TILES` tiles per call.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.all_reduce_ring")
     call: tl.constexpr = "iris.collectives.all_reduce_ring"
     src_ty: tl.constexpr = src_view.ptr.dtype.element_ty
     dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
@@ -127,8 +161,12 @@ def all_reduce_ring(ctx, tile, src_view, dst_view):
         right: tl.constexpr = (ctx.rank + 1) % W
         num_tiles = dst_view.num_tiles(tile.BLOCK_M, tile.BLOCK_N)
         t = tile.tile_id(dst_view.num_tiles_n(tile.BLOCK_N))
-        _check_capacity(num_tiles)
-        record = _pad_record(ctx, t)
+        if group is not None:
+            _check_capacity(num_tiles, True)
+            record = _group_record(ctx, t)
+        else:
+            _check_capacity(num_tiles)
+            record = _pad_record(ctx, t)
         start = t % W
         pos = (ctx.rank - start + W) % W  # 0: starts the tile, W-1: completes the sum
         # Arrivals per call into this rank's tile: the partial's pieces (unless it starts) and the

@@ -26,6 +26,7 @@ import triton.language as tl
 
 from iris.device import DEBUG, INTERPRETER, TraceEvent, atomic_add, device_clock_ns
 from iris.device._debug import host_scalar
+from iris.device._group import on_group
 from iris.device._vote import cta_all
 from iris.device._watchdog import (
     CHECK_POLLS,
@@ -410,7 +411,7 @@ def next_epoch(counter):
 
 
 @triton.jit
-def device_barrier(ctx, flags, epoch=None):
+def device_barrier(ctx, flags, epoch=None, group=None):
     """Device-side barrier among the programs of every rank that use the same barrier slot.
 
     ``flags`` points at ``BARRIER_WORDS`` (2) int32 words of a symmetric array, zeroed once at
@@ -435,7 +436,13 @@ def device_barrier(ctx, flags, epoch=None):
         iris.collectives.all_gather(ctx, tile, dst_view, 0)
         iris.collectives.device_barrier(ctx, flags + iris.collectives.BARRIER_WORDS * tile_id)
         # the gathered rows of this tile are now complete on this rank
+
+    ``group``: an :class:`iris.device.DeviceGroup` (None: every rank of ``ctx``): a barrier among
+    the group's members only (``group.size`` arrivals per generation). Its ``flags`` serve this
+    group alone: allocate them per group (e.g. ``group.zeros`` on the host).
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.device_barrier")
     if ctx.tracing.enabled:
         handle = ctx.tracing.record_event_start(TraceEvent().barrier, -1, flags, -1, -1)
     if epoch is None:

@@ -7,6 +7,10 @@ Two forms of every primitive:
 - the bound :class:`DeviceContext`, which knows the current rank and the heap:
   ``ctx = DeviceContext.initialize(context_tensor, rank, world_size); ctx.load(pointer, from_rank)``.
 
+A group of ranks reaches a kernel as :class:`DeviceGroup` (its rank, size and
+``global_rank(q)``), which the tile collectives of ``iris.collectives`` take as ``group=``; the
+primitives here keep taking global ranks.
+
 This package depends on Triton only (and numpy, for Triton's interpreter): importing it pulls in
 neither torch, mpi4py nor the runtime.
 Importing it chooses compiled or interpreted kernels (see ``iris.device._mode``).
@@ -31,6 +35,7 @@ from ._atomics import (
 from ._context import DeviceContext, DeviceContextMethods
 from ._debug import DEBUG, debug_enabled
 from ._errors import IrisBackendError, IrisError, IrisUnsupportedError, IrisUsageError, NotOnHeapError
+from ._group import DeviceGroup
 from ._interpreter import (
     INTERPRETER,
     interpreter_enabled,
@@ -54,6 +59,7 @@ __all__ = [
     "DEBUG",
     "DeviceContext",
     "DeviceContextMethods",
+    "DeviceGroup",
     "DeviceTracing",
     "EVENT_IDS",
     "EVENT_NAMES",

@@ -13,6 +13,11 @@ device code that reads it.
 
 ``heap_bases`` (what the free functions take) is the same tensor from index 2 on, so the
 header sits just before it and the trailer just after the N bases.
+
+A group's context tensor (``iris.runtime.Group.get_device_context()``) has the same layout for
+the group (group rank and size, the members' heap bases in group order, the context's trailer
+with the group's ``call_words_offset``) and one more part after the trailer: the members'
+global ranks, in group order (``GROUP_RANKS``), which ``iris.device.DeviceGroup`` reads.
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ CALL_WORDS_OFFSET = 7
 TRAILER_WORDS = 8
 
 
+#: A group's context tensor only: its members' global ranks start this many words after the end of
+#: its heap bases, i.e. at ``heap_bases + group_size + GROUP_RANKS``, right after the trailer.
+GROUP_RANKS = TRAILER_WORDS
+
+
 def context_length(num_ranks: int) -> int:
     """Number of int64 words in the context tensor of a world of ``num_ranks``."""
     return HEAP_BASES + num_ranks + TRAILER_WORDS
@@ -80,6 +90,13 @@ CALL_SLOTS_AT = 64
 NETWORK_SCRATCH_AT = CALL_WORDS_BYTES
 WATCHDOG_WORDS_AT = CALL_WORDS_BYTES + 64
 
+#: The ring's flags of a group (``iris.collectives.all_reduce_ring(..., group=)``): ``FLAG_WORDS`` (4)
+#: int32 words for each of ``GROUP_RING_MAX_TILES`` tile indices, in the group's own workspace
+#: right before its call words, i.e. at ``heap_base + call_words_offset - GROUP_RING_BYTES`` on
+#: every member (a context's ring flags are in the signal pad, which every group of a rank shares).
+GROUP_RING_MAX_TILES = 1024
+GROUP_RING_BYTES = 16 * GROUP_RING_MAX_TILES
+
 # The same numbers as compile-time constants for @triton.jit code.
 HEAP_BASES_C: tl.constexpr = tl.constexpr(HEAP_BASES)
 #: Where the current rank's word sits counted from ``heap_bases`` (the header just before the bases):
@@ -93,6 +110,7 @@ HEAP_SIZE_C: tl.constexpr = tl.constexpr(HEAP_SIZE)
 WATCHDOG_NS_C: tl.constexpr = tl.constexpr(WATCHDOG_NS)
 WATCHDOG_RECORD_C: tl.constexpr = tl.constexpr(WATCHDOG_RECORD)
 CALL_WORDS_OFFSET_C: tl.constexpr = tl.constexpr(CALL_WORDS_OFFSET)
+GROUP_RANKS_C: tl.constexpr = tl.constexpr(GROUP_RANKS)
 
 # One trace event is TRACE_EVENT_FIELDS int64 words, in this order.
 EVENT_ID = 0        #: TraceEvent id

@@ -6,9 +6,12 @@ needs of a context, for the group alone:
 
 - a context tensor of its own (``iris.device._layout``): the group rank and size, the members'
   heap bases in group order, the context's trailer words, and ``call_words_offset`` pointing at
-  the group's own call-agreement words. Kernels written for a context (rank arithmetic over
-  ``DeviceContext.initialize(context, rank, world_size)``, translation through ``heap_bases``)
-  therefore run unchanged on a group, with group ranks;
+  the group's own call-agreement words; then the members' global ranks in group order. Kernels
+  written for a context (rank arithmetic over ``DeviceContext.initialize(context, rank,
+  world_size)``, translation through ``heap_bases``) therefore run unchanged on a group, with
+  group ranks; a kernel that keeps the context's global ranks takes the group as
+  ``iris.device.DeviceGroup.initialize(group_context, group.rank, group.size)`` and passes it as
+  ``group=`` to the tile collectives;
 - an arena: heap memory that every rank of the context allocates when the group is made (the
   heap's offsets stay the same on every rank only while every rank makes the same allocations),
   from which the group's members carve the group's workspaces (flags, staging buffers) in the
@@ -108,9 +111,12 @@ class Group:
         self._boot = MpiBootstrap(comm, node_comm)
         self._calls = CallAgreement(self)
         # The arena's last bytes hold the group's call words (``call_words_offset``: never 0,
-        # which would mean the signal pad's); the rest is carved into workspaces from the front.
+        # which would mean the signal pad's), the bytes before them the flags of the ring
+        # all-reduce on the group (``GROUP_RING_BYTES``, never reset: running totals); the rest
+        # is carved into workspaces from the front.
         self._arena = arena
         self._words_at = arena.numel() - layout.CALL_WORDS_BYTES
+        self._free_end = self._words_at - layout.GROUP_RING_BYTES
         self._next, self._live = 0, 0
         self._context = self._build_context()
         from ._iris import new_uid
@@ -131,16 +137,18 @@ class Group:
         trailer = words[layout.HEAP_BASES + W:]
         bases = words[layout.HEAP_BASES:layout.HEAP_BASES + W][list(self.ranks)]
         header = torch.tensor([self.rank, self.size], dtype=torch.int64)
-        context = torch.cat([header, bases, trailer.clone()])
+        members = torch.tensor(self.ranks, dtype=torch.int64)  # layout.GROUP_RANKS: DeviceGroup.global_rank
+        context = torch.cat([header, bases, trailer.clone(), members])
         context[layout.HEAP_BASES + self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + \
             self._words_at
         return context.to(self.device)
 
     def get_device_context(self) -> torch.Tensor:
-        """The group's context tensor (``DeviceContext.initialize(context, group.rank, group.size)``):
-        the group rank and size, the members' heap bases in group order, the context's trailer
-        (its watchdog words; its tracing words, which ``ctx.tracing`` keeps up to date) and the
-        group's call words."""
+        """The group's context tensor (``DeviceContext.initialize(context, group.rank, group.size)``
+        or ``iris.device.DeviceGroup.initialize(context, group.rank, group.size)``): the group
+        rank and size, the members' heap bases in group order, the context's trailer (its
+        watchdog words; its tracing words, which ``ctx.tracing`` keeps up to date) and the
+        group's call words, then the members' global ranks in group order."""
         return self._context
 
     def get_heap_bases(self) -> torch.Tensor:
@@ -217,10 +225,10 @@ class Group:
             n *= d
         nbytes = n * torch.empty((), dtype=dtype).element_size()
         start = -(-self._next // _ALIGN) * _ALIGN
-        if start + nbytes > self._words_at:
+        if start + nbytes > self._free_end:
             raise HeapExhaustedError(
                 f"iris.runtime.Group{list(self.ranks)}: a workspace of {nbytes} bytes does not fit in the group's "
-                f"{self._words_at - start} free bytes of {self._words_at}; pass a larger workspace_size= to "
+                f"{self._free_end - start} free bytes of {self._free_end}; pass a larger workspace_size= to "
                 f"ctx.new_group()")
         self._next, self._live = start + nbytes, self._live + 1
         raw = self._arena[start:start + nbytes]
@@ -267,10 +275,10 @@ class Group:
 def new_group(ctx, ranks, workspace_size: int = DEFAULT_WORKSPACE_SIZE):
     """See :meth:`Iris.new_group`."""
     call = f"iris.runtime.Iris.new_group({ranks!r})"
-    if isinstance(workspace_size, bool) or not isinstance(workspace_size, int) or \
-            workspace_size < 2 * layout.CALL_WORDS_BYTES:
+    smallest = 2 * layout.CALL_WORDS_BYTES + layout.GROUP_RING_BYTES  # call words, ring flags, some room
+    if isinstance(workspace_size, bool) or not isinstance(workspace_size, int) or workspace_size < smallest:
         raise GroupError(f"{call}: workspace_size={workspace_size!r}; pass a number of bytes of at least "
-                         f"{2 * layout.CALL_WORDS_BYTES} (default {DEFAULT_WORKSPACE_SIZE})")
+                         f"{smallest} (default {DEFAULT_WORKSPACE_SIZE})")
     if ctx.bootstrap != "mpi":
         raise IrisUnsupportedError(f"{call}: groups need the MPI bootstrap for now (this context's is "
                                    f"{ctx.bootstrap!r}); launch with mpiexec")

@@ -20,7 +20,7 @@ from ._allocator import SymmetricAllocator, format_bytes
 from ._bootstrap import add_abort_hook, remove_abort_hook
 from ._bootstrap_start import start_bootstrap
 from ._context import build_context
-from ._errors import IrisCallMismatchError, IrisUsageError, NotOnHeapError, RankError, SymmetryError
+from ._errors import GroupError, IrisCallMismatchError, IrisUsageError, NotOnHeapError, RankError, SymmetryError
 from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._host_waits import WatchedBootstrap
 from ._logging import configure_logging, logger
@@ -270,6 +270,21 @@ class Iris(TensorFactories):
         rank). Needs the MPI bootstrap."""
         self._check_open("new_group()")
         return _group.new_group(self, ranks, workspace_size)
+
+    def device_group(self, group) -> torch.Tensor:
+        """The context tensor of ``group`` (a group of this context, on one of its members) for a
+        kernel: ``iris.device.DeviceGroup.initialize(tensor, group.rank, group.size)`` in the
+        kernel, and the tile collectives of ``iris.collectives`` take the result as ``group=``.
+
+        Raises :class:`GroupError` for a group of another context, and for ``None`` (what
+        :meth:`new_group` returns on a rank that is not a member: such a rank must not launch the
+        group's kernel)."""
+        self._check_open("device_group()")
+        call = "iris.runtime.Iris.device_group()"
+        if group is None:
+            raise GroupError(f"{call}: group=None: this rank ({self.rank}) is not a member of the group (new_group "
+                             f"returned None here); launch the group's kernel on its members only")
+        return _group.check_group(self, group, call).get_device_context()
 
     # --- heap and context ------------------------------------------------------------------------
     def get_heap_bases(self) -> torch.Tensor:
