@@ -27,11 +27,11 @@
 # inductor's compiled kernels there (carry it to the next run for a warm start); unset, a fresh
 # machine compiles everything (cold caches).
 # Compiling: every process records the kernels it compiles (IRIS_KERNEL_RECORD, in $logs/kernel-records),
-# merged at the end into $logs/kernels.json; a run starts by compiling the manifest kept in the tree
-# (tools/gpu-kernels.json, tools/gpu-kernels-eight.json for --eight; copy a run's kernels.json there
-# when the kernels' specialisations change) on every core beside the tests (python -m
-# iris.runtime.precompile): a job then finds most of its kernels compiled or being compiled instead of
-# compiling them one by one. IRIS_GPU_PRECOMPILE=0 leaves it out (each job compiles what it needs).
+# merged at the end into $logs/kernels.json.gz, a manifest. IRIS_GPU_PRECOMPILE=1 starts the run by
+# compiling the manifest kept in the tree (tools/gpu-kernels.json.gz, tools/gpu-kernels-eight.json.gz
+# for --eight: a copy of an earlier run's kernels.json.gz) on every core beside the tests (python -m
+# iris.runtime.precompile): a job then finds kernels compiled, or waits for one being compiled, instead
+# of compiling them one by one. Off by default until a run has shown what it saves.
 # `bash tools/gpu-tests.sh --faults [pytest args]`: the gpu_fault phase alone.
 # `bash tools/gpu-tests.sh --eight [pytest args]`: the 8-rank scenarios of the collectives (every
 # test function of the collectives, the ops, their torch operators and the device primitives that
@@ -104,9 +104,9 @@ echo "=== $parallel processes side by side, IRIS_GPU_RANKS=$IRIS_GPU_RANKS, logs
 start=$(date +%s)
 export IRIS_KERNEL_RECORD="$logs/kernel-records"
 rm -rf "$IRIS_KERNEL_RECORD"
-manifest=tools/gpu-kernels${eight:+-eight}.json
+manifest=tools/gpu-kernels${eight:+-eight}.json.gz
 precompile_pid=""
-if [ "${IRIS_GPU_PRECOMPILE:-1}" != 0 ] && [ -f "$manifest" ]; then
+if [ "${IRIS_GPU_PRECOMPILE:-0}" = 1 ] && [ -f "$manifest" ]; then
   # beside the tests: a kernel one of them needs meanwhile waits for its compile lock, not compiled twice
   IRIS_KERNEL_RECORD="" python3 -m iris.runtime.precompile "$manifest" --jobs "$(nproc)" >"$logs/precompile.log" 2>&1 &
   precompile_pid=$!
@@ -152,6 +152,6 @@ for i in $( [ -z "$faults_only" ] && seq 1 "$parallel") $(seq -f "faults-%g" 1 "
   grep -q "short test summary info" "$logs/shard-$i.log" || tail -n 15 "$logs/shard-$i.log"
 done
 [ -n "${IRIS_TEST_TIMINGS:-}" ] && python3 tools/suite_timings.py "$IRIS_TEST_TIMINGS"
-[ -d "$IRIS_KERNEL_RECORD" ] && python3 -m iris.runtime.precompile --merge "$IRIS_KERNEL_RECORD" "$logs/kernels.json"
+[ -d "$IRIS_KERNEL_RECORD" ] && python3 -m iris.runtime.precompile --merge "$IRIS_KERNEL_RECORD" "$logs/kernels.json.gz"
 python3 tools/pytest_suite_summary.py "$IRIS_SUITE_RESULTS" "$(( $(date +%s) - start ))"
 exit $status

@@ -4,6 +4,7 @@ made, so that a program finds it there. Compiles for sm_90 with Triton's own ptx
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -65,16 +66,16 @@ def test_a_recorded_kernel_is_compiled_again_into_the_same_cache_entry(tmp_path)
     run([str(tmp_path / "compile_one.py")], env, tmp_path)
     assert os.listdir(tmp_path / "records"), "the compilation was not recorded"
 
-    manifest = tmp_path / "kernels.json"
+    manifest = tmp_path / "kernels.json.gz"  # compressed: the name says so
     out = run(["-m", "iris.runtime.precompile", "--merge", str(tmp_path / "records"), str(manifest)], env, tmp_path)
     assert "1 kernels recorded" in out, out
-    data = json.loads(manifest.read_text())
+    data = json.loads(gzip.decompress(manifest.read_bytes()))
     assert data["kernels"][0]["function"]["name"] == "scale_kernel"
 
     # A stale entry (a function the code no longer has) is counted and skipped, not fatal.
     stale = dict(data["kernels"][0], function=dict(data["kernels"][0]["function"], name="renamed_kernel"))
     data["kernels"].append(stale)
-    manifest.write_text(json.dumps(data))
+    manifest.write_bytes(gzip.compress(json.dumps(data).encode()))
 
     env.pop("IRIS_KERNEL_RECORD")
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache-fresh")

@@ -17,6 +17,7 @@ function or parameters no longer exist is counted as stale and left out.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib
 import importlib.util
@@ -196,14 +197,20 @@ def write(entries: list[dict], path: str) -> None:
                 texts.append(text)
             row[field] = texts.index(text)
         kernels.append(row)
-    with open(path, "w") as out:
+    with _open(path, "w") as out:
         json.dump({"version": MANIFEST_VERSION, **tables, "kernels": kernels}, out, indent=0, sort_keys=True)
         out.write("\n")
 
 
+def _open(path: str, mode: str):
+    """A manifest file; gzip-compressed when its name ends in ``.gz`` (a suite's manifest of thousands of
+    kernels is some megabytes of JSON, a twentieth of that compressed)."""
+    return gzip.open(path, mode + "t") if path.endswith(".gz") else open(path, mode)
+
+
 def read(path: str) -> list[dict]:
     """The entries of a manifest file written by :func:`write`."""
-    with open(path) as f:
+    with _open(path, "r") as f:
         data = json.load(f)
     if data.get("version") != MANIFEST_VERSION:
         raise ValueError(f"kernel manifest {path}: version {data.get('version')}, this reader knows "
