@@ -237,6 +237,16 @@ CALL_CASES = {
         r"\[1000\]",
         r"rank (?P<late>\d) is past its host call #\d+ \(iris\.runtime\.Iris\.barrier\(\)\), in no host call",
         "IRIS_TIMEOUT_S"]),
+    # a group's host waits: a deadline and a mismatch report of their own (the group's board)
+    "group_calls_late": (3, 30, [
+        r"iris watchdog: rank \d waited 3\.\d s in the agreement on iris\.collectives\.ccl\.all_reduce\(out=float32"
+        r"\[1000\].* on group \[0, \d\]",
+        r"rank (?P<late>\d) has made no host call of the group yet",
+        "IRIS_TIMEOUT_S"]),
+    "group_calls_skip_first": (60, 15, [
+        re.escape("the ranks made different calls (an IrisCallMismatchError)"),
+        r"rank \d is in iris\.runtime\.Group\.barrier\(\) on group \[0, \d\]",
+        re.escape("the agreement on iris.collectives.ccl.all_reduce(out=float32[1000]")]),
     "calls_hit": (60, 15, [
         r"rank \d and rank \d made different collective calls \(an IrisCallMismatchError; call #3 of the context",
         re.escape("called iris.collectives.ccl.all_reduce(out=float32[1000], inp=out (in place)"),
@@ -269,6 +279,8 @@ def test_wrong_calls_fail_loudly(case, nranks):
         assert re.search(pattern, out), f"{pattern!r} not in\n{out}"
     if case == "calls_late":  # the report names the rank that is late, and only it
         assert {int(r) for r in re.findall(r"rank (\d) is past its host call", out)} == {nranks - 1}, out
+    if case == "group_calls_late":
+        assert {int(r) for r in re.findall(r"rank (\d) has made no host call", out)} == {nranks - 1}, out
     listed = re.search(r"CHECK heap-files ?(.*)$", proc.stdout, re.M)
     assert listed, out
     left = [f for f in listed.group(1).split() if os.path.exists(f)]

@@ -333,6 +333,45 @@ def scenario_calls_late(ctx):
     result(ctx, x)
 
 
+def scenario_group_calls_late(ctx):
+    """calls_late on a group of the first and the last rank: the group's host agreement has the
+    same deadline as the context's (the group's own board of host waits), and its report names the
+    group and the missing member."""
+    from iris.collectives import ccl
+
+    ccl_setup(ctx)
+    last = ctx.world_size - 1
+    group = ctx.new_group(sorted({0, last}), workspace_size=1 << 20)
+    x = torch.ones(1000, device=ctx.device)
+    if group is not None:
+        if ctx.rank == last:
+            fault_at(f"rank {last} sleeps before its first all_reduce on the group")
+            time.sleep(60)
+        ccl.all_reduce(ctx, x, x, group=group)
+        result(ctx, x)
+    ctx.close()
+
+
+def scenario_group_calls_skip_first(ctx):
+    """calls_skip_first on a group: the last rank skips the group's first all-reduce and goes on to
+    the group's barrier; the others wait in the call's host agreement of the group. The group's
+    board sees two different calls: the job ends at once, naming both."""
+    from iris.collectives import ccl
+
+    ccl_setup(ctx)
+    last = ctx.world_size - 1
+    group = ctx.new_group(sorted({0, last}), workspace_size=1 << 20)
+    x = torch.ones(1000, device=ctx.device)
+    if group is not None:
+        if ctx.rank == last:
+            fault_at(f"rank {last} skips the first all_reduce on the group")
+        else:
+            ccl.all_reduce(ctx, x, x, group=group)
+            result(ctx, x)
+        group.barrier()
+    ctx.close()
+
+
 def _cached_calls(ctx, first, second):
     # Both calls on every rank (their plans cached), then rank 0 makes the first, the others the second.
     from iris.collectives import ccl

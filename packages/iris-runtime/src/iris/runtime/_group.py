@@ -33,6 +33,7 @@ from iris.device import _layout as layout
 
 from ._agreement import CallAgreement
 from ._errors import GroupError, HeapExhaustedError, IrisUnsupportedError, RankError
+from ._host_waits import HostWaits, NodeBoard, WatchedBootstrap
 
 #: Bytes of heap each group reserves for its workspaces unless ``workspace_size=`` says otherwise.
 DEFAULT_WORKSPACE_SIZE = 16 << 20
@@ -102,13 +103,25 @@ class Group:
         #: Members that share this rank's device (this one included): what sizes resident grids.
         self.ranks_on_device = ranks_on_device
         self.comm = comm
-        self._host_waits = ctx._host_waits
         # The group's host collectives are not noted on the context's board of host waits
         # (iris.runtime._host_waits): the board numbers every rank's host collectives in one
         # sequence and ends the job when two ranks sit in different kinds of collective with the
-        # same number, which members and non-members of a group legitimately do. So a group's host
-        # waits have no deadline yet (its kernels' waits keep theirs).
-        self._boot = MpiBootstrap(comm, node_comm)
+        # same number, which members and non-members of a group legitimately do. The group has a
+        # board of its own, of its members on this node, which the context's watchdog thread
+        # reads as it reads the context's: a group's host waits have the same deadline, "still
+        # waiting" line and mismatch report, among its members.
+        boot = MpiBootstrap(comm, node_comm)
+        watchdog = ctx._watchdog
+        if ctx._host_waits is not None and watchdog is not None:
+            board = NodeBoard(boot)
+            node = boot.node_allgather((ctx.rank, boot.local_rank))
+            self._host_waits = HostWaits(board, ctx.rank, self.size, [tuple(p) for p in node],
+                                         scope=f"group {list(ranks)}")
+            watchdog.watch_host_waits(self._host_waits)
+            boot = WatchedBootstrap(boot, self._host_waits)
+        else:
+            self._host_waits = ctx._host_waits
+        self._boot = boot
         self._calls = CallAgreement(self)
         # The arena's last bytes hold the group's call words (``call_words_offset``: never 0,
         # which would mean the signal pad's), the bytes before them the flags of the ring

@@ -113,9 +113,11 @@ class HostWaits:
     them (see the module docstring). ``node``: ``(rank, local rank)`` of every rank of the node."""
 
     def __init__(self, board: NodeBoard, rank: int, world_size: int, node: list[tuple[int, int]],
-                 device_calls=None, call_counts=None):
+                 device_calls=None, call_counts=None, scope: str = ""):
         self.board, self.rank, self.world_size = board, rank, world_size
         self.node = node
+        #: Whose host collectives these are, named in the labels ("group [0, 2]"); "" for the context's.
+        self.scope = scope
         #: ``device_calls(ranks)``: text saying which collective call those ranks' kernels (and
         #: this rank's) are in, for the reports; "" where unknown.
         self.device_calls = device_calls or (lambda ranks: "")
@@ -143,6 +145,8 @@ class HostWaits:
         # the innermost call first: "iris.runtime.Iris.barrier() within the plan of ..."
         text = (" within ".join(t for t, _ in reversed(self._labels)) if self._labels
                 else f"a host {kind} of iris.runtime")
+        if self.scope:
+            text += f" on {self.scope}"
         self._synced = bool(self._labels) and self._labels[-1][1]
         self.board.enter(self.seq, _KIND_IDS.get(kind, 0), text.encode()[:LABEL_BYTES])
 
@@ -150,6 +154,8 @@ class HostWaits:
         self.board.leave()
 
     def _where(self, seq: int, inside: bool, label: str) -> str:
+        if seq == 0:
+            return f"has made no host call{' of the ' + self.scope.split()[0] if self.scope else ''} yet"
         if inside:
             return f"in {label} (its host call #{seq})"
         return f"past its host call #{seq} ({label}), in no host call"
@@ -172,7 +178,8 @@ class HostWaits:
                 continue
             p_seq, p_inside, p_since, p_kind, p_label = self.board.read(local_rank)
             if p_seq < seq:
-                missing.append(f"rank {rank} is {self._where(p_seq, p_inside, p_label)}")
+                where = self._where(p_seq, p_inside, p_label)
+                missing.append(f"rank {rank} {where}" if p_seq == 0 else f"rank {rank} is {where}")
                 absent.append(rank)
                 if counts is not None and counts[rank] is not None and counts[self.rank] is not None \
                         and counts[rank] > counts[self.rank]:

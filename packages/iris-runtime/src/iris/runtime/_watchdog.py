@@ -152,6 +152,8 @@ class Watchdog:
         self.board = None
         #: This rank's host collectives, which the thread bounds (None without a bootstrap).
         self.host_waits = None
+        #: The host collectives of the groups this rank is a member of (each on a board of its own).
+        self._group_waits: tuple = ()
         #: ``fingerprint -> text`` of the agreed collective calls (set by the context), or None.
         self.describe_call = None
         #: ``(rank, peer, call, mine, theirs) -> message`` of a kernel's call mismatch, or None.
@@ -390,8 +392,9 @@ class Watchdog:
                 self.drain_all(device_watchdog.DRAIN_CALLS_DIFFER)
                 self._end_job(differ, GRACE_S)
                 return
-            if self.host_waits is not None:
-                found = self.host_waits.check(self.timeout_s)
+            ended = False
+            for waits in (self.host_waits, *self._group_waits) if self.host_waits is not None else ():
+                found = waits.check(self.timeout_s)
                 if found is not None:
                     kind, text = found
                     if kind == "waiting":
@@ -400,7 +403,10 @@ class Watchdog:
                         self.drain_all(device_watchdog.DRAIN_TIMED_OUT if kind == "timeout"
                                        else device_watchdog.DRAIN_CALLS_DIFFER)
                         self._end_job(text, GRACE_S)
-                        return
+                        ended = True
+                        break
+            if ended:
+                return
             dead = self._dead_peer()
             if dead is not None:
                 rank, pid = dead
@@ -409,6 +415,11 @@ class Watchdog:
                               f"(killed, or crashed outside Python) while rank {self.rank} runs; ending the job.",
                               DRAIN_S)
                 return
+
+    def watch_host_waits(self, waits) -> None:
+        """Bound a group's host collectives too (``waits``: its :class:`HostWaits`)."""
+        # a new tuple, not a list grown in place: the thread iterates the one it read
+        self._group_waits = (*self._group_waits, waits)
 
     def mark_exit(self) -> None:
         """This rank closes or exits normally: peers must not take its end for a crash."""
