@@ -416,6 +416,11 @@ MUTATIONS = [
                "    return ctx", 1)],
              [("worker", "4", "collectives_worker.py", "groups_tile_collectives", "IRIS_TIMEOUT_S=5",
                "MPIEXEC_TIMEOUT=120")]),
+    Mutation("p2p-groups-share-mailboxes", "a send on a group pairs only with a recv on the same group: each group "
+             "has mailboxes of its own",
+             [(f"{COLL}/ccl/_p2p.py", "    ws = _workspace.lookup(ctx, MAILBOXES)\n    if ws is None and isinstance",
+               "    ws = _workspace.lookup(getattr(ctx, 'ctx', ctx), MAILBOXES)\n    if ws is None and isinstance", 1)],
+             [("worker", "4", "ccl_worker.py", "p2p_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

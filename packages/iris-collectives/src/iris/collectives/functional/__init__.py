@@ -160,16 +160,18 @@ def moe_combine(ctx, expert_y: torch.Tensor, handle) -> torch.Tensor:
                                       handle.expert_capacity, handle.max_tokens, handle.config)
 
 
-def send(ctx, x: torch.Tensor, dst: int, tag: int = 0) -> None:
+def send(ctx, x: torch.Tensor, dst: int, tag: int = 0, group=None) -> None:
     """``x`` to rank ``dst`` (see :func:`iris.collectives.ccl.send`), as the operator ``iris::send``:
-    one node inside ``torch.compile``, kept as a side effect. No gradient."""
-    torch.ops.iris.send(handle_of(ctx), x, dst, tag)
+    one node inside ``torch.compile``, kept as a side effect. No gradient. ``group``: through the
+    group's mailboxes, ``dst`` a group rank (``ccl.send``'s ``group=``)."""
+    torch.ops.iris.send(_handle(ctx, group, "send"), x, dst, tag)
 
 
-def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0) -> torch.Tensor:
+def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0, group=None) -> torch.Tensor:
     """A new tensor of ``shape`` and ``dtype`` on the context's device holding what rank ``src``
-    sends with ``tag`` (see :func:`iris.collectives.ccl.recv`), as the operator ``iris::recv``."""
-    return torch.ops.iris.recv(handle_of(ctx), list(shape), dtype, src, tag)
+    sends with ``tag`` (see :func:`iris.collectives.ccl.recv`), as the operator ``iris::recv``.
+    ``group``: as for :func:`send` (``src`` a group rank)."""
+    return torch.ops.iris.recv(_handle(ctx, group, "recv"), list(shape), dtype, src, tag)
 
 
 def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,
