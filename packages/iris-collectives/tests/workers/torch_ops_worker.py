@@ -275,6 +275,40 @@ def scenario_p2p_compiles_fullgraph(ctx):
         same(2 * x_of(prev), y, "ccl.recv in a compiled model")
         same(2 * x_of((prev - 1) % W) + 1, z, "functional.recv in a compiled model")
     assert codes[0].count("iris.send") == 3 and codes[0].count("iris.recv") == 3, codes[0]
+    # on groups: the pairs [1, 0], [3, 2], ... (group ranks the reverse of the global ones), peers
+    # given as group ranks, through the group's own mailboxes, eager and compiled
+    pairs = [[q + 1, q] for q in range(0, W - 1, 2)]
+    g = None
+    for ranks in pairs:  # every rank makes every group
+        g = ctx.new_group(ranks, workspace_size=1 << 18) or g
+    if g is None:
+        return
+    ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 12, group=g)
+    peer = 1 - g.rank
+    partner = g.ranks[peer]
+
+    def on_group(x):
+        y = torch.empty_like(x)
+        sends = (lambda: ccl.send(ctx, x * 3, peer, group=g), lambda: F.send(ctx, x - 1, peer, tag=1, group=g))
+        recvs = (lambda: ccl.recv(ctx, y, peer, group=g), lambda: F.recv(ctx, x.shape, x.dtype, peer, tag=1, group=g))
+        if g.rank == 0:
+            for k in range(2):
+                sends[k]()
+            z = [recvs[0](), recvs[1]()][1]
+        else:
+            z = [recvs[0](), recvs[1]()][1]
+            for k in range(2):
+                sends[k]()
+        return y, z
+
+    codes.clear()
+    torch._dynamo.reset()
+    for fn in (on_group, torch.compile(on_group, backend="aot_eager", fullgraph=True),
+               torch.compile(on_group, backend=capture, fullgraph=True)):
+        y, z = fn(x_of(r))
+        same(3 * x_of(partner), y, f"ccl.recv on group {g.ranks}")
+        same(x_of(partner) - 1, z, f"functional.recv on group {g.ranks}")
+    assert codes[0].count("iris.send") == 2 and codes[0].count("iris.recv") == 2, codes[0]
 
 
 def scenario_gradcheck_collectives(ctx):
