@@ -977,17 +977,23 @@ def expert_function(rows: torch.Tensor) -> torch.Tensor:
     return rows * 2 + 1
 
 
-def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern: str, padded: bool):
+def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern: str, padded: bool, group=None,
+            grad: bool = False):
     """A dispatch and a combine, checked exactly against the single-process reference: rows,
-    counts, offsets, row weights, padding zeros, and the weighted sums in slot order."""
-    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    counts, offsets, row weights, padding zeros, and the weighted sums in slot order. On
+    ``group``, ranks (inputs, experts, ``tokens``) are group ranks: the reference is that of a
+    context of the group's size. ``grad``: through autograd (the torch operators), and ``x``'s
+    gradient checked too."""
+    W, r, dev = (ctx.world_size, ctx.rank, ctx.device) if group is None else (group.size, group.rank, ctx.device)
     E = W * G
     x, idx, w = moe_inputs(r, seed, tokens[r], H, E, K, dtype, pattern)
     mt = max(tokens)
     options = dict(expert_capacity=W * mt) if padded else {}
-    expert_x, meta, handle = moe.dispatch(ctx, x.to(dev), idx.to(dev), w.to(dev), E, max_tokens=mt,
-                                          config=SMALL_V, **options)
-    what = f"moe(seed {seed}, tokens {tokens}, {dtype}, {pattern}, padded={padded})"
+    xd = x.to(dev).requires_grad_(grad)
+    expert_x, meta, handle = moe.dispatch(ctx, xd, idx.to(dev), w.to(dev), E, max_tokens=mt,
+                                          config=SMALL_V, group=group, **options)
+    what = f"group {list(group.ranks)}: " if group is not None else ""
+    what += f"moe(seed {seed}, tokens {tokens}, {dtype}, {pattern}, padded={padded})"
     per_expert = moe_expected(r, W, seed, tokens, H, G, K, dtype, pattern)
     counts = [len(rows) for rows, _ in per_expert]
     assert meta.counts.tolist() == counts, f"{what}: counts {meta.counts.tolist()}, expected {counts}"
@@ -1006,12 +1012,16 @@ def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern
         if rows:
             check(expert_x[:len(rows)], torch.stack(rows), f"{what}: rows")
             check(meta.weights[:len(rows)], torch.tensor([v for _, ws in per_expert for v in ws]), f"{what}: weights")
-    y = moe.combine(ctx, expert_function(expert_x), handle, config=SMALL_V)
-    acc = torch.zeros(tokens[r], H)
+    y = moe.combine(ctx, expert_function(expert_x), handle, config=SMALL_V, group=group)
+    acc, slope = torch.zeros(tokens[r], H), torch.zeros(tokens[r], 1)
     for k in range(K):  # the documented order, in fp32, one rounding
         used = ((idx[:, k] >= 0) & (idx[:, k] < E)).float()[:, None]
         acc = acc + used * w[:, k:k + 1] * expert_function(x).float()
-    check(y, acc.to(dtype), f"{what}: combine")
+        slope = slope + used * w[:, k:k + 1] * 2
+    check(y.detach(), acc.to(dtype), f"{what}: combine")
+    if grad:  # d y / d x: each token's weights of its experts, times the experts' slope 2
+        y.sum().backward()
+        check(xd.grad, slope.expand(tokens[r], H).to(dtype), f"{what}: x's gradient")
 
 
 def scenario_moe_dispatch_combine(ctx):
@@ -1057,6 +1067,36 @@ def scenario_moe_dispatch_combine(ctx):
     expect_error(lambda: moe.combine(ctx, torch.zeros(5, 4, device=dev), handle), IrisUsageError,
                  "iris.collectives.moe.combine", "expert_y has shape (5, 4)", f"({W * 3 * 2}, H)")
     moe.combine(ctx, torch.zeros(W * 3 * 2, 4, device=dev), handle, config=SMALL_V)  # the pair completes
+
+
+def scenario_moe_groups(ctx):
+    # dispatch and combine on groups (the experts over the members, group ranks): TP pairs, DP
+    # pairs and [3,0,2], back to back with no barrier between groups, each exact against a context
+    # of the group's size; through autograd too; num_experts must divide by the group's size
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    groups = {name: make_groups(ctx, lists) for name, lists in group_layouts(W).items()}
+    for k, (pattern, padded, dtype) in enumerate((("random", False, torch.float32), ("masked", True, torch.bfloat16))):
+        for name in ("tp", "dp", "odd"):
+            g = groups[name]
+            if g is not None:
+                tokens = [(3, 0, 5, 1)[q % 4] for q in range(g.size)]
+                run_moe(ctx, 20 + 10 * k + len(name), tokens, 12, 2, 2, dtype, pattern, padded, group=g)
+    for name in ("odd", "dp", "tp"):
+        g = groups[name]
+        if g is not None:
+            run_moe(ctx, 40 + len(name), [2] * g.size, 8, 2, 2, torch.float32, "skewed", False, group=g, grad=True)
+    g = groups["odd"]
+    if g is not None and g.size > 1:
+        x, idx, w = (t.to(dev) for t in moe_inputs(r, 6, 3, 4, 2 * g.size, 2, torch.float32, "random"))
+        expect_error(lambda: moe.dispatch(ctx, x, idx, w, 2 * g.size + 1, group=g), IrisUsageError,
+                     "iris.collectives.moe.dispatch", f"num_experts={2 * g.size + 1}",
+                     f"multiple of the group's size {g.size}")
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    x = torch.zeros(2, 4, device=dev)
+    expect_error(lambda: moe.dispatch(ctx, x, torch.zeros(2, 1, dtype=torch.int64, device=dev), x[:, :1], 2,
+                                      group=other), iris.runtime.GroupError, "iris.collectives.moe.dispatch",
+                 "a group of another context")
 
 
 def scenario_calls_agree(ctx):

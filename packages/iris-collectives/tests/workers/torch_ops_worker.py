@@ -555,6 +555,29 @@ def scenario_exchanges_compile_and_differentiate(ctx):
 
     global_gradcheck(ctx, "moe dispatch and combine", moe_block,
                      [("own", rand((W, 2, H), 433)), ("own", rand((W, 2, K), 434))], "own", fast=True)
+    # on groups: the pairs [1, 0], [3, 2], ..., compiled as in eager mode, one node each
+    g = None
+    for ranks in [[q + 1, q] for q in range(0, W - 1, 2)]:  # every rank makes every group
+        g = ctx.new_group(ranks, workspace_size=1 << 20) or g
+    if g is None:
+        return
+    Eg = 2 * g.size
+
+    def on_group(x, w):
+        idx = torch.tensor([[(g.rank + t) % Eg, (g.rank + t + 1) % Eg] for t in range(T)], device=dev)
+        expert_x, meta, handle = moe.dispatch(ctx, x[:T], idx, w, Eg, group=g)
+        return meta.counts, moe.combine(ctx, torch.tanh(expert_x) * 3, handle, group=g)
+
+    codes.clear()
+    torch._dynamo.reset()
+    for fn in (torch.compile(on_group, backend="aot_eager", fullgraph=True),
+               torch.compile(on_group, backend=capture, fullgraph=True)):
+        for got, expected in zip(fn(x, w), on_group(x, w)):
+            same(expected.float(), got.float(), f"compiled dispatch and combine on group {g.ranks}")
+    assert codes[0].count("iris.moe_dispatch") == 1 and codes[0].count("iris.moe_combine") == 1, codes[0]
+    counts = on_group(x, w)[0]  # every token to experts of its own group rank and the next: 3 rows each
+    assert counts.tolist() == [sum(1 for q in range(2) for t in range(T) for e in ((q + t) % Eg, (q + t + 1) % Eg)
+                                   if e == g.rank * 2 + j) for j in range(2)], counts
 
 
 def scenario_layers_initialise_as_linear(ctx):
