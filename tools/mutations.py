@@ -421,6 +421,9 @@ MUTATIONS = [
              [(f"{COLL}/ccl/_p2p.py", "    ws = _workspace.lookup(ctx, MAILBOXES)\n    if ws is None and isinstance",
                "    ws = _workspace.lookup(getattr(ctx, 'ctx', ctx), MAILBOXES)\n    if ws is None and isinstance", 1)],
              [("worker", "4", "ccl_worker.py", "p2p_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")]),
+    Mutation("moe-group-ignored", "a MoE dispatch on a group splits the experts over the group's members",
+             [(f"{COLL}/moe/__init__.py", "        ctx = on_group(ctx, group, DISPATCH)", "        pass", 1)],
+             [("worker", "4", "ccl_worker.py", "moe_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of
