@@ -105,9 +105,12 @@ def _default_grid(ctx) -> int:
     # On the GPU, one send and one receive of every rank sharing the device waiting at once hold
     # at most one program per SM (the residency rule of iris.runtime.Iris.resident_grid); the
     # interpreter runs programs one after another.
+    # On a group, every rank of the context on the device counts, not only the members: the other
+    # ranks may be sending on groups of their own at the same time.
     if ctx.device.type != "cuda":
         return 2
-    return max(1, ctx.get_cu_count() // (2 * max(1, ctx.ranks_on_device)))
+    sharing = ctx.ctx.ranks_on_device if isinstance(ctx, Group) else ctx.ranks_on_device
+    return max(1, ctx.get_cu_count() // (2 * max(1, sharing)))
 
 
 def _positive(call: str, name: str, value, power_of_two=False) -> int:
