@@ -454,13 +454,15 @@ def moe_reference(x, router, w1, w2, top_k: int):
     return acc
 
 
-def scenario_moe_trains_compiled(ctx):
-    # an expert-parallel MoE layer (different token counts per rank), compiled with fullgraph: one SGD
-    # step against the single-process MoE of the same weights, fp64: loss, gradients of the
-    # tokens, the router (summed over the ranks) and this rank's experts, and the loss after
+def moe_step(ctx, group=None):
+    """One compiled SGD step of an expert-parallel MoE layer (on ``group``: split over its members,
+    ranks are group ranks) against the single-process MoE of the same weights, fp64: loss,
+    gradients of the tokens, the router (summed over the ranks) and this rank's experts, and the
+    loss after."""
     from torch._dynamo.utils import counters
 
-    W, r = ctx.world_size, ctx.rank
+    on = ctx if group is None else group
+    W, r = on.world_size, on.rank
     H, F_, E, K = 6, 5, 2 * W, 2
     tokens = [(4, 1, 3, 2)[q % 4] for q in range(W)]
     router, w1, w2 = rand((E, H), 400), rand((E, H, F_), 401) / 2, rand((E, F_, H), 402) / 2
@@ -472,7 +474,7 @@ def scenario_moe_trains_compiled(ctx):
     ref_loss = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum() / n
     ref_loss.backward()
     layer = ExpertParallelMoE.from_dense(ctx, router.to(ctx.device), w1.to(ctx.device), w2.to(ctx.device), K,
-                                         max_tokens=max(tokens))
+                                         max_tokens=max(tokens), group=group)
     torch._dynamo.reset()
     counters.clear()
     step = torch.compile(layer, backend="aot_eager", fullgraph=True)
@@ -482,18 +484,28 @@ def scenario_moe_trains_compiled(ctx):
     assert not counters["graph_break"], dict(counters["graph_break"])
     G, first = E // W, sum(tokens[:r])
     experts = slice(r * G, (r + 1) * G)
-    same(torch.tensor(ref_loss.item()), torch.tensor(sum(ctx.comm.allgather(loss.item()))), "MoE loss", 1e-12)
-    same(X.grad[first:first + tokens[r]], x.grad, "MoE token gradients", 1e-12)
-    same(full[0].grad, layer.router.grad, "MoE router gradient (summed over the ranks)", 1e-12)
-    same(full[1].grad[experts], layer.w1.grad, "MoE w1 gradients", 1e-12)
-    same(full[2].grad[experts], layer.w2.grad, "MoE w2 gradients", 1e-12)
+    what = "MoE" if group is None else f"MoE on group {list(group.ranks)}"
+    same(torch.tensor(ref_loss.item()), torch.tensor(sum(on.allgather(loss.item()))), f"{what} loss", 1e-12)
+    same(X.grad[first:first + tokens[r]], x.grad, f"{what} token gradients", 1e-12)
+    same(full[0].grad, layer.router.grad, f"{what} router gradient (summed over the ranks)", 1e-12)
+    same(full[1].grad[experts], layer.w1.grad, f"{what} w1 gradients", 1e-12)
+    same(full[2].grad[experts], layer.w2.grad, f"{what} w2 gradients", 1e-12)
     with torch.no_grad():
         for p, ref in zip((layer.router, layer.w1, layer.w2), full):
             p -= 0.5 * p.grad
             ref -= 0.5 * ref.grad
-        after = sum(ctx.comm.allgather(((step(x) - target) ** 2).sum().item() / n))
+        after = sum(on.allgather(((step(x) - target) ** 2).sum().item() / n))
         ref_after = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum().item() / n
-    same(torch.tensor(ref_after), torch.tensor(after), "MoE loss after one step", 1e-12)
+    same(torch.tensor(ref_after), torch.tensor(after), f"{what} loss after one step", 1e-12)
+
+
+def scenario_moe_trains_compiled(ctx):
+    # an expert-parallel MoE layer (different token counts per rank), compiled with fullgraph: one
+    # SGD step as the single-process MoE takes it; a layer drawn from a seed
+    W, r = ctx.world_size, ctx.rank
+    H, F_, E, K = 6, 5, 2 * W, 2
+    G = E // W
+    moe_step(ctx)
     # built from a seed: one router on every rank (rank 0's), and each rank's experts the ones the
     # same seed draws in one process, expert after expert
     torch.manual_seed(5 + r)
@@ -868,15 +880,20 @@ def scenario_operators_on_groups(ctx):
 
 
 def scenario_layers_on_groups(ctx):
-    # The tensor-parallel layers on a group: split by the group's size and rank, every call on the
-    # group. A compiled MLP on the TP group (both layouts) and on the non-contiguous group trains one
-    # step as the single-device model does (exact in fp64); then TP x DP: each TP group a replica
-    # with data of its own, gradients averaged over the DP group: the single-device model's
-    # gradients of the mean loss over the replicas.
+    # The tensor-parallel layers and the expert-parallel MoE on a group: split by the group's size
+    # and rank, every call on the group. A compiled MoE step and a compiled MLP on the TP group (both
+    # layouts) and on the non-contiguous group train one step as the single-device model does
+    # (exact in fp64); then TP x DP: each TP group a replica with data of its own, gradients
+    # averaged over the DP group: the single-device model's gradients of the mean loss over the
+    # replicas.
     from torch._dynamo.utils import counters
 
     groups = groups_of(ctx)
     tp, dp = groups["tp"], groups["dp"]
+    for g in (tp, groups["odd"]):  # the expert-parallel MoE layer split over a group
+        if g is not None:
+            torch._dynamo.reset()
+            moe_step(ctx, g)
     for g, layouts in ((tp, (False, True)), (groups["odd"], (True,))):
         if g is None:
             continue
