@@ -19,7 +19,7 @@ of the settings alternating, so that a drift of the machine falls on both), with
   reference for how far two jobs differ anyway;
 - device: ``ccl.py --no-peer`` at sizes where launches and flags decide (``--sizes``, default
   4K,64K,1M; ``--collectives`` all_reduce,all_gather,reduce_scatter; bf16), plain and heap tensors,
-  eager and in a CUDA graph of ``--graph`` calls (the device time per call, the host gone), with
+  eager and in a CUDA graph of ``--graph`` calls (the GPU time of a call without the host's), with
   the copy floor, which the check does not touch either. Every call is checked before it is timed.
 
 Prints one table: per row the time with the check on, off, their difference (us) and ratio, and
