@@ -13,8 +13,9 @@ that run the same suite side by side: before each test a process claims it by cr
 named after it in the folder (``O_CREAT | O_EXCL``: exactly one process succeeds), and runs it
 only if its claim won; the others pass over it without reporting it. A process that is done with
 a slow test takes the next unclaimed one, so the processes end at about the same time whatever
-the tests cost (static shards of a suite whose tests take 1 to 60 s do not). A test function's
-parametrisations are claimed together, in the process that claims the first."""
+the tests cost (static shards of a suite whose tests take 1 to 60 s do not). Each parametrisation
+is claimed on its own: a function with many cases (the fault tests have 20 and more, each a job
+that ends on purpose) is spread over every process instead of holding one to the end."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _function_of(item) -> tuple[str, str]:
 
 
 def claim(folder: str, name: str) -> bool:
-    """Whether this process won the claim on ``name`` (a test function) in ``folder``."""
+    """Whether this process won the claim on ``name`` (a test's node id) in ``folder``."""
     path = os.path.join(folder, hashlib.sha1(name.encode()).hexdigest()[:20])
     try:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
@@ -50,27 +51,19 @@ def claim(folder: str, name: str) -> bool:
     return True
 
 
-_WON: dict[tuple[str, str], bool] = {}
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     folder = os.environ.get("IRIS_TEST_CLAIMS")
     if not folder:
         return None
-    function = _function_of(item)
-    if function not in _WON:
-        os.makedirs(folder, exist_ok=True)
-        _WON[function] = claim(folder, "::".join(function))
-    if not _WON[function]:
+    os.makedirs(folder, exist_ok=True)
+    if not claim(folder, item.nodeid):
         return True  # handled (by another process), not run here
-    # pytest tears down after a test only the fixtures that ``nextitem`` does not share; the next
-    # test this process runs is known only when it wins that claim, so past the last
-    # parametrisation of this function everything is torn down (else the next test it does run, in
-    # another module, finds the previous module's fixtures still set up: "previous item was not
-    # torn down properly").
-    if nextitem is not None and _function_of(nextitem) != function:
-        nextitem = None
+    # pytest tears down after a test only the fixtures that ``nextitem`` does not share, but the
+    # test this process runs next is known only once it wins that claim: what the previous test
+    # left set up for a ``nextitem`` another process took (a module's fixtures) is torn down here,
+    # before this test sets up (else pytest stops: "previous item was not torn down properly").
+    item.session._setupstate.teardown_exact(item)
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     runtestprotocol(item, nextitem=nextitem, log=True)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
