@@ -56,6 +56,10 @@ export PYTHONPATH="$PWD/packages/iris-device/src:$PWD/packages/iris-runtime/src:
 export IRIS_BACKEND=cuda
 # 1 rank: the cpu suite covers it (the same host code; one rank's kernels wait for no peer)
 export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-2,4}"
+# Product loops (dtypes x ops x strategies) run each case once, at one of the world sizes
+# (iris.runtime.testing.spread): every case is a kernel that each rank compiles, and the cpu suite
+# runs every case at every world size. IRIS_TEST_SPREAD_CASES=0 runs them all at each.
+export IRIS_TEST_SPREAD_CASES="${IRIS_TEST_SPREAD_CASES:-1}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # every rank of every job compiles the same kernels: one compiles, the others load it from the cache
 export IRIS_COMPILE_LOCK=1

@@ -466,3 +466,20 @@ def test_call_agreement_exchanges_when_asked_and_names_another_exchange():
     replies.append(("iris.collectives.ccl.init_p2p", (4, 2)))  # another host exchange met this one
     with pytest.raises(IrisCallMismatchError, match="rank 1 made another host collective call, not the agreement"):
         calls.agree(("new",), lambda: "call(x=3)", "call")
+
+
+def test_spread_shares_a_product_out_among_the_world_sizes(monkeypatch):
+    from iris.runtime.testing import spread
+
+    cases = [(d, op) for d in ("fp32", "bf16", "int32") for op in ("sum", "max")]
+    monkeypatch.setenv("IRIS_TEST_WORLD_SIZES", "2,4")
+    monkeypatch.delenv("IRIS_TEST_SPREAD_CASES", raising=False)
+    assert spread(iter(cases), 2) == cases  # off by default: every case at every world size
+    monkeypatch.setenv("IRIS_TEST_SPREAD_CASES", "1")
+    two, four = spread(cases, 2), spread(cases, 4)
+    assert sorted(two + four) == sorted(cases) and not set(two) & set(four)  # each case once
+    assert {d for d, _ in two} == {d for d, _ in four} == {"fp32", "bf16", "int32"}
+    assert {op for _, op in two} == {op for _, op in four} == {"sum", "max"}
+    assert spread(cases, 3) == cases  # a world size the suite does not list (a test's own) runs all
+    monkeypatch.setenv("IRIS_TEST_SPREAD_CASES", "0")
+    assert spread(cases, 4) == cases

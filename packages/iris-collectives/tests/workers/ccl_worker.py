@@ -25,7 +25,7 @@ import iris.runtime.testing
 from iris.collectives import IrisCapacityError, IrisMessageSizeError, _workspace, ccl, moe
 from iris.collectives._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS
 from iris.runtime import IrisUsageError, RankError, UnsupportedDtypeError
-from iris.runtime.testing import expect_error
+from iris.runtime.testing import expect_error, spread
 
 SMALL = ccl.Config(block=64, width=16)
 TWO_SHOT = ccl.Config(variant="two_shot", block=64, width=16)
@@ -123,15 +123,14 @@ def run_broadcast(ctx, n, dtype, seed, src, heap=False, config=SMALL):
 
 def scenario_all_reduce_ops_and_dtypes(ctx):
     # every op x dtype once, 37 elements (3 tiles, the last ragged), alternating variant and placement
-    i = 0
-    for dtype in DTYPES:
-        for op in OPS:
-            if op == "avg" and not dtype.is_floating_point:
-                continue
-            config = TWO_SHOT if i % 2 else SMALL
-            run_all_reduce(ctx, 37 if i % 3 else 150, dtype, op, 100 * i, config, heap_in=i % 4 == 1,
-                           heap_out=i % 4 == 2, in_place=i % 5 == 3)
-            i += 1
+    # (in pairs, so that either half of the cases that spread() gives a world size has both variants)
+    cases = [(dtype, op) for dtype in DTYPES for op in OPS if op != "avg" or dtype.is_floating_point]
+    for i, (dtype, op) in enumerate(cases):
+        if (dtype, op) not in spread(cases, ctx.world_size):
+            continue
+        config = TWO_SHOT if i // 2 % 2 else SMALL
+        run_all_reduce(ctx, 37 if i % 3 else 150, dtype, op, 100 * i, config, heap_in=i % 4 == 1,
+                       heap_out=i % 4 == 2, in_place=i % 5 == 3)
 
 
 def scenario_all_reduce_sizes_and_placement(ctx):
@@ -148,13 +147,11 @@ def scenario_all_reduce_sizes_and_placement(ctx):
 
 
 def scenario_reduce_scatter(ctx):
-    i = 0
-    for dtype in (torch.float32, torch.bfloat16, torch.int64):
-        for op in OPS:
-            if op == "avg" and not dtype.is_floating_point:
-                continue
-            run_reduce_scatter(ctx, (1, 37, 70)[i % 3], dtype, op, 3000 + 100 * i, heap_in=i % 2 == 1)
-            i += 1
+    cases = [(dtype, op) for dtype in (torch.float32, torch.bfloat16, torch.int64) for op in OPS
+             if op != "avg" or dtype.is_floating_point]
+    for i, (dtype, op) in enumerate(cases):
+        if (dtype, op) in spread(cases, ctx.world_size):
+            run_reduce_scatter(ctx, (1, 37, 70)[i % 3], dtype, op, 3000 + 100 * i, heap_in=i // 2 % 2 == 1)
     run_reduce_scatter(ctx, 5, torch.float16, "sum", 3900, config=ccl.Config())
 
 

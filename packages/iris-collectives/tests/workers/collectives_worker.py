@@ -154,11 +154,12 @@ def scenario_all_reduce_dtypes_and_ragged_shapes(ctx):
     what a larger ragged shape adds is more of the same tiles, and under the interpreter every
     tile costs (130 x 257 is in scenario_all_reduce_130x257)."""
     seed = 1
-    for variant in K.VARIANT_NAMES:
-        for dtype in DTYPES.values():
-            for M, N in ((17, 33), (5, 7)):
+    cases = [(variant, dtype) for variant in K.VARIANT_NAMES for dtype in DTYPES.values()]
+    for variant, dtype in cases:
+        for M, N in ((17, 33), (5, 7)):
+            if (variant, dtype) in iris.runtime.testing.spread(cases, ctx.world_size):
                 run_all_reduce(ctx, variant, dtype, M, N, 16, 32, seed)
-                seed += 1
+            seed += 1
 
 
 def scenario_all_reduce_130x257(ctx):
@@ -450,29 +451,30 @@ def scenario_strided_views_all_reduce(ctx):
     result must match the reference, and the storage around each view must keep its poison."""
     W, dev = ctx.world_size, ctx.device
     M, N, BM, BN = 9, 12, 8, 8  # 2 x 2 ragged tiles
-    for variant in K.VARIANT_NAMES:
-        for i, (src_layout, dst_layout) in enumerate(LAYOUT_PAIRS):
-            dtype = torch.int32 if i == 1 else torch.float32
-            seed = 900 + 10 * variant + i
-            inputs = [rank_input(r, (M, N), dtype, seed) for r in range(W)]
-            src_storage, src = strided(on_heap(ctx, POISON[dtype], dtype), src_layout, M, N)
-            src.copy_(inputs[ctx.rank].to(dev))
-            dst_storage, dst = strided(on_heap(ctx, POISON[dtype], dtype), dst_layout, M, N)
-            poison = 0 if variant in (K.ATOMIC, K.SPINLOCK) else POISON[dtype]
-            dst.fill_(poison)
-            locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    cases = [(variant, i) for variant in K.VARIANT_NAMES for i in range(len(LAYOUT_PAIRS))]
+    for variant, i in iris.runtime.testing.spread(cases, W):
+        src_layout, dst_layout = LAYOUT_PAIRS[i]
+        dtype = torch.int32 if i == 1 else torch.float32
+        seed = 900 + 10 * variant + i
+        inputs = [rank_input(r, (M, N), dtype, seed) for r in range(W)]
+        src_storage, src = strided(on_heap(ctx, POISON[dtype], dtype), src_layout, M, N)
+        src.copy_(inputs[ctx.rank].to(dev))
+        dst_storage, dst = strided(on_heap(ctx, POISON[dtype], dtype), dst_layout, M, N)
+        poison = 0 if variant in (K.ATOMIC, K.SPINLOCK) else POISON[dtype]
+        dst.fill_(poison)
+        locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+        ctx.barrier()
+        launch_strided_all_reduce(ctx, variant, src, src, dst, locks, M, N, BM, BN)
+        if variant == K.ATOMIC:
             ctx.barrier()
-            launch_strided_all_reduce(ctx, variant, src, src, dst, locks, M, N, BM, BN)
-            if variant == K.ATOMIC:
-                ctx.barrier()
-            what = (f"{K.VARIANT_NAMES[variant]} {dtype} src {src_layout} {tuple(src.stride())}, dst {dst_layout} "
-                    f"{tuple(dst.stride())}, rank {ctx.rank}/{W}")
-            expected = expected_result(ctx, variant, inputs, dtype, poison, M, N, BM, BN)
-            check(dst_storage, in_storage(dst_layout, expected, POISON[dtype]), what)
-            check(src_storage, in_storage(src_layout, inputs[ctx.rank], POISON[dtype]), what + " (source)")
-            ctx.barrier()
-            for t in (locks, dst_storage, src_storage):
-                ctx.free(t)
+        what = (f"{K.VARIANT_NAMES[variant]} {dtype} src {src_layout} {tuple(src.stride())}, dst {dst_layout} "
+                f"{tuple(dst.stride())}, rank {ctx.rank}/{W}")
+        expected = expected_result(ctx, variant, inputs, dtype, poison, M, N, BM, BN)
+        check(dst_storage, in_storage(dst_layout, expected, POISON[dtype]), what)
+        check(src_storage, in_storage(src_layout, inputs[ctx.rank], POISON[dtype]), what + " (source)")
+        ctx.barrier()
+        for t in (locks, dst_storage, src_storage):
+            ctx.free(t)
 
 
 def scenario_strided_views_gather_family(ctx):

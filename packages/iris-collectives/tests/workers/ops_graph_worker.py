@@ -119,13 +119,14 @@ def scenario_graph_replays(ctx):
     """Every op and strategy: capture once, replay with new data, each result exact."""
     if ctx.device.type != "cuda":
         raise SystemExit("ops_graph_worker.py needs the cuda backend (CUDA graphs)")
-    for op, variants in ops.VARIANTS.items():
-        for variant in variants:
-            graph_case(ctx, op, ops.Config(**{**CFG.__dict__, "variant": variant}))
-            if ctx.rank == 0:
-                print(f"  {op} {variant}: {replays()} replays exact", flush=True)
+    cases = [(op, variant) for op, variants in ops.VARIANTS.items() for variant in variants]
+    for op, variant in iris.runtime.testing.spread(cases, ctx.world_size):
+        graph_case(ctx, op, ops.Config(**{**CFG.__dict__, "variant": variant}))
+        if ctx.rank == 0:
+            print(f"  {op} {variant}: {replays()} replays exact", flush=True)
     # every strategy, and fp8 with row scales where its outputs take the most paths (two-shot's copy-out)
-    for variant, fp8 in (("one_shot", False), ("one_shot_buffered", False), ("two_shot", False), ("two_shot", True)):
+    norm_cases = (("one_shot", False), ("one_shot_buffered", False), ("two_shot", False), ("two_shot", True))
+    for variant, fp8 in iris.runtime.testing.spread(norm_cases, ctx.world_size):
         rmsnorm_graph_case(ctx, variant, fp8)
         if ctx.rank == 0:
             print(f"  all_reduce_residual_rmsnorm {variant}{' fp8' if fp8 else ''}: {replays()} replays exact",

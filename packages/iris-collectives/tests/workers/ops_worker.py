@@ -21,7 +21,7 @@ import torch
 import iris.runtime.testing
 from iris.collectives import ops
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
-from iris.runtime.testing import expect_error
+from iris.runtime.testing import expect_error, spread
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SMALL = ops.Config(block_m=16, block_n=16, block_k=16, group_m=2)
@@ -151,13 +151,13 @@ def scenario_matmul_all_reduce(ctx):
     W = ctx.world_size
     cases = [(40, 36, 20, "fp32", "fp32", True), (33, 50, 27, "fp16", "fp16", False),
              (21, 70, 45, "bf16", "bf16", True), (48, 32, 32, "bf16", "fp32", False)]
-    for variant in ("one_shot", "two_shot"):
+    for variant, (i, (M, N, K, dt, odt, with_bias)) in spread(itertools.product(("one_shot", "two_shot"),
+                                                                              enumerate(cases)), W):
         cfg = ops.Config(variant=variant, block_m=16, block_n=16, block_k=16, group_m=2)
-        for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
-            seed = 100 + i
-            out = run_matmul_all_reduce(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, cfg)
-            check(out, ref_matmul_all_reduce(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
-                  f"matmul_all_reduce {variant} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
+        seed = 100 + i
+        out = run_matmul_all_reduce(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, cfg)
+        check(out, ref_matmul_all_reduce(W, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
+              f"matmul_all_reduce {variant} {M}x{N}x{K} {dt}->{odt} bias={with_bias}")
 
 
 def scenario_matmul_all_reduce_back_to_back(ctx):
@@ -185,8 +185,12 @@ def scenario_matmul_reduce_scatter(ctx):
     W = ctx.world_size
     cases = [(W * 20, 36, 20, "fp32", "fp32", True), (W * 11, 50, 27, "fp16", "fp16", False),
              (W * 7, 70, 45, "bf16", "bf16", True), (W * 16, 32, 32, "bf16", "fp32", False)]
-    for cfg in (SMALL, dataclasses.replace(SMALL, variant="rotated")):
+    configs = (SMALL, dataclasses.replace(SMALL, variant="rotated"))
+    chosen = spread([(c.variant, i) for c in configs for i in range(len(cases))], W)
+    for cfg in configs:
         for i, (M, N, K, dt, odt, with_bias) in enumerate(cases):
+            if (cfg.variant, i) not in chosen:
+                continue
             seed = 200 + i
             out = run_matmul_reduce_scatter(ctx, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias, cfg)
             check(out, ref_matmul_reduce_scatter(W, ctx.rank, M, N, K, DTYPES[dt], DTYPES[odt], seed, with_bias),
@@ -386,7 +390,7 @@ def scenario_tma_path(ctx):
     W = ctx.world_size
     _launch.INTERPRETER_TMA = True
     try:
-        for columns, dt in itertools.product((False, True), ("fp32", "bf16")):
+        for columns, dt in spread(itertools.product((False, True), ("fp32", "bf16")), W):
             B_COLUMN_MAJOR, d, how = columns, DTYPES[dt], f"{dt} b {'column' if columns else 'row'}-major"
             out = run_matmul_all_reduce(ctx, 40, 40, 24, d, d, 500, True, SMALL)
             check(out, ref_matmul_all_reduce(W, 40, 40, 24, d, d, 500, True), f"tma matmul_all_reduce {how}")

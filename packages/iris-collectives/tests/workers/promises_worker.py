@@ -39,6 +39,7 @@ import iris.collectives as ic  # imports iris.runtime first, which picks the bac
 import iris.runtime.testing
 from iris.collectives import ccl, ops
 from iris.device import load
+from iris.runtime.testing import spread
 
 FP32, FP16, BF16 = torch.float32, torch.float16, torch.bfloat16
 CCL_SMALL = dict(block=64, width=16)  # 4 x 16 elements per tile: a few dozen elements make several tiles
@@ -129,16 +130,16 @@ def scenario_matmul_all_reduce(ctx):
     bias joining rank 0's (docs/fused-ops.md), rounded once; and the same bits on every rank."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     M, N, K = 24, 40, 16
-    for variant in ops.VARIANTS["matmul_all_reduce"]:
-        for i, (dtype, out_dtype, with_bias) in enumerate(OP_CASES):
-            parts, bias = k_split_inputs(W, M, N, K, dtype, 100 + i)
-            out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
-            ops.matmul_all_reduce(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev),
-                                  bias.to(dev) if with_bias else None, config=op_config(dtype, variant))
-            expected = rank_order([p[2] for p in parts], bias.to(FP32) if with_bias else None).to(out_dtype)
-            what = f"matmul_all_reduce {variant} {dtype}->{out_dtype} bias={with_bias} rank {r}/{W}"
-            check(out, expected, what)
-            same_on_every_rank(ctx, out, what)
+    for variant, (i, (dtype, out_dtype, with_bias)) in spread(itertools.product(ops.VARIANTS["matmul_all_reduce"],
+                                                                              enumerate(OP_CASES)), W):
+        parts, bias = k_split_inputs(W, M, N, K, dtype, 100 + i)
+        out = torch.full((M, N), float("nan"), dtype=out_dtype, device=dev)
+        ops.matmul_all_reduce(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev),
+                              bias.to(dev) if with_bias else None, config=op_config(dtype, variant))
+        expected = rank_order([p[2] for p in parts], bias.to(FP32) if with_bias else None).to(out_dtype)
+        what = f"matmul_all_reduce {variant} {dtype}->{out_dtype} bias={with_bias} rank {r}/{W}"
+        check(out, expected, what)
+        same_on_every_rank(ctx, out, what)
 
 
 def scenario_matmul_reduce_scatter(ctx):
@@ -146,8 +147,8 @@ def scenario_matmul_reduce_scatter(ctx):
     then adds the bias, and rounds once."""
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     m, N, K = 8, 40, 16
-    for variant, (i, (dtype, out_dtype, with_bias)) in itertools.product(ops.VARIANTS["matmul_reduce_scatter"],
-                                                                       enumerate(OP_CASES)):
+    for variant, (i, (dtype, out_dtype, with_bias)) in spread(itertools.product(ops.VARIANTS["matmul_reduce_scatter"],
+                                                                              enumerate(OP_CASES)), W):
         parts, bias = k_split_inputs(W, W * m, N, K, dtype, 200 + i)
         out = torch.full((m, N), float("nan"), dtype=out_dtype, device=dev)
         ops.matmul_reduce_scatter(ctx, out, parts[r][0].to(dev), parts[r][1].to(dev),
@@ -234,14 +235,13 @@ def scenario_ccl_all_reduce(ctx):
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     cases = [(FP32, "sum"), (BF16, "sum"), (FP16, "sum"), (FP32, "avg"), (BF16, "avg"), (FP32, "prod"),
              (BF16, "prod")]
-    for variant in ccl.VARIANTS["all_reduce"]:
-        for i, (dtype, op) in enumerate(cases):
-            parts = ccl_inputs(W, 150, dtype, op, 500 + i)
-            out = torch.full((150,), float("nan"), dtype=dtype, device=dev)
-            ccl.all_reduce(ctx, out, parts[r].to(dev), op=op, config=ccl.Config(variant=variant, **CCL_SMALL))
-            what = f"ccl.all_reduce {variant} {op} {dtype} rank {r}/{W}"
-            check(out, ccl_reference(op, parts).to(dtype), what)
-            same_on_every_rank(ctx, out, what)
+    for variant, (i, (dtype, op)) in spread(itertools.product(ccl.VARIANTS["all_reduce"], enumerate(cases)), W):
+        parts = ccl_inputs(W, 150, dtype, op, 500 + i)
+        out = torch.full((150,), float("nan"), dtype=dtype, device=dev)
+        ccl.all_reduce(ctx, out, parts[r].to(dev), op=op, config=ccl.Config(variant=variant, **CCL_SMALL))
+        what = f"ccl.all_reduce {variant} {op} {dtype} rank {r}/{W}"
+        check(out, ccl_reference(op, parts).to(dtype), what)
+        same_on_every_rank(ctx, out, what)
 
 
 def scenario_ccl_reduce_scatter(ctx):

@@ -92,10 +92,13 @@ def scenario_range_all_reduce_random_floats(ctx):
     M, N, BM, BN = 21, 40, 8, 16  # 3 x 3 tiles
     tiles = ic.num_tiles(M, N, BM, BN)
     case = 0
+    chosen = iris.runtime.testing.spread([(v, d) for v in VARIANTS for d in DTYPES], ctx.world_size)
     for variant in VARIANTS:
         for dtype in DTYPES:
             for grid in (1, 2, tiles):
                 case += 1
+                if (variant, dtype) not in chosen:
+                    continue
                 inputs = [rank_input(r, (M, N), dtype, case) for r in range(ctx.world_size)]
                 src = ctx.zeros(M, N, dtype=dtype)
                 src.copy_(inputs[ctx.rank].to(ctx.device))

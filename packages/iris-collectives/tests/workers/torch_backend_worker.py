@@ -81,16 +81,14 @@ def scenario_ranks(ctx):
 def scenario_all_reduce_ops(ctx):
     W, r, dev = ctx.world_size, ctx.rank, ctx.device
     ops = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT)
-    for dtype in DTYPES:
-        for op in ops:
-            if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
-                continue
-            for shape in ((37,), (3, 5), ()):
-                t = pattern(shape, r, dtype, dev, seed=2)
-                out = dist.all_reduce(t, op=op)
-                assert out is None  # sync: nothing returned, the result in place
-                expected = reduce_all(op, [pattern(shape, p, dtype, "cpu", seed=2) for p in range(W)]).to(dtype)
-                same(t, expected, f"all_reduce {op} {dtype} {shape}")
+    cases = [(dtype, op) for dtype in DTYPES for op in ops if op != dist.ReduceOp.AVG or dtype.is_floating_point]
+    for dtype, op in iris.runtime.testing.spread(cases, W):
+        for shape in ((37,), (3, 5), ()):
+            t = pattern(shape, r, dtype, dev, seed=2)
+            out = dist.all_reduce(t, op=op)
+            assert out is None  # sync: nothing returned, the result in place
+            expected = reduce_all(op, [pattern(shape, p, dtype, "cpu", seed=2) for p in range(W)]).to(dtype)
+            same(t, expected, f"all_reduce {op} {dtype} {shape}")
     # integers: the mean would truncate; ccl refuses on every rank alike
     expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32, device=dev), op=dist.ReduceOp.AVG),
                  IrisUsageError, "op='avg'", "float dtype")

@@ -17,7 +17,8 @@ Worker side::
 a failing rank's exit makes torchrun end the others.
 
 Environment: ``IRIS_MPIEXEC`` overrides the launcher (e.g. ``"mpirun --oversubscribe"``);
-``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`; ``IRIS_TEST_TIMINGS=<folder>``
+``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`; ``IRIS_TEST_SPREAD_CASES=1``
+makes :func:`spread` share a product loop's cases out among those world sizes; ``IRIS_TEST_TIMINGS=<folder>``
 records where a suite's time goes (:func:`record_timing`): every job's command and seconds, and for
 each :func:`run_scenarios` worker its start-up, each scenario's seconds and the Triton compilation
 inside them, and its close.
@@ -82,6 +83,31 @@ def busy_stream(ctx, seconds: float = 0.5) -> None:
 def world_sizes(default: str = "1,2,3,4") -> list[int]:
     """World sizes to test, from ``IRIS_TEST_WORLD_SIZES`` (comma-separated)."""
     return [int(n) for n in os.environ.get("IRIS_TEST_WORLD_SIZES", default).split(",") if n.strip()]
+
+
+SPREAD_ENV = "IRIS_TEST_SPREAD_CASES"
+
+
+def spread(cases, world_size: int) -> list:
+    """The cases of a product loop this world size runs: all of them, or, with
+    ``IRIS_TEST_SPREAD_CASES=1`` (set by ``tools/gpu-tests.sh``), a k-th of them (k the number of
+    world sizes in ``IRIS_TEST_WORLD_SIZES``), so that the suite's world sizes share the cases out
+    and each case runs once, at one of them. Case i goes to the world size at place
+    ``(i + i // k) % k`` of the list: the pattern shifts every k cases, so that an inner factor of
+    k values (two ops, two strategies) does not go whole to one world size.
+
+    For loops over dtypes x ops x variants on the GPU: each case is a kernel specialisation, which
+    every rank compiles (the rank is a compile-time constant), and the cpu suite already runs every
+    case at every world size. A world size outside the list (a test that fixes its own) runs all.
+    """
+    cases = list(cases)
+    if os.environ.get(SPREAD_ENV, "0") in ("", "0"):
+        return cases
+    sizes = world_sizes()
+    if world_size not in sizes:
+        return cases
+    k, place = len(sizes), sizes.index(world_size)
+    return [case for i, case in enumerate(cases) if (i + i // k) % k == place]
 
 
 def launcher() -> list[str]:
