@@ -60,6 +60,12 @@ export IRIS_TEST_WORLD_SIZES="${IRIS_TEST_WORLD_SIZES:-2,4}"
 # (iris.runtime.testing.spread): every case is a kernel that each rank compiles, and the cpu suite
 # runs every case at every world size. IRIS_TEST_SPREAD_CASES=0 runs them all at each.
 export IRIS_TEST_SPREAD_CASES="${IRIS_TEST_SPREAD_CASES:-1}"
+# The workers with the most scenarios run as 3 jobs per world size (iris.runtime.testing.scenario_params),
+# which the side-by-side processes take at once: one job of them all was the suite's longest (4 min).
+export IRIS_TEST_SCENARIO_PARTS="${IRIS_TEST_SCENARIO_PARTS:-3}"
+# The randomised stress: 24 cases per world size (each a kernel of its own; every collective is
+# drawn), not CI's 100/60/40: what the GPU adds is kernels racing each other, not more shapes.
+export IRIS_STRESS_CASES="${IRIS_STRESS_CASES:-24}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # every rank of every job compiles the same kernels: one compiles, the others load it from the cache
 export IRIS_COMPILE_LOCK=1

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from iris.runtime.testing import run_ranks, world_sizes
+from iris.runtime.testing import run_ranks, scenario_params, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "ccl_worker.py")
@@ -27,11 +27,11 @@ ON_GPU = os.environ.get("IRIS_BACKEND") in ("cuda", "nvshmem")
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("nranks", world_sizes())
-def test_ccl_scenarios(nranks):
+@pytest.mark.parametrize("nranks, scenarios", scenario_params(world_sizes(), SCENARIOS))
+def test_ccl_scenarios(nranks, scenarios):
     # A bound on hangs, not a budget.
-    proc = run_ranks(nranks, WORKER, *SCENARIOS, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
-    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
+    proc = run_ranks(nranks, WORKER, *scenarios, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == scenarios, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
 
 

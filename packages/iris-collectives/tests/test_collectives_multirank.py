@@ -13,7 +13,7 @@ import re
 import pytest
 
 import iris.runtime
-from iris.runtime.testing import run_ranks, world_sizes
+from iris.runtime.testing import run_ranks, scenario_params, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "collectives_worker.py")
@@ -28,11 +28,11 @@ def passed(stdout: str) -> list[str]:
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("nranks", world_sizes())
-def test_collectives_scenarios(nranks):
+@pytest.mark.parametrize("nranks, scenarios", scenario_params(world_sizes(), SCENARIOS))
+def test_collectives_scenarios(nranks, scenarios):
     # A bound on hangs, not a budget: 4 interpreted ranks on a 2-core CI machine take minutes.
-    proc = run_ranks(nranks, WORKER, timeout=600, env={"MPIEXEC_TIMEOUT": "580"})
-    assert passed(proc.stdout) == SCENARIOS, proc.stdout + proc.stderr
+    proc = run_ranks(nranks, WORKER, *scenarios, timeout=600, env={"MPIEXEC_TIMEOUT": "580"})
+    assert passed(proc.stdout) == scenarios, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
 
 

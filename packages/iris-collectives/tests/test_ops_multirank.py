@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from iris.runtime.testing import run_ranks, world_sizes
+from iris.runtime.testing import run_ranks, scenario_params, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "ops_worker.py")
@@ -20,11 +20,11 @@ with open(WORKER) as _f:
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("nranks", world_sizes())
-def test_ops_scenarios(nranks):
+@pytest.mark.parametrize("nranks, scenarios", scenario_params(world_sizes(), SCENARIOS))
+def test_ops_scenarios(nranks, scenarios):
     # A bound on hangs, not a budget (4 interpreted ranks on 2 cores take well under a minute).
-    proc = run_ranks(nranks, WORKER, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
-    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
+    proc = run_ranks(nranks, WORKER, *scenarios, timeout=400, env={"MPIEXEC_TIMEOUT": "380"})
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == scenarios, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
 
 

@@ -20,7 +20,7 @@ import re
 
 import pytest
 
-from iris.runtime.testing import run_ranks, world_sizes
+from iris.runtime.testing import run_ranks, scenario_params, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "promises_worker.py")
@@ -29,12 +29,12 @@ with open(WORKER) as _f:
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("nranks", [n for n in world_sizes("3,4") if n >= 2])
-def test_promises(nranks):
+@pytest.mark.parametrize("nranks, scenarios", scenario_params([n for n in world_sizes("3,4") if n >= 2], SCENARIOS))
+def test_promises(nranks, scenarios):
     # A bound on hangs, not a budget (4 interpreted ranks on 2 cores take about 20 s).
     env = {"MPIEXEC_TIMEOUT": "380", "IRIS_TIMEOUT_S": os.environ.get("IRIS_TIMEOUT_S", "120")}
-    proc = run_ranks(nranks, WORKER, timeout=400, env=env)
-    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
+    proc = run_ranks(nranks, WORKER, *scenarios, timeout=400, env=env)
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == scenarios, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
 
 

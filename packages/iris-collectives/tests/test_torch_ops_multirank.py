@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from iris.runtime.testing import run_ranks, world_sizes
+from iris.runtime.testing import run_ranks, scenario_params, world_sizes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "torch_ops_worker.py")
@@ -29,11 +29,11 @@ GROUP_SCENARIOS = [s for s in SCENARIOS if s.endswith("on_groups")]
 
 
 @pytest.mark.multirank
-@pytest.mark.parametrize("nranks", world_sizes() if ON_GPU else [2])
-def test_torch_ops_scenarios(nranks):
+@pytest.mark.parametrize("nranks, scenarios", scenario_params(world_sizes() if ON_GPU else [2], SCENARIOS))
+def test_torch_ops_scenarios(nranks, scenarios):
     # A bound on hangs, not a budget (about a minute at 2 ranks on 2 cores).
-    proc = run_ranks(nranks, WORKER, *SCENARIOS, timeout=600, env={"MPIEXEC_TIMEOUT": "580"})
-    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, proc.stdout + proc.stderr
+    proc = run_ranks(nranks, WORKER, *scenarios, timeout=600, env={"MPIEXEC_TIMEOUT": "580"})
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == scenarios, proc.stdout + proc.stderr
     assert f", {nranks} ranks, " in proc.stdout
 
 

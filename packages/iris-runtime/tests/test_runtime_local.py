@@ -483,3 +483,19 @@ def test_spread_shares_a_product_out_among_the_world_sizes(monkeypatch):
     assert spread(cases, 3) == cases  # a world size the suite does not list (a test's own) runs all
     monkeypatch.setenv("IRIS_TEST_SPREAD_CASES", "0")
     assert spread(cases, 4) == cases
+
+
+def test_scenario_params_split_the_scenarios_over_jobs_only_when_asked(monkeypatch):
+    from iris.runtime.testing import scenario_params
+
+    names = ["a", "b", "c", "d", "e"]
+    monkeypatch.delenv("IRIS_TEST_SCENARIO_PARTS", raising=False)
+    whole = scenario_params([2, 4], names)
+    assert [(p.id, p.values) for p in whole] == [("2", (2, names)), ("4", (4, names))]  # ids as before
+    monkeypatch.setenv("IRIS_TEST_SCENARIO_PARTS", "3")
+    parts = scenario_params([2, 4], names)
+    assert [p.id for p in parts] == ["2-part1of3", "2-part2of3", "2-part3of3", "4-part1of3", "4-part2of3",
+                                     "4-part3of3"]
+    assert [p.values[1] for p in parts[:3]] == [["a", "d"], ["b", "e"], ["c"]]  # in turn, each scenario once
+    monkeypatch.setenv("IRIS_TEST_SCENARIO_PARTS", "9")  # more parts than scenarios: no empty job
+    assert [p.values[1] for p in scenario_params([2], names)] == [[n] for n in names]

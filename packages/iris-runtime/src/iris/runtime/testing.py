@@ -18,10 +18,11 @@ a failing rank's exit makes torchrun end the others.
 
 Environment: ``IRIS_MPIEXEC`` overrides the launcher (e.g. ``"mpirun --oversubscribe"``);
 ``IRIS_TEST_WORLD_SIZES`` (``"1,2,3,4"``) is read by :func:`world_sizes`; ``IRIS_TEST_SPREAD_CASES=1``
-makes :func:`spread` share a product loop's cases out among those world sizes; ``IRIS_TEST_TIMINGS=<folder>``
-records where a suite's time goes (:func:`record_timing`): every job's command and seconds, and for
-each :func:`run_scenarios` worker its start-up, each scenario's seconds and the Triton compilation
-inside them, and its close.
+makes :func:`spread` share a product loop's cases out among those world sizes, and
+``IRIS_TEST_SCENARIO_PARTS=n`` makes :func:`scenario_params` split a worker's scenarios over n jobs;
+``IRIS_TEST_TIMINGS=<folder>`` records where a suite's time goes (:func:`record_timing`): every
+job's command and seconds, and for each :func:`run_scenarios` worker its start-up, each scenario's
+seconds and the Triton compilation inside them, and its close.
 """
 
 from __future__ import annotations
@@ -108,6 +109,27 @@ def spread(cases, world_size: int) -> list:
         return cases
     k, place = len(sizes), sizes.index(world_size)
     return [case for i, case in enumerate(cases) if (i + i // k) % k == place]
+
+
+PARTS_ENV = "IRIS_TEST_SCENARIO_PARTS"
+
+
+def scenario_params(sizes: list[int], scenarios: list[str]) -> list:
+    """``pytest.param(nranks, names)`` for ``@pytest.mark.parametrize("nranks, scenarios", ...)``:
+    one job per world size running every scenario (ids ``"2"``, ``"4"``), or, with
+    ``IRIS_TEST_SCENARIO_PARTS=n`` (``tools/gpu-tests.sh`` sets it), n jobs per world size that share
+    the scenarios out in turn (ids ``"2-part1of3"``...). A job runs its scenarios one after the
+    other, each compiling its kernels; the side-by-side processes of the GPU suite run the parts at
+    once, so that no single job holds the suite's end."""
+    import pytest
+
+    parts = max(1, int(os.environ.get(PARTS_ENV, "1") or 1))
+    shares = [scenarios[k::parts] for k in range(parts)]
+    shares = [share for share in shares if share]
+    if len(shares) <= 1:
+        return [pytest.param(n, list(scenarios), id=str(n)) for n in sizes]
+    return [pytest.param(n, share, id=f"{n}-part{k + 1}of{len(shares)}") for n in sizes
+            for k, share in enumerate(shares)]
 
 
 def launcher() -> list[str]:
