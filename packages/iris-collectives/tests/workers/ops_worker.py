@@ -390,7 +390,9 @@ def scenario_tma_path(ctx):
     W = ctx.world_size
     _launch.INTERPRETER_TMA = True
     try:
-        for columns, dt in spread(itertools.product((False, True), ("fp32", "bf16")), W):
+        # all four at every world size: fp32's row-major b is transposed by the host, so a share of
+        # them could miss a descriptor layout that the check below wants of every op
+        for columns, dt in itertools.product((False, True), ("fp32", "bf16")):
             B_COLUMN_MAJOR, d, how = columns, DTYPES[dt], f"{dt} b {'column' if columns else 'row'}-major"
             out = run_matmul_all_reduce(ctx, 40, 40, 24, d, d, 500, True, SMALL)
             check(out, ref_matmul_all_reduce(W, 40, 40, 24, d, d, 500, True), f"tma matmul_all_reduce {how}")
