@@ -37,7 +37,9 @@ def check_run(proc, nranks: int, bootstrap: str) -> None:
     assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == SCENARIOS, out
     assert f", {nranks} ranks, " in proc.stdout and f", {bootstrap})" in proc.stdout, out
     assert f"CHECK heap-size {64 << 20} bootstrap {bootstrap}" in proc.stdout, out  # IRIS_DIST_HEAP_SIZE
-    assert "CHECK ddp bit-identical to gloo" in proc.stdout or nranks & (nranks - 1), out
+    # bit-identical where every sum is exact: cpu gradients at a power of two ranks (the worker's docstring)
+    assert "CHECK ddp bit-identical to gloo" in proc.stdout or ON_GPU or nranks & (nranks - 1), out
+    assert "CHECK ddp close to gloo" in proc.stdout or "CHECK ddp bit-identical to gloo" in proc.stdout, out
     assert "CHECK context-closed True" in proc.stdout, out
 
 
