@@ -1602,13 +1602,18 @@ def scenario_p2p_groups(ctx):
         return message(n, torch.float32, seed + q)
 
     seeds = {"tp": 3100, "dp": 3200, "odd": 3300}
+    # the context's tag of each layout: fixed by its name, so that every rank agrees (a rank's rings
+    # are not every rank's: at 3 ranks rank 0 is in the TP and DP rings, rank 2 in the DP and odd ones)
+    tags = {"tp": 0, "dp": 1, "odd": 2}
     for rnd in range(2):
-        for tag, (name, g) in enumerate(rings.items()):  # each group's send, then the context's
+        for name, g in rings.items():  # each group's send, then the context's
+            tag = tags[name]
             nxt = (g.rank + 1) % g.size
             ccl.send(ctx, sent(seeds[name] + rnd, r).to(dev), nxt, group=g)
             ccl.send(ctx, sent(seeds[name] + 50 + rnd, r).to(dev), g.ranks[nxt], tag=tag)
         got = {}
-        for tag, (name, g) in reversed(list(enumerate(rings.items()))):  # received in the other order
+        for name, g in reversed(list(rings.items())):  # received in the other order
+            tag = tags[name]
             prev = (g.rank - 1) % g.size
             on_group = poison(torch.empty(n, device=dev))
             on_ctx = poison(torch.empty(n, device=dev))
