@@ -1636,25 +1636,25 @@ def scenario_p2p_groups(ctx):
         functional.send(ctx, sent(3500, r).to(dev), nxt, tag=2, group=g)
         got = functional.recv(ctx, (n,), torch.float32, prev, tag=2, group=g)
         check(got, sent(3500, g.ranks[prev]), f"functional.recv on group {g.ranks}")
-    # a batch on a pair larger than the inbox each way, the ops of two groups in one batch
-    tp, dp = rings.get("tp"), rings.get("dp")
-    if tp is not None and tp.size == 2:
-        m, peer = 1300, 1 - tp.rank
-        ops = [ccl.P2POp(ccl.isend, message(m, torch.float32, 3600 + r).to(dev), peer, group=tp),
-               ccl.P2POp(ccl.irecv, poison(torch.empty(m, device=dev)), peer, group=tp)]
-        if dp is not None and dp.size == 2:
-            ops += [ccl.P2POp(ccl.isend, message(m, torch.float32, 3700 + r).to(dev), 1 - dp.rank, group=dp),
-                    ccl.P2POp(ccl.irecv, poison(torch.empty(m, device=dev)), 1 - dp.rank, group=dp)]
+    # a batch on a pair larger than the inbox each way, the ops of two groups in one batch. Each
+    # pair's ops go in where this rank is in that pair (at 3 ranks rank 0 is in a TP pair and a DP
+    # pair, rank 1 in the TP pair only, rank 2 in the DP pair only): what one rank lists, its peer lists.
+    m, pairs = 1300, []
+    for name, seed in (("tp", 3600), ("dp", 3700)):
+        g = rings.get(name)
+        if g is not None and g.size == 2:
+            peer = 1 - g.rank
+            pairs.append((g, seed, peer,
+                          ccl.P2POp(ccl.isend, message(m, torch.float32, seed + r).to(dev), peer, group=g),
+                          ccl.P2POp(ccl.irecv, poison(torch.empty(m, device=dev)), peer, group=g)))
+    if pairs:
         # each pair's group rank 0 lists its send first, the other its receive (a cycle of ranks
         # that all receive first would wait for ever on the cpu backend, see docs/ccl.md)
-        listed = [op for i in range(0, len(ops), 2)
-                  for op in (ops[i:i + 2] if ops[i].group.rank == 0 else ops[i:i + 2][::-1])]
+        listed = [op for g, _, _, snd, rcv in pairs for op in ((snd, rcv) if g.rank == 0 else (rcv, snd))]
         for work in ccl.batch_isend_irecv(ctx, listed):
             work.wait()
-        check(ops[1].tensor, message(m, torch.float32, 3600 + tp.ranks[peer]), f"batch on group {tp.ranks}")
-        if len(ops) > 2:
-            check(ops[3].tensor, message(m, torch.float32, 3700 + dp.ranks[1 - dp.rank]),
-                  f"batch on group {dp.ranks}")
+        for g, seed, peer, _, rcv in pairs:
+            check(rcv.tensor, message(m, torch.float32, seed + g.ranks[peer]), f"batch on group {g.ranks}")
     # errors: a peer outside the group (group ranks), this rank, a group of another context
     for g in rings.values():
         expect_error(lambda: ccl.send(ctx, x, g.size, group=g), RankError, f"{send}(dst=...)",
