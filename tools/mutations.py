@@ -416,6 +416,24 @@ MUTATIONS = [
                "    return ctx", 1)],
              [("worker", "4", "collectives_worker.py", "groups_tile_collectives", "IRIS_TIMEOUT_S=5",
                "MPIEXEC_TIMEOUT=120")]),
+    Mutation("p2p-groups-share-mailboxes", "a send on a group pairs only with a recv on the same group: each group "
+             "has mailboxes of its own",
+             [(f"{COLL}/ccl/_p2p.py", "    ws = _workspace.lookup(ctx, MAILBOXES)\n    if ws is None and isinstance",
+               "    ws = _workspace.lookup(getattr(ctx, 'ctx', ctx), MAILBOXES)\n    if ws is None and isinstance", 1)],
+             [("worker", "4", "ccl_worker.py", "p2p_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")]),
+    Mutation("p2p-group-init-context-wide", "init_p2p(group=) is collective over the group's members only: no host "
+             "call of the whole context, which ranks outside the group never make",
+             [(f"{COLL}/ccl/_p2p.py", "    ws = _workspace.workspace(ctx, MAILBOXES, make)",
+               "    (ctx.ctx if group is not None else ctx).barrier()\n    ws = _workspace.workspace(ctx, MAILBOXES, make)",
+               1)],
+             [("worker", "3", "ccl_worker.py", "p2p_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")]),
+    Mutation("moe-group-ignored", "a MoE dispatch on a group splits the experts over the group's members",
+             [(f"{COLL}/moe/__init__.py", "        ctx = on_group(ctx, group, DISPATCH)", "        pass", 1)],
+             [("worker", "4", "ccl_worker.py", "moe_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=120")]),
+    Mutation("moe-layer-group-ignored", "nn.ExpertParallelMoE(group=) runs every call on the group",
+             [(f"{COLL}/nn/_moe.py", "self.handle = call, handle_of(ctx, group, call)",
+               "self.handle = call, handle_of(ctx)", 1)],
+             [("worker", "4", "torch_ops_worker.py", "layers_on_groups", "IRIS_TIMEOUT_S=5", "MPIEXEC_TIMEOUT=300")]),
 ]
 
 #: What ``--quick`` (and ``nox -s mutations``, which CI runs) takes: the promises of issue #37 and of

@@ -2,7 +2,8 @@
 workers/ccl_worker.py (every collective, op and dtype; 1 element to several ragged tiles; heap and
 non-heap tensors, in place and not; 100 back-to-back calls; a mixed sequence; argument errors;
 reduce, gather and scatter at every root; point to point: a ring, either order, tags in flight,
-batches, a size mismatch; groups (TP and DP pairs, a non-contiguous group, interleaved; the bad
+batches, a size mismatch, and on groups (the same tags on overlapping groups, against the
+context's exchange); groups (TP and DP pairs, a non-contiguous group, interleaved; the bad
 inputs of new_group and group=); all_to_all_v and the MoE dispatch and combine with counts on the device;
 CUDA-graph and capacity-report scenarios that only run on the GPU). World sizes from ``IRIS_TEST_WORLD_SIZES``
 (default 1,2,3,4)."""

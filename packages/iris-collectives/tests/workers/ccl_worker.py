@@ -974,17 +974,23 @@ def expert_function(rows: torch.Tensor) -> torch.Tensor:
     return rows * 2 + 1
 
 
-def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern: str, padded: bool):
+def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern: str, padded: bool, group=None,
+            grad: bool = False):
     """A dispatch and a combine, checked exactly against the single-process reference: rows,
-    counts, offsets, row weights, padding zeros, and the weighted sums in slot order."""
-    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    counts, offsets, row weights, padding zeros, and the weighted sums in slot order. On
+    ``group``, ranks (inputs, experts, ``tokens``) are group ranks: the reference is that of a
+    context of the group's size. ``grad``: through autograd (the torch operators), and ``x``'s
+    gradient checked too."""
+    W, r, dev = (ctx.world_size, ctx.rank, ctx.device) if group is None else (group.size, group.rank, ctx.device)
     E = W * G
     x, idx, w = moe_inputs(r, seed, tokens[r], H, E, K, dtype, pattern)
     mt = max(tokens)
     options = dict(expert_capacity=W * mt) if padded else {}
-    expert_x, meta, handle = moe.dispatch(ctx, x.to(dev), idx.to(dev), w.to(dev), E, max_tokens=mt,
-                                          config=SMALL_V, **options)
-    what = f"moe(seed {seed}, tokens {tokens}, {dtype}, {pattern}, padded={padded})"
+    xd = x.to(dev).requires_grad_(grad)
+    expert_x, meta, handle = moe.dispatch(ctx, xd, idx.to(dev), w.to(dev), E, max_tokens=mt,
+                                          config=SMALL_V, group=group, **options)
+    what = f"group {list(group.ranks)}: " if group is not None else ""
+    what += f"moe(seed {seed}, tokens {tokens}, {dtype}, {pattern}, padded={padded})"
     per_expert = moe_expected(r, W, seed, tokens, H, G, K, dtype, pattern)
     counts = [len(rows) for rows, _ in per_expert]
     assert meta.counts.tolist() == counts, f"{what}: counts {meta.counts.tolist()}, expected {counts}"
@@ -1003,12 +1009,16 @@ def run_moe(ctx, seed: int, tokens: list, H: int, G: int, K: int, dtype, pattern
         if rows:
             check(expert_x[:len(rows)], torch.stack(rows), f"{what}: rows")
             check(meta.weights[:len(rows)], torch.tensor([v for _, ws in per_expert for v in ws]), f"{what}: weights")
-    y = moe.combine(ctx, expert_function(expert_x), handle, config=SMALL_V)
-    acc = torch.zeros(tokens[r], H)
+    y = moe.combine(ctx, expert_function(expert_x), handle, config=SMALL_V, group=group)
+    acc, slope = torch.zeros(tokens[r], H), torch.zeros(tokens[r], 1)
     for k in range(K):  # the documented order, in fp32, one rounding
         used = ((idx[:, k] >= 0) & (idx[:, k] < E)).float()[:, None]
         acc = acc + used * w[:, k:k + 1] * expert_function(x).float()
-    check(y, acc.to(dtype), f"{what}: combine")
+        slope = slope + used * w[:, k:k + 1] * 2
+    check(y.detach(), acc.to(dtype), f"{what}: combine")
+    if grad:  # d y / d x: each token's weights of its experts, times the experts' slope 2
+        y.sum().backward()
+        check(xd.grad, slope.expand(tokens[r], H).to(dtype), f"{what}: x's gradient")
 
 
 def scenario_moe_dispatch_combine(ctx):
@@ -1054,6 +1064,36 @@ def scenario_moe_dispatch_combine(ctx):
     expect_error(lambda: moe.combine(ctx, torch.zeros(5, 4, device=dev), handle), IrisUsageError,
                  "iris.collectives.moe.combine", "expert_y has shape (5, 4)", f"({W * 3 * 2}, H)")
     moe.combine(ctx, torch.zeros(W * 3 * 2, 4, device=dev), handle, config=SMALL_V)  # the pair completes
+
+
+def scenario_moe_groups(ctx):
+    # dispatch and combine on groups (the experts over the members, group ranks): TP pairs, DP
+    # pairs and [3,0,2], back to back with no barrier between groups, each exact against a context
+    # of the group's size; through autograd too; num_experts must divide by the group's size
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    groups = {name: make_groups(ctx, lists) for name, lists in group_layouts(W).items()}
+    for k, (pattern, padded, dtype) in enumerate((("random", False, torch.float32), ("masked", True, torch.bfloat16))):
+        for name in ("tp", "dp", "odd"):
+            g = groups[name]
+            if g is not None:
+                tokens = [(3, 0, 5, 1)[q % 4] for q in range(g.size)]
+                run_moe(ctx, 20 + 10 * k + len(name), tokens, 12, 2, 2, dtype, pattern, padded, group=g)
+    for name in ("odd", "dp", "tp"):
+        g = groups[name]
+        if g is not None:
+            run_moe(ctx, 40 + len(name), [2] * g.size, 8, 2, 2, torch.float32, "skewed", False, group=g, grad=True)
+    g = groups["odd"]
+    if g is not None and g.size > 1:
+        x, idx, w = (t.to(dev) for t in moe_inputs(r, 6, 3, 4, 2 * g.size, 2, torch.float32, "random"))
+        expect_error(lambda: moe.dispatch(ctx, x, idx, w, 2 * g.size + 1, group=g), IrisUsageError,
+                     "iris.collectives.moe.dispatch", f"num_experts={2 * g.size + 1}",
+                     f"multiple of the group's size {g.size}")
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    x = torch.zeros(2, 4, device=dev)
+    expect_error(lambda: moe.dispatch(ctx, x, torch.zeros(2, 1, dtype=torch.int64, device=dev), x[:, :1], 2,
+                                      group=other), iris.runtime.GroupError, "iris.collectives.moe.dispatch",
+                 "a group of another context")
 
 
 def scenario_calls_agree(ctx):
@@ -1523,6 +1563,109 @@ def scenario_group_errors(ctx):
     expect_error(lambda: ccl.broadcast(ctx, x, W, group=g), RankError, "broadcast", f"rank {W} is outside the "
                  f"group's ranks [0, {W})")
     ccl.broadcast(ctx, x, W - 1, group=g)  # the group of every rank still works after the errors
+
+
+def scenario_p2p_groups(ctx):
+    # send/recv on groups: peers are group ranks, each group has mailboxes of its own. Rings on the
+    # TP pairs, DP pairs and [3,0,2], all with tag 0, sent back to back before any is received and
+    # received in the other order (a pair of ranks in two groups, e.g. 0 -> 2 in [0,2] and [3,0,2],
+    # has a message of each waiting at once): every group's result is its own message, and equals
+    # the same exchange made on the context with the ranks translated (there one tag per group:
+    # the context's channel of a pair is one queue). Then non-blocking calls, a
+    # batch larger than the inbox, the torch operators, and the errors.
+    from iris.collectives import functional
+
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    groups = {name: make_groups(ctx, lists) for name, lists in group_layouts(W).items()}
+    rings = {name: g for name, g in groups.items() if g is not None and g.size > 1}
+    send, init = "iris.collectives.ccl.send", "iris.collectives.ccl.init_p2p"
+    x = torch.zeros(8, device=dev)
+    for g in rings.values():  # before the group's init_p2p: no mailboxes, even where the context has some
+        expect_error(lambda: ccl.send(ctx, x, (g.rank + 1) % g.size, group=g), IrisUsageError, send,
+                     "no point-to-point mailboxes of its own", "init_p2p(ctx, group=group)")
+    for g in groups.values():
+        if g is not None:  # too large for the arena: named, and the arena is left as it was
+            expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, chunk_bytes=1 << 20), group=g),
+                         iris.runtime.HeapExhaustedError, init, "the group's mailboxes need",
+                         "larger workspace_size=")
+    ccl.init_p2p(ctx, **P2P)
+    for name in ("tp", "dp", "odd"):
+        if groups[name] is not None:
+            settings = ccl.init_p2p(ctx, **P2P, group=groups[name])
+            assert ccl.p2p_settings(groups[name]) == settings, (name, settings)
+    n = 200  # under an inbox: every send returns before its receive
+
+    def sent(seed: int, q: int) -> torch.Tensor:  # what global rank q sends on the ring of seed
+        return message(n, torch.float32, seed + q)
+
+    seeds = {"tp": 3100, "dp": 3200, "odd": 3300}
+    # the context's tag of each layout: fixed by its name, so that every rank agrees (a rank's rings
+    # are not every rank's: at 3 ranks rank 0 is in the TP and DP rings, rank 2 in the DP and odd ones)
+    tags = {"tp": 0, "dp": 1, "odd": 2}
+    for rnd in range(2):
+        for name, g in rings.items():  # each group's send, then the context's
+            tag = tags[name]
+            nxt = (g.rank + 1) % g.size
+            ccl.send(ctx, sent(seeds[name] + rnd, r).to(dev), nxt, group=g)
+            ccl.send(ctx, sent(seeds[name] + 50 + rnd, r).to(dev), g.ranks[nxt], tag=tag)
+        got = {}
+        for name, g in reversed(list(rings.items())):  # received in the other order
+            tag = tags[name]
+            prev = (g.rank - 1) % g.size
+            on_group = poison(torch.empty(n, device=dev))
+            on_ctx = poison(torch.empty(n, device=dev))
+            assert ccl.recv(ctx, on_group, prev, group=g) is on_group
+            got[name] = (on_group, ccl.recv(ctx, on_ctx, g.ranks[prev], tag=tag))
+        for name, g in rings.items():
+            q = g.ranks[(g.rank - 1) % g.size]
+            on_group, on_ctx = got[name]
+            check(on_group, sent(seeds[name] + rnd, q), f"round {rnd}: recv on group {g.ranks} from {q}")
+            check(on_ctx, sent(seeds[name] + 50 + rnd, q), f"round {rnd}: recv on the context from {q}")
+    # non-blocking on a group, and the torch operators (eager) on a group
+    for g in rings.values():
+        nxt, prev = (g.rank + 1) % g.size, (g.rank - 1) % g.size
+        out = poison(torch.empty(n, device=dev))
+        works = [ccl.isend(ctx, sent(3400, r).to(dev), nxt, tag=1, group=g),
+                 ccl.irecv(ctx, out, prev, tag=1, group=g)]
+        for work in works:
+            work.wait()
+        check(out, sent(3400, g.ranks[prev]), f"isend/irecv on group {g.ranks}")
+        functional.send(ctx, sent(3500, r).to(dev), nxt, tag=2, group=g)
+        got = functional.recv(ctx, (n,), torch.float32, prev, tag=2, group=g)
+        check(got, sent(3500, g.ranks[prev]), f"functional.recv on group {g.ranks}")
+    # a batch on a pair larger than the inbox each way, the ops of two groups in one batch. Each
+    # pair's ops go in where this rank is in that pair (at 3 ranks rank 0 is in a TP pair and a DP
+    # pair, rank 1 in the TP pair only, rank 2 in the DP pair only): what one rank lists, its peer lists.
+    m, pairs = 1300, []
+    for name, seed in (("tp", 3600), ("dp", 3700)):
+        g = rings.get(name)
+        if g is not None and g.size == 2:
+            peer = 1 - g.rank
+            pairs.append((g, seed, peer,
+                          ccl.P2POp(ccl.isend, message(m, torch.float32, seed + r).to(dev), peer, group=g),
+                          ccl.P2POp(ccl.irecv, poison(torch.empty(m, device=dev)), peer, group=g)))
+    if pairs:
+        # each pair's group rank 0 lists its send first, the other its receive (a cycle of ranks
+        # that all receive first would wait for ever on the cpu backend, see docs/ccl.md)
+        listed = [op for g, _, _, snd, rcv in pairs for op in ((snd, rcv) if g.rank == 0 else (rcv, snd))]
+        for work in ccl.batch_isend_irecv(ctx, listed):
+            work.wait()
+        for g, seed, peer, _, rcv in pairs:
+            check(rcv.tensor, message(m, torch.float32, seed + g.ranks[peer]), f"batch on group {g.ranks}")
+    # errors: a peer outside the group (group ranks), this rank, a group of another context
+    for g in rings.values():
+        expect_error(lambda: ccl.send(ctx, x, g.size, group=g), RankError, f"{send}(dst=...)",
+                     f"rank {g.size} is outside the group's ranks [0, {g.size})", f"0 .. {g.size - 1}")
+        expect_error(lambda: ccl.recv(ctx, x, g.rank, group=g), IrisUsageError, "iris.collectives.ccl.recv",
+                     f"src={g.rank} is this rank")
+    other = object.__new__(iris.runtime.Group)
+    other.ctx, other.ranks, other.rank, other.size = None, (0,), 0, 1
+    for call, fn in (("send", lambda: ccl.send(ctx, x, 0, group=other)),
+                     ("irecv", lambda: ccl.irecv(ctx, x, 0, group=other)),
+                     ("init_p2p", lambda: ccl.init_p2p(ctx, group=other)),
+                     ("batch_isend_irecv(ops[0])",
+                      lambda: ccl.batch_isend_irecv(ctx, [ccl.P2POp(ccl.isend, x, 0, group=other)]))):
+        expect_error(fn, iris.runtime.GroupError, f"iris.collectives.ccl.{call}", "a group of another context")
 
 
 def scenario_capacity_report(ctx):

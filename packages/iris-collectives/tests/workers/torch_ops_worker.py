@@ -275,6 +275,40 @@ def scenario_p2p_compiles_fullgraph(ctx):
         same(2 * x_of(prev), y, "ccl.recv in a compiled model")
         same(2 * x_of((prev - 1) % W) + 1, z, "functional.recv in a compiled model")
     assert codes[0].count("iris.send") == 3 and codes[0].count("iris.recv") == 3, codes[0]
+    # on groups: the pairs [1, 0], [3, 2], ... (group ranks the reverse of the global ones), peers
+    # given as group ranks, through the group's own mailboxes, eager and compiled
+    pairs = [[q + 1, q] for q in range(0, W - 1, 2)]
+    g = None
+    for ranks in pairs:  # every rank makes every group
+        g = ctx.new_group(ranks, workspace_size=1 << 18) or g
+    if g is None:
+        return
+    ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 12, group=g)
+    peer = 1 - g.rank
+    partner = g.ranks[peer]
+
+    def on_group(x):
+        y = torch.empty_like(x)
+        sends = (lambda: ccl.send(ctx, x * 3, peer, group=g), lambda: F.send(ctx, x - 1, peer, tag=1, group=g))
+        recvs = (lambda: ccl.recv(ctx, y, peer, group=g), lambda: F.recv(ctx, x.shape, x.dtype, peer, tag=1, group=g))
+        if g.rank == 0:
+            for k in range(2):
+                sends[k]()
+            z = [recvs[0](), recvs[1]()][1]
+        else:
+            z = [recvs[0](), recvs[1]()][1]
+            for k in range(2):
+                sends[k]()
+        return y, z
+
+    codes.clear()
+    torch._dynamo.reset()
+    for fn in (on_group, torch.compile(on_group, backend="aot_eager", fullgraph=True),
+               torch.compile(on_group, backend=capture, fullgraph=True)):
+        y, z = fn(x_of(r))
+        same(3 * x_of(partner), y, f"ccl.recv on group {g.ranks}")
+        same(x_of(partner) - 1, z, f"functional.recv on group {g.ranks}")
+    assert codes[0].count("iris.send") == 2 and codes[0].count("iris.recv") == 2, codes[0]
 
 
 def scenario_gradcheck_collectives(ctx):
@@ -420,13 +454,15 @@ def moe_reference(x, router, w1, w2, top_k: int):
     return acc
 
 
-def scenario_moe_trains_compiled(ctx):
-    # an expert-parallel MoE layer (different token counts per rank), compiled with fullgraph: one SGD
-    # step against the single-process MoE of the same weights, fp64: loss, gradients of the
-    # tokens, the router (summed over the ranks) and this rank's experts, and the loss after
+def moe_step(ctx, group=None):
+    """One compiled SGD step of an expert-parallel MoE layer (on ``group``: split over its members,
+    ranks are group ranks) against the single-process MoE of the same weights, fp64: loss,
+    gradients of the tokens, the router (summed over the ranks) and this rank's experts, and the
+    loss after."""
     from torch._dynamo.utils import counters
 
-    W, r = ctx.world_size, ctx.rank
+    on = ctx if group is None else group
+    W, r = on.world_size, on.rank
     H, F_, E, K = 6, 5, 2 * W, 2
     tokens = [(4, 1, 3, 2)[q % 4] for q in range(W)]
     router, w1, w2 = rand((E, H), 400), rand((E, H, F_), 401) / 2, rand((E, F_, H), 402) / 2
@@ -438,7 +474,7 @@ def scenario_moe_trains_compiled(ctx):
     ref_loss = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum() / n
     ref_loss.backward()
     layer = ExpertParallelMoE.from_dense(ctx, router.to(ctx.device), w1.to(ctx.device), w2.to(ctx.device), K,
-                                         max_tokens=max(tokens))
+                                         max_tokens=max(tokens), group=group)
     torch._dynamo.reset()
     counters.clear()
     step = torch.compile(layer, backend="aot_eager", fullgraph=True)
@@ -448,18 +484,28 @@ def scenario_moe_trains_compiled(ctx):
     assert not counters["graph_break"], dict(counters["graph_break"])
     G, first = E // W, sum(tokens[:r])
     experts = slice(r * G, (r + 1) * G)
-    same(torch.tensor(ref_loss.item()), torch.tensor(sum(ctx.comm.allgather(loss.item()))), "MoE loss", 1e-12)
-    same(X.grad[first:first + tokens[r]], x.grad, "MoE token gradients", 1e-12)
-    same(full[0].grad, layer.router.grad, "MoE router gradient (summed over the ranks)", 1e-12)
-    same(full[1].grad[experts], layer.w1.grad, "MoE w1 gradients", 1e-12)
-    same(full[2].grad[experts], layer.w2.grad, "MoE w2 gradients", 1e-12)
+    what = "MoE" if group is None else f"MoE on group {list(group.ranks)}"
+    same(torch.tensor(ref_loss.item()), torch.tensor(sum(on.allgather(loss.item()))), f"{what} loss", 1e-12)
+    same(X.grad[first:first + tokens[r]], x.grad, f"{what} token gradients", 1e-12)
+    same(full[0].grad, layer.router.grad, f"{what} router gradient (summed over the ranks)", 1e-12)
+    same(full[1].grad[experts], layer.w1.grad, f"{what} w1 gradients", 1e-12)
+    same(full[2].grad[experts], layer.w2.grad, f"{what} w2 gradients", 1e-12)
     with torch.no_grad():
         for p, ref in zip((layer.router, layer.w1, layer.w2), full):
             p -= 0.5 * p.grad
             ref -= 0.5 * ref.grad
-        after = sum(ctx.comm.allgather(((step(x) - target) ** 2).sum().item() / n))
+        after = sum(on.allgather(((step(x) - target) ** 2).sum().item() / n))
         ref_after = ((moe_reference(X, *full, K) - torch.cat(targets)) ** 2).sum().item() / n
-    same(torch.tensor(ref_after), torch.tensor(after), "MoE loss after one step", 1e-12)
+    same(torch.tensor(ref_after), torch.tensor(after), f"{what} loss after one step", 1e-12)
+
+
+def scenario_moe_trains_compiled(ctx):
+    # an expert-parallel MoE layer (different token counts per rank), compiled with fullgraph: one
+    # SGD step as the single-process MoE takes it; a layer drawn from a seed
+    W, r = ctx.world_size, ctx.rank
+    H, F_, E, K = 6, 5, 2 * W, 2
+    G = E // W
+    moe_step(ctx)
     # built from a seed: one router on every rank (rank 0's), and each rank's experts the ones the
     # same seed draws in one process, expert after expert
     torch.manual_seed(5 + r)
@@ -521,6 +567,29 @@ def scenario_exchanges_compile_and_differentiate(ctx):
 
     global_gradcheck(ctx, "moe dispatch and combine", moe_block,
                      [("own", rand((W, 2, H), 433)), ("own", rand((W, 2, K), 434))], "own", fast=True)
+    # on groups: the pairs [1, 0], [3, 2], ..., compiled as in eager mode, one node each
+    g = None
+    for ranks in [[q + 1, q] for q in range(0, W - 1, 2)]:  # every rank makes every group
+        g = ctx.new_group(ranks, workspace_size=1 << 20) or g
+    if g is None:
+        return
+    Eg = 2 * g.size
+
+    def on_group(x, w):
+        idx = torch.tensor([[(g.rank + t) % Eg, (g.rank + t + 1) % Eg] for t in range(T)], device=dev)
+        expert_x, meta, handle = moe.dispatch(ctx, x[:T], idx, w, Eg, group=g)
+        return meta.counts, moe.combine(ctx, torch.tanh(expert_x) * 3, handle, group=g)
+
+    codes.clear()
+    torch._dynamo.reset()
+    for fn in (torch.compile(on_group, backend="aot_eager", fullgraph=True),
+               torch.compile(on_group, backend=capture, fullgraph=True)):
+        for got, expected in zip(fn(x, w), on_group(x, w)):
+            same(expected.float(), got.float(), f"compiled dispatch and combine on group {g.ranks}")
+    assert codes[0].count("iris.moe_dispatch") == 1 and codes[0].count("iris.moe_combine") == 1, codes[0]
+    counts = on_group(x, w)[0]  # every token to experts of its own group rank and the next: 3 rows each
+    assert counts.tolist() == [sum(1 for q in range(2) for t in range(T) for e in ((q + t) % Eg, (q + t + 1) % Eg)
+                                   if e == g.rank * 2 + j) for j in range(2)], counts
 
 
 def scenario_layers_initialise_as_linear(ctx):
@@ -811,15 +880,20 @@ def scenario_operators_on_groups(ctx):
 
 
 def scenario_layers_on_groups(ctx):
-    # The tensor-parallel layers on a group: split by the group's size and rank, every call on the
-    # group. A compiled MLP on the TP group (both layouts) and on the non-contiguous group trains one
-    # step as the single-device model does (exact in fp64); then TP x DP: each TP group a replica
-    # with data of its own, gradients averaged over the DP group: the single-device model's
-    # gradients of the mean loss over the replicas.
+    # The tensor-parallel layers and the expert-parallel MoE on a group: split by the group's size
+    # and rank, every call on the group. A compiled MoE step and a compiled MLP on the TP group (both
+    # layouts) and on the non-contiguous group train one step as the single-device model does
+    # (exact in fp64); then TP x DP: each TP group a replica with data of its own, gradients
+    # averaged over the DP group: the single-device model's gradients of the mean loss over the
+    # replicas.
     from torch._dynamo.utils import counters
 
     groups = groups_of(ctx)
     tp, dp = groups["tp"], groups["dp"]
+    for g in (tp, groups["odd"]):  # the expert-parallel MoE layer split over a group
+        if g is not None:
+            torch._dynamo.reset()
+            moe_step(ctx, g)
     for g, layouts in ((tp, (False, True)), (groups["odd"], (True,))):
         if g is None:
             continue

@@ -19,9 +19,10 @@ the output before the input:
   :func:`batch_isend_irecv` ``(ctx, [P2POp(ccl.isend, tensor, peer, tag), ...])``, after
   :func:`init_p2p` ``(ctx)`` (collective, once: the mailboxes on the heap).
 
-Every collective above but point to point (and :func:`barrier`) takes ``group=``: an :class:`iris.runtime.Group`
+Every call above (and :func:`barrier`) takes ``group=``: an :class:`iris.runtime.Group`
 (``ctx.new_group(ranks)``) to run among its members only, with the group's ranks and size (a
-root is a group rank); None, the default, is every rank of the context.
+root or a peer is a group rank); None, the default, is every rank of the context. Point to point
+on a group goes through the group's own mailboxes (``init_p2p(ctx, group=group)``).
 
 Each call is one persistent kernel on torch's current stream, built from the tile collectives'
 flags (counters in device memory that only grow): back-to-back calls need no host barrier, and a

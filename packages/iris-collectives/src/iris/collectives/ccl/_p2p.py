@@ -31,6 +31,13 @@ for a message that never comes, and the watchdog names the call, the peer and th
 they count among the context's collective calls whose fingerprints the collectives' kernels
 compare (``iris.device._calls``): the ranks that make no point-to-point call would count
 differently.
+
+Groups (``group=``, an :class:`iris.runtime.Group`): a group has mailboxes of its own, carved from
+its arena by ``init_p2p(ctx, group=group)`` (collective over the members), so a message on one
+group can never pair with a receive on another group or on the context, whatever the tags. The
+calls then run on the group in place of the context (``_groups.on_group``): peers are group ranks,
+the kernels read the group's context tensor (its heap bases in group order), and side streams,
+plans and mailboxes are the group's.
 """
 
 from __future__ import annotations
@@ -42,13 +49,14 @@ import torch
 
 from iris.device import IrisError
 from iris.device._watchdog import MESSAGE_DTYPES, message_header
-from iris.runtime import IrisUsageError
+from iris.runtime import Group, HeapExhaustedError, IrisUsageError
 
 from .. import _workspace
 from .._agree import agree
 from .._compiling import is_compiling, traced
 from . import _checks, _launch, _ranks
 from ._config import Config
+from ._groups import on_group
 from ._p2p_kernels import recv_kernel, send_kernel
 
 #: The mailboxes' key in the context's workspace cache.
@@ -97,9 +105,12 @@ def _default_grid(ctx) -> int:
     # On the GPU, one send and one receive of every rank sharing the device waiting at once hold
     # at most one program per SM (the residency rule of iris.runtime.Iris.resident_grid); the
     # interpreter runs programs one after another.
+    # On a group, every rank of the context on the device counts, not only the members: the other
+    # ranks may be sending on groups of their own at the same time.
     if ctx.device.type != "cuda":
         return 2
-    return max(1, ctx.get_cu_count() // (2 * max(1, ctx.ranks_on_device)))
+    sharing = ctx.ctx.ranks_on_device if isinstance(ctx, Group) else ctx.ranks_on_device
+    return max(1, ctx.get_cu_count() // (2 * max(1, sharing)))
 
 
 def _positive(call: str, name: str, value, power_of_two=False) -> int:
@@ -110,7 +121,8 @@ def _positive(call: str, name: str, value, power_of_two=False) -> int:
 
 
 def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | None = None,
-             block_bytes: int | None = None, grid: int | None = None, num_warps: int = 4) -> P2PSettings:
+             block_bytes: int | None = None, grid: int | None = None, num_warps: int = 4,
+             group=None) -> P2PSettings:
     """Allocate the context's point-to-point mailboxes; returns their settings. Collective: every
     rank calls it, with the same arguments, before its first ``send``/``recv`` (as
     ``torch.distributed`` needs ``init_process_group``).
@@ -125,8 +137,18 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     a send and a receive of every rank on it; the ranks agree on the smallest).
 
     Calling it again frees the mailboxes and allocates new ones (every rank, once no message is in
-    flight), with fresh counters; so does ``ccl.clear_workspaces`` followed by ``init_p2p``."""
+    flight), with fresh counters; so does ``ccl.clear_workspaces`` followed by ``init_p2p``.
+
+    ``group``: an :class:`iris.runtime.Group` of ``ctx`` (``ctx.new_group``): the group's own
+    mailboxes, for the ``send``/``recv`` calls given ``group=`` (``W`` the group's size), carved
+    from the group's workspace arena; collective over the group's members only. A group's
+    messages never meet another group's or the context's. The arena must hold
+    ``heap_bytes(group.size)`` besides the group's other workspaces (``workspace_size=`` of
+    ``new_group``; the GPU defaults need more than its default 16 MiB, so pass a larger one or
+    smaller ``slots``/``chunk_bytes``/``tags``)."""
     call = "iris.collectives.ccl.init_p2p"
+    if group is not None:
+        ctx = on_group(ctx, group, call)
     defaults = DEFAULTS["cuda" if ctx.device.type == "cuda" else "cpu"]
     tags = _positive(call, "tags", tags)
     slots = _positive(call, "slots", defaults["slots"] if slots is None else slots)
@@ -158,9 +180,21 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     channels = max(1, (W - 1) * tags)
 
     def make(ctx):
-        return {"inbox": ctx.zeros(channels * slots * chunk_bytes, dtype=torch.uint8),
-                "headers": ctx.zeros(channels * slots * settings.grid, dtype=torch.int64),
-                "counters": ctx.zeros(channels * COUNTERS * settings.grid, dtype=torch.int32)}
+        made = {}
+        try:
+            made["inbox"] = ctx.zeros(channels * slots * chunk_bytes, dtype=torch.uint8)
+            made["headers"] = ctx.zeros(channels * slots * settings.grid, dtype=torch.int64)
+            made["counters"] = ctx.zeros(channels * COUNTERS * settings.grid, dtype=torch.int32)
+        except HeapExhaustedError as exc:
+            if group is None:
+                raise
+            for t in made.values():  # every member alike: the arena is left as it was
+                ctx.free(t)
+            raise HeapExhaustedError(
+                f"{call}(group={ctx!r}): the group's mailboxes need {settings.heap_bytes(W)} bytes "
+                f"({_describe(settings)}, grid={settings.grid}), more than its workspace arena has free; pass "
+                f"a larger workspace_size= to ctx.new_group(), or fewer tags, slots or chunk_bytes") from exc
+        return made
 
     ws = _workspace.workspace(ctx, MAILBOXES, make)  # waits for every rank's zero fill
     ws.meta["settings"] = settings
@@ -181,6 +215,10 @@ def _describe(settings: P2PSettings) -> str:
 
 def _mailboxes(ctx, call: str):
     ws = _workspace.lookup(ctx, MAILBOXES)
+    if ws is None and isinstance(ctx, Group):
+        raise IrisUsageError(f"{call}: {ctx!r} has no point-to-point mailboxes of its own; call "
+                             f"iris.collectives.ccl.init_p2p(ctx, group=group) once on every member of the group "
+                             f"first (collective over the group: it carves them from the group's arena)")
     if ws is None:
         raise IrisUsageError(f"{call}: this context has no point-to-point mailboxes; call "
                              f"iris.collectives.ccl.init_p2p(ctx) once on every rank first (collective: it "
@@ -362,7 +400,7 @@ def _start(ctx, direction: str, tensor, peer, tag, plan=None) -> Work:
 
 # --- the calls -----------------------------------------------------------------------------------------
 
-def send(ctx, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+def send(ctx, tensor: torch.Tensor, dst: int, tag: int = 0, group=None) -> None:
     """Send ``tensor`` to rank ``dst``, where a ``recv`` with this rank as ``src`` and the same
     ``tag`` takes it; enqueued on torch's current stream.
 
@@ -373,32 +411,48 @@ def send(ctx, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
     watchdog's report on the GPU). The send and its recv may be called in either order, from any
     stream; sends of one ``dst`` and ``tag`` pair up with that rank's recvs in the order made.
     ``tag``: ``0 .. tags - 1`` of :func:`init_p2p`. Not collective: only ``dst`` takes part.
+
+    ``group``: an :class:`iris.runtime.Group` of ``ctx`` whose mailboxes ``init_p2p(ctx,
+    group=group)`` made: the message goes through the group's mailboxes, and ``dst`` is a *group*
+    rank (its place in ``group.ranks``), as rank and size mean the group's in every call on a
+    group (``torch.distributed.send`` takes global ranks with a group instead). A send on a group
+    pairs only with a ``recv`` on the same group, whatever the tags. None: the context.
     """
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.send")
     if is_compiling():
         return traced().send(ctx, tensor, dst, tag)
     _blocking(ctx, "send", tensor, dst, tag)
 
 
-def recv(ctx, tensor: torch.Tensor, src: int, tag: int = 0) -> torch.Tensor:
+def recv(ctx, tensor: torch.Tensor, src: int, tag: int = 0, group=None) -> torch.Tensor:
     """Receive into ``tensor`` the message that rank ``src`` sends with ``tag``; returns ``tensor``.
     Enqueued on torch's current stream: work enqueued after it sees the data. See :func:`send`;
-    ``tensor`` need not be on the heap."""
+    ``tensor`` need not be on the heap. ``group``: as for :func:`send` (``src`` a group rank)."""
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.recv")
     if is_compiling():
         return traced().recv(ctx, tensor, src, tag)
     _blocking(ctx, "recv", tensor, src, tag)
     return tensor
 
 
-def isend(ctx, tensor: torch.Tensor, dst: int, tag: int = 0) -> Work:
+def isend(ctx, tensor: torch.Tensor, dst: int, tag: int = 0, group=None) -> Work:
     """:func:`send` on a stream of its own for ``(dst, tag)`` (after the work the current stream
     holds now), so that it can progress beside a receive or other tags; returns a :class:`Work`
-    whose ``wait()`` orders the current stream after it. Keep ``tensor`` unchanged until then."""
+    whose ``wait()`` orders the current stream after it. Keep ``tensor`` unchanged until then.
+    ``group``: as for :func:`send` (``dst`` a group rank; the group's own side streams)."""
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.isend")
     return _start(ctx, "send", tensor, dst, tag)
 
 
-def irecv(ctx, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
+def irecv(ctx, tensor: torch.Tensor, src: int, tag: int = 0, group=None) -> Work:
     """:func:`recv` on a stream of its own for ``(src, tag)``; returns a :class:`Work` whose
-    ``wait()`` orders the current stream after the data has arrived in ``tensor``."""
+    ``wait()`` orders the current stream after the data has arrived in ``tensor``. ``group``: as
+    for :func:`send` (``src`` a group rank)."""
+    if group is not None:
+        ctx = on_group(ctx, group, "iris.collectives.ccl.irecv")
     return _start(ctx, "recv", tensor, src, tag)
 
 
@@ -406,12 +460,15 @@ def irecv(ctx, tensor: torch.Tensor, src: int, tag: int = 0) -> Work:
 class P2POp:
     """One operation of :func:`batch_isend_irecv`: ``op`` is ``ccl.isend`` or ``ccl.irecv`` (or
     ``ccl.send`` / ``ccl.recv``, or the strings ``"send"`` / ``"recv"``), like
-    ``torch.distributed.P2POp(op, tensor, peer, tag=tag)``."""
+    ``torch.distributed.P2POp(op, tensor, peer, tag=tag, group=group)``. ``group``: as for
+    :func:`send` (``peer`` is then a group rank); the operations of one batch may be on different
+    groups."""
 
     op: object
     tensor: torch.Tensor
     peer: int
     tag: int = 0
+    group: object = None
 
 
 def _direction(op) -> str | None:
@@ -439,9 +496,10 @@ def batch_isend_irecv(ctx, ops) -> list[Work]:
         if direction is None:
             raise IrisUsageError(f"{call}: ops[{i}]={item!r} is not a P2POp(op, tensor, peer, tag) whose op is "
                                  f"ccl.isend or ccl.irecv")
-        planned.append((direction, item, _planned(ctx, direction, item.tensor, item.peer, item.tag)))
+        on = ctx if item.group is None else on_group(ctx, item.group, f"{call}(ops[{i}])")
+        planned.append((direction, item, _planned(on, direction, item.tensor, item.peer, item.tag), on))
     if ctx.device.type == "cuda":
-        return [_start(ctx, d, op.tensor, op.peer, op.tag, plan) for d, op, plan in planned]
+        return [_start(on, d, op.tensor, op.peer, op.tag, plan) for d, op, plan, on in planned]
     _interleave(planned)
     return [Work() for _ in planned]
 
@@ -452,8 +510,8 @@ def _interleave(planned) -> None:
     # in its previous turn, and a receive for chunks the peer sends in this turn before its own
     # receives, so two ranks exchanging messages of any size in batches never wait on each other.
     queues: dict[tuple, list] = {}
-    for direction, op, plan in planned:
-        queues.setdefault((direction, op.peer, op.tag), []).append([plan, op.tensor, 0])
+    for direction, op, plan, on in planned:  # a channel: the group (or context), direction, peer and tag
+        queues.setdefault((id(on), direction, op.peer, op.tag), []).append([plan, op.tensor, 0])
     while queues:
         for channel in list(queues):
             head = queues[channel][0]

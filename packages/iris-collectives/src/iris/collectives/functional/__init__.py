@@ -128,48 +128,55 @@ def all_to_all_v(ctx, x: torch.Tensor, in_splits: torch.Tensor, capacity: int | 
 
 def moe_dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, *,
                  capacity: int | None = None, expert_capacity: int | None = None, max_tokens: int | None = None,
-                 config=None):
+                 config=None, group=None):
     """:func:`iris.collectives.moe.dispatch` as the torch operator ``iris::moe_dispatch``:
-    ``(expert_x, ExpertMeta, MoEHandle)``, differentiable in ``x`` and ``topk_weights``."""
+    ``(expert_x, ExpertMeta, MoEHandle)``, differentiable in ``x`` and ``topk_weights``. ``group``:
+    the experts on the group's members (see ``moe.dispatch``); pass it to :func:`moe_combine` too."""
     from ..moe import _dispatch as d
     from ..moe._handle import ExpertMeta, MoEHandle
 
+    handle_id = _handle(ctx, group, "moe_dispatch")  # checks the group
+    on = ctx if group is None else group
     if not isinstance(x, torch.Tensor) or not isinstance(topk_idx, torch.Tensor) or x.dim() != 2 or \
             topk_idx.dim() != 2:
-        d.check_routing(d.DISPATCH, ctx, x, topk_idx, topk_weights)  # says what is wrong
-    s = d.Sizes(ctx, d.DISPATCH, x.shape[0], x.shape[1], topk_idx.shape[1], num_experts, capacity, expert_capacity,
+        d.check_routing(d.DISPATCH, on, x, topk_idx, topk_weights)  # says what is wrong
+    s = d.Sizes(on, d.DISPATCH, x.shape[0], x.shape[1], topk_idx.shape[1], num_experts, capacity, expert_capacity,
                 max_tokens)
     text = _ccl_config(config, "moe_dispatch")
     expert_x, counts, offsets, row_weights, layout = torch.ops.iris.moe_dispatch(
-        handle_of(ctx), x, topk_idx, topk_weights, num_experts, s.capacity, s.expert_capacity, s.max_tokens, text)
+        handle_id, x, topk_idx, topk_weights, num_experts, s.capacity, s.expert_capacity, s.max_tokens, text)
     handle = MoEHandle(layout, topk_idx, topk_weights, row_weights, num_experts, s.capacity, s.expert_capacity,
                        s.max_tokens, text)
     return expert_x, ExpertMeta(counts, offsets, row_weights), handle
 
 
-def moe_combine(ctx, expert_y: torch.Tensor, handle) -> torch.Tensor:
+def moe_combine(ctx, expert_y: torch.Tensor, handle, group=None) -> torch.Tensor:
     """:func:`iris.collectives.moe.combine` as the torch operator ``iris::moe_combine``: ``y``,
-    differentiable in ``expert_y`` and the dispatch's ``topk_weights``."""
+    differentiable in ``expert_y`` and the dispatch's ``topk_weights``. ``group``: the one
+    :func:`moe_dispatch` ran on."""
     from ..moe._handle import MoEHandle
 
     if not isinstance(handle, MoEHandle):
         raise IrisUsageError(f"iris.collectives.functional.moe_combine: handle={type(handle).__name__} is not the "
                              f"MoEHandle that moe_dispatch returned")
-    return torch.ops.iris.moe_combine(handle_of(ctx), expert_y, handle.topk_idx, handle.topk_weights,
+    return torch.ops.iris.moe_combine(_handle(ctx, group, "moe_combine"), expert_y, handle.topk_idx,
+                                      handle.topk_weights,
                                       handle.row_weights, handle.layout, handle.num_experts, handle.capacity,
                                       handle.expert_capacity, handle.max_tokens, handle.config)
 
 
-def send(ctx, x: torch.Tensor, dst: int, tag: int = 0) -> None:
+def send(ctx, x: torch.Tensor, dst: int, tag: int = 0, group=None) -> None:
     """``x`` to rank ``dst`` (see :func:`iris.collectives.ccl.send`), as the operator ``iris::send``:
-    one node inside ``torch.compile``, kept as a side effect. No gradient."""
-    torch.ops.iris.send(handle_of(ctx), x, dst, tag)
+    one node inside ``torch.compile``, kept as a side effect. No gradient. ``group``: through the
+    group's mailboxes, ``dst`` a group rank (``ccl.send``'s ``group=``)."""
+    torch.ops.iris.send(_handle(ctx, group, "send"), x, dst, tag)
 
 
-def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0) -> torch.Tensor:
+def recv(ctx, shape, dtype: torch.dtype, src: int, tag: int = 0, group=None) -> torch.Tensor:
     """A new tensor of ``shape`` and ``dtype`` on the context's device holding what rank ``src``
-    sends with ``tag`` (see :func:`iris.collectives.ccl.recv`), as the operator ``iris::recv``."""
-    return torch.ops.iris.recv(handle_of(ctx), list(shape), dtype, src, tag)
+    sends with ``tag`` (see :func:`iris.collectives.ccl.recv`), as the operator ``iris::recv``.
+    ``group``: as for :func:`send` (``src`` a group rank)."""
+    return torch.ops.iris.recv(_handle(ctx, group, "recv"), list(shape), dtype, src, tag)
 
 
 def matmul_all_reduce(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,

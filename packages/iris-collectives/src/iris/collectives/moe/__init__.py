@@ -1,7 +1,8 @@
 """iris.collectives.moe: expert parallelism, the token exchange of a mixture of experts.
 
 The ``E`` experts are split evenly over the ``W`` ranks (rank ``r`` holds experts ``r * E / W`` to
-``(r + 1) * E / W - 1``, its *local* experts). Every rank routes its own tokens:
+``(r + 1) * E / W - 1``, its *local* experts); with ``group=`` (an :class:`iris.runtime.Group`),
+over the group's members, ``r`` and ``W`` the group rank and size. Every rank routes its own tokens:
 
 - :func:`dispatch` ``(ctx, x, topk_idx, topk_weights, num_experts)`` sends each token's row to the
   rank of each of its top-k experts and returns ``(expert_x, meta, handle)``: the rows this
@@ -44,8 +45,9 @@ import torch
 
 from .._compiling import is_compiling
 from ..ccl._config import Config
+from ..ccl._groups import on_group
 from ..functional._handles import encode_config
-from ._dispatch import DISPATCH, check_routing, planned_combine, planned_dispatch, weight_dtype
+from ._dispatch import COMBINE, DISPATCH, check_routing, planned_combine, planned_dispatch, weight_dtype
 from ._handle import ExpertMeta, MoEHandle
 
 
@@ -55,7 +57,7 @@ def _wants_autograd(*tensors) -> bool:
 
 def dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, *,
              capacity: int | None = None, expert_capacity: int | None = None, max_tokens: int | None = None,
-             config=None) -> tuple[torch.Tensor, ExpertMeta, MoEHandle]:
+             config=None, group=None) -> tuple[torch.Tensor, ExpertMeta, MoEHandle]:
     """Send every token's row to the ranks of its top-k experts; returns ``(expert_x, meta, handle)``.
 
     - ``x``: ``[T, H]`` (fp32, bf16, fp16 or fp64), this rank's tokens (``T`` may be 0 and may
@@ -73,6 +75,11 @@ def dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.T
       experts;
     - ``config``: a ``ccl.Config`` (``block``, ``grid``, ``num_warps``).
 
+    - ``group``: an :class:`iris.runtime.Group` of ``ctx``: the experts are split over its members
+      only (``W`` the group's size: ``num_experts`` a multiple of it, group rank ``g`` holds experts
+      ``g * E / W`` ..), and the rows move among them; pass the same group to :func:`combine`.
+      None: every rank of the context.
+
     ``meta``: :class:`ExpertMeta` (``counts``, ``offsets``, ``weights`` per row); ``handle``:
     :class:`MoEHandle`, for :func:`combine`. Collective: every rank calls it with the same
     ``num_experts``, ``K``, ``H``, dtype, ``max_tokens`` and capacity. Torch's current stream; no
@@ -82,7 +89,9 @@ def dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.T
         from ..functional import moe_dispatch
 
         return moe_dispatch(ctx, x, topk_idx, topk_weights, num_experts, capacity=capacity,
-                            expert_capacity=expert_capacity, max_tokens=max_tokens, config=config)
+                            expert_capacity=expert_capacity, max_tokens=max_tokens, config=config, group=group)
+    if group is not None:
+        ctx = on_group(ctx, group, DISPATCH)
     check_routing(DISPATCH, ctx, x, topk_idx, topk_weights)
     x, topk_idx, topk_weights = x.contiguous(), topk_idx.contiguous(), topk_weights.contiguous()
     text = encode_config(config, Config, DISPATCH)
@@ -91,7 +100,7 @@ def dispatch(ctx, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.T
     return plan(x, topk_idx, topk_weights)
 
 
-def combine(ctx, expert_y: torch.Tensor, handle: MoEHandle, config=None) -> torch.Tensor:
+def combine(ctx, expert_y: torch.Tensor, handle: MoEHandle, config=None, group=None) -> torch.Tensor:
     """Every row of ``expert_y`` back to its token, each token's rows summed weighted by its
     ``topk_weights``: ``y[t] = sum over k of topk_weights[t, k] * expert_y[row of (t, k)]``, ``[T,
     H']`` in ``expert_y``'s dtype.
@@ -101,12 +110,15 @@ def combine(ctx, expert_y: torch.Tensor, handle: MoEHandle, config=None) -> torc
     returned. The sum runs over ``k = 0, 1, ...`` in that order, in fp32 (fp64 for fp64 rows),
     one rounding at the end: the same bits on every run and on both backends (slots with no expert
     add nothing). Collective; torch's current stream; no host synchronisation. ``config``: as
-    :func:`dispatch`'s, for this exchange.
+    :func:`dispatch`'s, for this exchange. ``group``: the group the dispatch ran on (None: the
+    context).
     """
     if is_compiling() or _wants_autograd(expert_y, getattr(handle, "topk_weights", None)):
         from ..functional import moe_combine
 
-        return moe_combine(ctx, expert_y, handle)
+        return moe_combine(ctx, expert_y, handle, group=group)
+    if group is not None:
+        ctx = on_group(ctx, group, COMBINE)
     if not isinstance(handle, MoEHandle):
         from iris.runtime import IrisUsageError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from iris.device._watchdog import capacity_text
-from iris.runtime import IrisUsageError, UnsupportedDtypeError
+from iris.runtime import Group, IrisUsageError, UnsupportedDtypeError
 
 from .._agree import agree, rows_of
 from .._errors import IrisCapacityError
@@ -41,8 +41,9 @@ class Sizes:
                  max_tokens):
         W = _ranks.group_size(ctx)
         if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1 or num_experts % W:
-            raise IrisUsageError(f"{call}: num_experts={num_experts!r} must be a positive multiple of the world size "
-                                 f"{W} (the experts are split evenly over the ranks)")
+            size = f"group's size {W} (the experts are split evenly over the group's members, {ctx!r})" \
+                if isinstance(ctx, Group) else f"world size {W} (the experts are split evenly over the ranks)"
+            raise IrisUsageError(f"{call}: num_experts={num_experts!r} must be a positive multiple of the {size}")
         if max_tokens is None:
             max_tokens = max(tokens, 1)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < max(tokens, 1):

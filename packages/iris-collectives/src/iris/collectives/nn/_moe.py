@@ -25,6 +25,7 @@ import math
 import torch
 
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
+from iris.runtime._group import check_group
 
 from ..ccl._config import Config
 from ..functional._handles import encode_config, handle_of
@@ -46,7 +47,11 @@ class ExpertParallelMoE(torch.nn.Module):
       padding, which the batched GEMMs still multiply: for balanced routing pass a small factor over
       the mean, ``W x max_tokens x top_k / num_experts``); rows past it are an error
       (:class:`iris.collectives.IrisCapacityError` on the cpu backend, the watchdog on the GPU);
-    - ``dtype``: the parameters' (fp32, bf16, fp16; fp64 for checks); ``config``: a ``ccl.Config``.
+    - ``dtype``: the parameters' (fp32, bf16, fp16; fp64 for checks); ``config``: a ``ccl.Config``;
+    - ``group``: an :class:`iris.runtime.Group` of ``ctx`` (the expert-parallel group): the experts
+      are split over its members (``W`` its size, this rank's experts its group rank's), the
+      router is broadcast from its group rank 0 and its gradient summed over the group, and every
+      call runs on the group. None: every rank of the context.
 
     Parameters: ``router`` ``[num_experts, hidden]``; ``w1`` ``[G, hidden, ffn_hidden]``, ``w2`` ``[G,
     ffn_hidden, hidden]``: this rank's experts. :meth:`reset_parameters` draws every expert in
@@ -57,19 +62,21 @@ class ExpertParallelMoE(torch.nn.Module):
 
     def __init__(self, ctx, hidden: int, ffn_hidden: int, num_experts: int, top_k: int, *, activation: str = "silu",
                  normalize: bool = False, max_tokens: int | None = None, expert_capacity: int | None = None,
-                 dtype=None, config=None):
+                 dtype=None, config=None, group=None):
         super().__init__()
         call = "iris.collectives.nn.ExpertParallelMoE"
-        W = ctx.world_size
+        on = ctx if group is None else check_group(ctx, group, call)
+        W = on.world_size
         if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1 or num_experts % W:
-            raise IrisUsageError(f"{call}: num_experts={num_experts!r} must be a positive multiple of the world size "
-                                 f"{W}")
+            size = f"the world size {W}" if group is None else f"the size {W} of the group {list(on.ranks)}"
+            raise IrisUsageError(f"{call}: num_experts={num_experts!r} must be a positive multiple of {size}")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= num_experts:
             raise IrisUsageError(f"{call}: top_k={top_k!r} must be an int in [1, num_experts={num_experts}]")
         if activation not in ACTIVATIONS:
             raise IrisUsageError(f"{call}: activation={activation!r} is not one of {tuple(ACTIVATIONS)}")
-        self.call, self.handle = call, handle_of(ctx)
-        self.rank, self.world_size = ctx.rank, W
+        # the handle of the context or of the group (rank and world_size are the group's then)
+        self.call, self.handle = call, handle_of(ctx, group, call)
+        self.rank, self.world_size = on.rank, W
         self.hidden, self.ffn_hidden, self.num_experts, self.top_k = hidden, ffn_hidden, num_experts, top_k
         self.local_experts = num_experts // W
         self.activation, self.normalize = activation, bool(normalize)
@@ -103,7 +110,8 @@ class ExpertParallelMoE(torch.nn.Module):
                    **options) -> ExpertParallelMoE:
         """The layer whose router is ``router`` (``[E, hidden]``) and whose rank holds its block of the
         full ``w1`` (``[E, hidden, ffn_hidden]``) and ``w2`` (``[E, ffn_hidden, hidden]``), the same
-        tensors on every rank; ``options`` as the constructor's."""
+        tensors on every rank; ``options`` as the constructor's (with ``group=``, the block of this
+        rank's group rank)."""
         layer = cls(ctx, router.shape[1], w1.shape[2], router.shape[0], top_k, dtype=router.dtype, **options)
         first = layer.rank * layer.local_experts
         with torch.no_grad():
