@@ -112,6 +112,10 @@ export IRIS_TEST_CLAIMS="$logs/claims"
 rm -rf "$IRIS_SUITE_RESULTS" "$IRIS_TEST_CLAIMS"
 echo "=== $parallel processes side by side, IRIS_GPU_RANKS=$IRIS_GPU_RANKS, logs in $logs"
 start=$(date +%s)
+# How busy the machine's cores are through the run (is the suite bound by its CPUs or by waits?):
+# every 10 s, vmstat's user/system/idle/wait percentages and the run queue, into $logs/vmstat.log.
+vmstat_pid=""
+if command -v vmstat >/dev/null; then vmstat -n 10 >"$logs/vmstat.log" 2>&1 & vmstat_pid=$!; fi
 export IRIS_KERNEL_RECORD="$logs/kernel-records"
 rm -rf "$IRIS_KERNEL_RECORD"
 manifest=tools/gpu-kernels${eight:+-eight}.json.gz
@@ -161,6 +165,12 @@ for i in $( [ -z "$faults_only" ] && seq 1 "$parallel") $(seq -f "faults-%g" 1 "
   sed -n '/short test summary info/,$p' "$logs/shard-$i.log" | tail -n 40
   grep -q "short test summary info" "$logs/shard-$i.log" || tail -n 15 "$logs/shard-$i.log"
 done
+[ -n "$vmstat_pid" ] && kill "$vmstat_pid" 2>/dev/null
+if [ -s "$logs/vmstat.log" ]; then  # the mean of vmstat's columns us, sy, id, wa (percent of all cores)
+  awk '$1 ~ /^[0-9]+$/ && NR > 3 {n++; us += $13; sy += $14; id += $15; wa += $16}
+       END {if (n) printf "cores: %d%% user, %d%% system, %d%% idle, %d%% waiting on I/O (mean of %d samples, vmstat.log)\n",
+            us / n, sy / n, id / n, wa / n, n}' "$logs/vmstat.log"
+fi
 [ -n "${IRIS_TEST_TIMINGS:-}" ] && python3 tools/suite_timings.py "$IRIS_TEST_TIMINGS"
 [ -d "$IRIS_KERNEL_RECORD" ] && python3 -m iris.runtime.precompile --merge "$IRIS_KERNEL_RECORD" "$logs/kernels.json.gz"
 python3 tools/pytest_suite_summary.py "$IRIS_SUITE_RESULTS" "$(( $(date +%s) - start ))"
