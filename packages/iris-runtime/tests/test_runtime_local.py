@@ -499,3 +499,18 @@ def test_scenario_params_split_the_scenarios_over_jobs_only_when_asked(monkeypat
     assert [p.values[1] for p in parts[:3]] == [["a", "d"], ["b", "e"], ["c"]]  # in turn, each scenario once
     monkeypatch.setenv("IRIS_TEST_SCENARIO_PARTS", "9")  # more parts than scenarios: no empty job
     assert [p.values[1] for p in scenario_params([2], names)] == [[n] for n in names]
+
+
+def test_a_job_about_to_reach_the_launchers_limit_prints_every_threads_stack():
+    import subprocess
+    import sys
+
+    code = ("import threading, time\n"
+            "from iris.runtime.testing import dump_stacks_before_the_launchers_limit\n"
+            "dump_stacks_before_the_launchers_limit(margin_s=20)\n"
+            "threading.Thread(target=time.sleep, args=(7,), name='watchdog-like').start()\n"
+            "time.sleep(7)\n")
+    env = dict(os.environ, MPIEXEC_TIMEOUT="25")  # fires 5 s after the process started, both threads asleep
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("most recent call first") >= 2, proc.stderr  # the main thread and the other

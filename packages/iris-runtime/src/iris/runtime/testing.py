@@ -327,6 +327,22 @@ def remove_dead_mpich_segments(before: set[str]) -> list[str]:
     return removed
 
 
+def dump_stacks_before_the_launchers_limit(margin_s: float = 15.0) -> None:
+    """Where the job sits if it hangs: with ``MPIEXEC_TIMEOUT`` set (the launcher ends the job
+    after that many seconds, silently), every thread's Python stack is written to stderr
+    ``margin_s`` before then (``faulthandler``, which needs neither the interpreter lock's owner
+    nor the watchdog). A job that ends in time prints nothing."""
+    import faulthandler
+
+    limit = os.environ.get("MPIEXEC_TIMEOUT", "")
+    try:
+        seconds = float(limit) - margin_s - process_age_s()
+    except ValueError:
+        return
+    if seconds > 1:
+        faulthandler.dump_traceback_later(seconds, exit=False)
+
+
 def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options) -> None:
     """Worker entry point: run the ``scenario_*`` functions of ``namespace`` named in ``argv``
     (all of them when none is named) on one :class:`~iris.runtime.Iris`, each followed by a
@@ -343,6 +359,7 @@ def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options
     if unknown:
         raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
     iris_options.setdefault("heap_size", 1 << 26)
+    dump_stacks_before_the_launchers_limit()
     timed = bool(os.environ.get(TIMINGS_ENV))
     clock = CompileClock() if timed else None
     ctx = iris.runtime.iris(**iris_options)
