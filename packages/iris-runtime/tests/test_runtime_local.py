@@ -365,6 +365,9 @@ def test_an_interrupted_job_says_how_far_it_got(monkeypatch):
     # and prints the end of that job's output, which pytest would not report.
     shown = io.StringIO()
     monkeypatch.setattr(sys, "__stderr__", shown)
+    # Python turns SIGINT into KeyboardInterrupt only where its parent did not ignore the signal (a
+    # shell's background job ignores it): set Python's handler for the test's length.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -373,6 +376,7 @@ def test_an_interrupted_job_says_how_far_it_got(monkeypatch):
                                 timeout=30)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     text = shown.getvalue()
     assert "interrupted after" in text and "PASS first_scenario" in text and "still working" in text, text
 
