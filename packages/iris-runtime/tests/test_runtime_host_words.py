@@ -111,3 +111,27 @@ def test_a_copy_that_never_completes_gives_none_within_the_timeout(fake_cuda, mo
     start = time.monotonic()
     assert words.read_int32(word.data_ptr(), timeout_s=0.2) is None
     assert time.monotonic() - start < 2.0
+
+
+def test_the_copies_stream_is_made_with_the_heap_not_by_the_watchdog(fake_cuda, monkeypatch):
+    # Made on first use, by the watchdog thread after a kernel timed out, the stream's creation
+    # waited for that spinning kernel on the GPU: the watchdog hung and never reported. Now the
+    # heap makes it (and the pinned word) when it is created, and a read makes no stream.
+    made = []
+    monkeypatch.setattr(fake_cuda, "cudaStreamCreateWithFlags", lambda flags: made.append(flags) or (0, "stream"))
+    monkeypatch.setattr(_heap_cuda, "_pinned_word", lambda: torch.zeros(1, dtype=torch.int32))
+
+    class Heap(_heap_cuda.HostWordAccess):
+        def __init__(self):
+            self._prepare_word_copies()
+
+    words = Heap()
+    assert made == [FakeRuntime.cudaStreamNonBlocking]
+
+    def hangs(flags):
+        raise AssertionError("a stream made while a kernel may spin")
+
+    monkeypatch.setattr(fake_cuda, "cudaStreamCreateWithFlags", hangs)
+    word = torch.tensor([41], dtype=torch.int32)
+    assert words.read_int32(word.data_ptr()) == 41
+    assert words.write_int32(word.data_ptr(), 42) and int(word[0]) == 42

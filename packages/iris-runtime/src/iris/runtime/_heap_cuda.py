@@ -125,17 +125,32 @@ def bind_device(boot: Bootstrap) -> tuple[torch.device, int]:
     return device, len(range(index, boot.local_size, count))  # local ranks r with r % count == index
 
 
+def _pinned_word() -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, pin_memory=True)
+
+
 class HostWordAccess:
-    """``write_int32``/``read_int32`` for heaps in device memory mapped into this process (needs
-    ``_word_stream = _word_host = None`` set by the heap's ``__init__``). Safe to call from several
-    threads at once: the runtime's watchdog thread and the main thread (``Iris.barrier`` looking at
-    a report) both read peers' call counters when a wait runs out."""
+    """``write_int32``/``read_int32`` for heaps in device memory mapped into this process (the
+    heap's ``__init__`` calls :meth:`_prepare_word_copies` once its device is bound). Safe to call
+    from several threads at once: the runtime's watchdog thread and the main thread
+    (``Iris.barrier`` looking at a report) both read peers' call counters when a wait runs out."""
 
     #: One copy at a time through the pinned word: two threads filling and reading the same host
     #: word read each other's values (seen on an H200: a call counter read as the peer's, so the
     #: watchdog could not name the rank that skipped a collective). One lock for the process: these
     #: copies are rare and small.
     _word_lock = threading.Lock()
+
+    def _prepare_word_copies(self) -> None:
+        """Make the private stream and the pinned host word of the copies now, while no kernel of
+        this rank can be waiting. Made on first use instead, by the watchdog thread once a kernel
+        had timed out and still spun, the stream's creation waited for that kernel (seen on an
+        H100): the watchdog never drained the peers nor reported, and the job hung, silent, until
+        the launcher's limit."""
+        _, runtime = _cuda()
+        self._word_stream = _check(runtime.cudaStreamCreateWithFlags(runtime.cudaStreamNonBlocking),
+                                   "cudaStreamCreateWithFlags")
+        self._word_host = _pinned_word()
 
     def _word_copy(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
         # One int32 through a pinned host word, copied on a private non-blocking stream (made on
@@ -151,11 +166,9 @@ class HostWordAccess:
 
     def _word_copy_locked(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
         _, runtime = _cuda()
+        if getattr(self, "_word_stream", None) is None:
+            return None  # never prepared (a heap that failed half-way through its creation)
         try:
-            if self._word_stream is None:
-                self._word_stream = _check(runtime.cudaStreamCreateWithFlags(runtime.cudaStreamNonBlocking),
-                                           "cudaStreamCreateWithFlags")
-                self._word_host = torch.zeros(1, dtype=torch.int32, pin_memory=True)
             self._word_host.fill_(value)
             host = self._word_host.data_ptr()
             _check(runtime.cudaMemcpyAsync(dst or host, src or host, 4, kind, self._word_stream), "cudaMemcpyAsync")
@@ -223,7 +236,7 @@ class CudaIpcHeap(HostWordAccess, SymmetricHeap):
             self._opened.append(mapped)
             self.bases[peer_rank] = mapped + peer_offset
         self._boot = boot
-        self._word_stream = self._word_host = None  # for write_int32 / read_int32
+        self._prepare_word_copies()  # for write_int32 / read_int32
         self._local = torch.as_tensor(self._block, device=self.device)
         self.check_alignment()
         logger.debug("cuda heap: %d B on %s, bases %s", size, self.device, [hex(b) for b in self.bases])

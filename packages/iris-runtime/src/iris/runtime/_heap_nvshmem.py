@@ -83,7 +83,7 @@ class NvshmemHeap(HostWordAccess, SymmetricHeap):
         self.bases[boot.rank] = ptr
         self._forced = force_remote_selected()
         self._boot = boot
-        self._word_stream = self._word_host = None
+        self._prepare_word_copies()
         self._block = _DeviceBlock.borrowed(ptr, size, self.device)
         self._local = torch.as_tensor(self._block, device=self.device)
         self.check_alignment()
