@@ -40,12 +40,13 @@ from ._errors import (
 from ._factories import SUPPORTED_DTYPES
 from ._group import Group
 from ._heap import SymmetricHeap
-from ._iris import DEFAULT_HEAP_SIZE, Iris, context_of_uid, iris
+from ._iris import DEFAULT_HEAP_SIZE, Iris, iris
 from ._logging import logger, set_log_level
 from ._reach import Reach
 from ._registration import Registration
 from ._residency import programs_per_sm
 from ._tracing import Tracing
+from ._uids import context_of_uid
 from ._version import __version__
 
 __all__ = [

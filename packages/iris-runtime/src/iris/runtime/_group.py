@@ -34,6 +34,7 @@ from iris.device import _layout as layout
 from ._agreement import CallAgreement
 from ._errors import GroupError, HeapExhaustedError, IrisUnsupportedError, RankError
 from ._host_waits import HostWaits, NodeBoard, WatchedBootstrap
+from ._uids import new_uid
 
 #: Bytes of heap each group reserves for its workspaces unless ``workspace_size=`` says otherwise.
 DEFAULT_WORKSPACE_SIZE = 16 << 20
@@ -132,8 +133,6 @@ class Group:
         self._free_end = self._words_at - layout.GROUP_RING_BYTES
         self._next, self._live = 0, 0
         self._context = self._build_context()
-        from ._iris import new_uid
-
         #: An int naming this group in this process (never reused; ``context_of_uid`` finds it),
         #: from the contexts' counter: torch operators name a group by it as they name a context.
         self.uid = new_uid(self)

@@ -4,7 +4,6 @@ tensor kernels start from)."""
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import weakref
 
@@ -29,31 +28,10 @@ from ._registration import Registration, close_cuda, peer_addresses
 from ._residency import gpu_sharers, resident_grid
 from ._spans import address, lies_within
 from ._tracing import Tracing
+from ._uids import new_uid
 from ._watchdog import Watchdog, write_watchdog_info
 
 DEFAULT_HEAP_SIZE = 1 << 30
-_UIDS = itertools.count(1)
-_LIVE: dict[int, weakref.ref] = {}  # uid -> context or group, weakly
-
-
-def new_uid(owner) -> int:
-    """A new ``uid`` for ``owner`` (a context or a :class:`Group`), which :func:`context_of_uid`
-    finds while ``owner`` lives. Contexts and groups share one counter: a uid names one of them."""
-    uid = next(_UIDS)
-    _LIVE[uid] = weakref.ref(owner, lambda _, uid=uid: _LIVE.pop(uid, None))
-    return uid
-
-
-def context_of_uid(uid: int):
-    """The live context, or group of a live context, whose ``uid`` is ``uid`` in this process, or
-    None (closed, collected, or never made here). For code that names a context by an integer,
-    e.g. torch operators, whose arguments cannot be Python objects; a group stands in for its
-    context in collective calls, so they name it the same way."""
-    ref = _LIVE.get(uid) if isinstance(uid, int) else None
-    ctx = ref() if ref is not None else None
-    return None if ctx is None or ctx._closed else ctx
-
-
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
 
