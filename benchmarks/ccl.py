@@ -2,7 +2,7 @@
 
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py                          # one rank per GPU
     mpirun --allow-run-as-root --oversubscribe -n 4 python3 -m mpi4py benchmarks/ccl.py   # 4 ranks on one GPU (MPS)
-    mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --write-table            # tune, rewrite ccl/_table.py
+    mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --write-table            # tune, rewrite ccl/tables/<card>.json
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --quick                  # cpu backend, tiny sizes
     mpirun -n 2 python3 -m mpi4py benchmarks/ccl.py --host [--calls 20000]   # microseconds of Python per call
     mpirun -n 8 python3 -m mpi4py benchmarks/ccl.py --group-size 2           # groups of 2 vs contexts of 2
@@ -17,10 +17,11 @@ GPU; torch's symmetric-memory one-shot and two-shot all-reduce where ranks share
 and ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``); the floor (every rank copying ``size`` bytes at
 once; reduce-scatter ``size + size / W``); the ratios ``ccl / torch``, ``ccl / floor``,
 ``plain / heap`` and ``registered / heap``. Every call is checked once before it is timed.
-``--write-table`` times every candidate (``CANDIDATES``) too and rewrites the selection table
-(``--table-out`` elsewhere) with the fastest per size class, for this backend, world size and ranks
-per GPU. Writes ``results/ccl_<W>ranks[_<G>gpu][_quick].{json,md,png}`` after every size (a run cut
-short keeps what it measured). docs/ccl.md says how to read them.
+``--write-table`` times every candidate (``CANDIDATES``) too and rewrites the selection table of
+the card it runs on, ``ccl/tables/<card>.json`` (``--table-out``: another JSON file), with the
+fastest per size class, for this backend, world size and ranks per GPU. Writes
+``results/ccl_<W>ranks[_<G>gpu][_quick].{json,md,png}`` after every size (a run cut short keeps
+what it measured). docs/ccl.md says how to read them.
 
 ``--group-size G``: the collectives on the world split into groups of G consecutive ranks
 (``ctx.new_group``) next to the same calls on contexts of those G ranks alone (a second context
@@ -44,7 +45,6 @@ import datetime
 import faulthandler
 import json
 import os
-import pprint
 import signal
 import statistics
 import sys
@@ -67,8 +67,6 @@ QUICK_SIZES = [4 * KiB]
 GROUP_SIZES = [MiB, 256 * MiB]
 #: Sizes at and above which the floor and the goal ratios are shown (below, launches decide).
 FLOOR_FROM = 16 * MiB
-TABLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "packages",
-                          "iris-collectives", "src", "iris", "collectives", "ccl", "_table.py")
 
 #: What --write-table tries, per backend and collective family: (variant, block, width, warps[, chunk]).
 #: A chunk (elements per round, for tensors off the heap) keeps the staging buffers in L2.
@@ -119,8 +117,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny sizes, one timed call (runs on the CPU backend)")
     p.add_argument("--time-per-point", type=float, default=0.02, help="seconds of calls per measurement")
     p.add_argument("--graph", type=int, default=20, metavar="CALLS", help="calls per CUDA graph (0: no graphs)")
-    p.add_argument("--write-table", action="store_true", help="time every candidate and rewrite ccl/_table.py")
-    p.add_argument("--table-out", default=TABLE_PATH, help="where --write-table writes the table")
+    p.add_argument("--write-table", action="store_true", help="time every candidate and rewrite ccl/tables/<card>.json")
+    p.add_argument("--table-out", default=None, metavar="JSON",
+                   help="where --write-table writes the table (default: the card's file in ccl/tables/)")
     p.add_argument("--verbose", action="store_true", help="print each config before it is timed (where a run stops)")
     p.add_argument("--peer-max-bytes", type=parse_size, default=None, metavar="SIZE",
                    help="time the peer only up to this size (default: every size, but 1M with 8 or more ranks on "
@@ -365,6 +364,8 @@ def run(args, on_size=None) -> dict:
         notes.append("ccl: the configuration that the table written by this run chooses, timed as a candidate here")
     result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend, "dtypes": args.dtypes,
               "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
+              "capability": ("sm_{}{}".format(*torch.cuda.get_device_capability(ctx.device))
+                             if backend == "cuda" else None),
               "peer": peer.kind, "graph_calls": args.graph, "heap_size": ctx.heap_size,
               "check_calls": bool(_calls.CHECK_CALLS.value),
               "date": datetime.date.today().isoformat(),
@@ -588,24 +589,29 @@ def best_rows(result: dict) -> list[dict]:
     return sorted(rows, key=lambda r: r["dtype"] == "*")
 
 
+def table_path(args, result: dict) -> str:
+    """Where --write-table writes: ``--table-out``, else the file of the card this run measured."""
+    return args.table_out or os.path.join(_table.TABLES_DIR, _table.file_name(result["device"]))
+
+
 def write_table(path: str, rows: list[dict], result: dict) -> None:
-    """Rewrite the selection table with the measured ``rows`` in place of the earlier rows of the
-    same backend, world size, ranks per GPU, collective and dtype (a run of one dtype keeps the
-    other's rows); every other row is kept. Rows of a specific dtype come before the ``"*"`` rows
-    and the rows for any world size (the fallbacks) after all measured ones, since the first
-    matching row wins."""
+    """Rewrite the table file at ``path`` (JSON, see ``ccl/_table.py``; a new file if there is
+    none) with the measured ``rows`` in place of its earlier rows of the same backend, world size,
+    ranks per GPU, collective and dtype (a run of one dtype keeps the other's rows); every other
+    row is kept. Rows of a specific dtype come before the ``"*"`` rows and rows for any world size
+    after all measured ones, since the first matching row wins."""
     replaced = {(r["collective"], r["dtype"]) for r in rows}
 
     def same(r):
         return (r["backend"] == result["backend"] and r["world_size"] == result["world_size"]
                 and r.get("ranks_per_gpu", 0) == result["ranks_per_gpu"] and (r["collective"], r["dtype"]) in replaced)
 
-    kept = [r for r in _table.TABLE if not same(r)]
+    earlier = _table.read(path) if os.path.exists(path) else {}
+    kept = [r for r in earlier.get("rows", []) if not same(r)]
     measured = sorted(rows + [r for r in kept if r["world_size"] != 0], key=lambda r: r["dtype"] == "*")
     fallback = [r for r in kept if r["world_size"] == 0]
-    head, _, _ = open(path).read().partition("TABLE = ")
-    with open(path, "w") as f:
-        f.write(head + "TABLE = " + pprint.pformat(measured + fallback, width=116, sort_dicts=False) + "\n")
+    _table.write(path, measured + fallback, device=earlier.get("device", result["device"]),
+                 capability=earlier.get("capability", result.get("capability")))
 
 
 # --- output ---------------------------------------------------------------------------------------------
@@ -688,7 +694,7 @@ def save(args, result: dict, final: bool) -> None:
         # the table of the collectives this run measured, from their points of every size: a run
         # of a few sizes keeps what an earlier run chose for the others
         rows = [r for r in best_rows(result) if r["collective"] in measured]
-        write_table(args.table_out, rows, result)
+        write_table(table_path(args, result), rows, result)
         result = dict(result, table_rows=rows, points=[as_chosen(p, rows, result) for p in result["points"]])
     notes = list(result["notes"])
     if not final:
@@ -704,7 +710,7 @@ def save(args, result: dict, final: bool) -> None:
         f.write(f"Host collectives, {W} ranks on {result['device']} (`{result['command']}`):\n\n```text\n{text}\n```\n")
     if final:
         print(text)
-    print(f"wrote {stem}.json{' and ' + args.table_out if args.write_table else ''}"
+    print(f"wrote {stem}.json{' and ' + table_path(args, result) if args.write_table else ''}"
           f"{'' if final else ' (partial)'}", flush=True)
 
 

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import re
 import types
 
 import pytest
@@ -13,23 +17,120 @@ from iris.collectives.ccl import _launch, _table
 from iris.runtime import IrisUsageError
 
 
+def _table_files():
+    return sorted(name for name in os.listdir(_table.TABLES_DIR) if name.endswith(".json"))
+
+
 def test_the_table_is_data_and_every_row_is_valid():
     required = {"backend", "collective", "max_bytes", "dtype", "world_size", "config"}
-    for row in _table.TABLE:
-        assert required <= set(row) <= required | {"ranks_per_gpu", "measured"}, row
-        assert set(row["config"]) <= {"variant", "block", "width", "grid", "num_warps", "chunk"}, row
-        # a measured row is specific (a world size and ranks per GPU) and says where it was measured
-        assert ("measured" in row) == (row["world_size"] != 0), row
-        assert ("measured" not in row) or row.get("ranks_per_gpu", 0) >= 1, row
-    # the fallbacks (any world size) come after every specific row: the first match wins
-    fallback = [i for i, row in enumerate(_table.TABLE) if row["world_size"] == 0]
-    assert fallback == list(range(len(_table.TABLE) - len(fallback), len(_table.TABLE))), _table.TABLE
-    for backend in ("cpu", "cuda"):
-        for name in ccl.VARIANTS:
-            for nbytes in (4, 4096, 1 << 20, (1 << 20) + 4, 1 << 30):
-                for world, per_gpu in ((2, 1), (2, 2), (4, 4), (8, 8), (3, 1)):
-                    cfg = ccl.choose(name, nbytes, "float32", world, backend, ranks_per_gpu=per_gpu)
-                    assert cfg.variant in ccl.VARIANTS[name] and cfg.block % cfg.width == 0, (name, nbytes, cfg)
+    files = _table_files()
+    assert _table.FALLBACK_FILE in files and len(files) >= 2, files  # the fallback and a measured card
+    for name in files:
+        data = _table.read(os.path.join(_table.TABLES_DIR, name))
+        card = name != _table.FALLBACK_FILE
+        # a card's file is named after the card (torch.cuda.get_device_name) and says its capability
+        assert set(data) == ({"device", "capability", "rows"} if card else {"rows"}), (name, set(data))
+        if card:
+            assert _table.file_name(data["device"]) == name and re.fullmatch(r"sm_\d+", data["capability"]), data
+        for row in data["rows"]:
+            assert required <= set(row) <= required | {"ranks_per_gpu", "measured"}, (name, row)
+            assert set(row["config"]) <= {"variant", "block", "width", "grid", "num_warps", "chunk", "heap_chunk"}, row
+            # a card's rows are measured there, for a world size and ranks per GPU; the fallback's
+            # hold for any world size and any card
+            assert ("measured" in row) == card and (row["world_size"] != 0) == card, (name, row)
+            assert not card or (row.get("ranks_per_gpu", 0) >= 1 and data["device"] in row["measured"]), row
+    for name in files:
+        table, _ = _table.load(name[:-5] if name != _table.FALLBACK_FILE else None, None)
+        # the fallbacks (any world size) come after every specific row: the first match wins
+        fallback = [i for i, row in enumerate(table) if row["world_size"] == 0]
+        assert fallback == list(range(len(table) - len(fallback), len(table))), (name, table)
+        for backend in ("cpu", "cuda"):
+            for coll in ccl.VARIANTS:
+                for nbytes in (4, 4096, 1 << 20, (1 << 20) + 4, 1 << 30):
+                    for world, per_gpu in ((2, 1), (2, 2), (4, 4), (8, 8), (3, 1)):
+                        cfg = ccl.choose(coll, nbytes, "float32", world, backend, table=table, ranks_per_gpu=per_gpu)
+                        assert cfg.variant in ccl.VARIANTS[coll] and cfg.block % cfg.width == 0, (coll, nbytes, cfg)
+
+
+def test_the_table_files_hold_every_row_of_the_python_table_they_replaced():
+    # tests/data/ccl_table_2026_12_05.json: ccl/_table.py's TABLE when the rows moved into JSON
+    # files (the H200's measured rows, then the rows for any device). A re-measurement on the H200
+    # (benchmarks/ccl.py --write-table) changes that file's rows: update this copy with it.
+    with open(os.path.join(os.path.dirname(__file__), "data", "ccl_table_2026_12_05.json")) as f:
+        before = json.load(f)
+    table, source = _table.load("NVIDIA H200", "sm_90")
+    assert len(table) == len(before) == 163 and table == before, source
+    assert _table.OTHER_BACKENDS == [row for row in before if "measured" not in row]
+
+
+@pytest.fixture
+def on_card(monkeypatch):
+    """``on_card(name, capability)``: the process's CUDA device as ``torch.cuda`` would name it;
+    the table is looked up anew on the next call, and forgotten after the test."""
+    saved = {k: vars(_table)[k] for k in ("TABLE", "SOURCE") if k in vars(_table)}
+
+    def use(name, capability):
+        monkeypatch.setattr(_table, "current_device", lambda: (name, capability))
+        for k in ("TABLE", "SOURCE"):
+            vars(_table).pop(k, None)
+
+    yield use
+    for k in ("TABLE", "SOURCE"):
+        vars(_table).pop(k, None)
+    vars(_table).update(saved)
+
+
+def test_each_card_gets_its_own_table_else_one_of_its_compute_capability_else_the_fallback(on_card, caplog):
+    h200 = _table.read(os.path.join(_table.TABLES_DIR, "NVIDIA_H200.json"))["rows"]
+    fallback = _table.fallback_rows()
+    # 8 ranks on one GPU, 64 KiB of bf16: the H200's table measured the buffered one-shot fastest
+    call = ("all_reduce", 65536, "bfloat16", 8, "cuda")
+    cases = [("NVIDIA H200", "sm_90", h200, "NVIDIA_H200.json (measured on this card)", "one_shot_buffered"),
+             ("NVIDIA H100 80GB HBM3", "sm_90", h200, "NVIDIA_H200.json (borrowed: NVIDIA H100 80GB HBM3 has no",
+              "one_shot_buffered"),
+             ("NVIDIA A100-SXM4-80GB", "sm_80", [], "fallback.json (NVIDIA A100-SXM4-80GB, sm_80: no table of its",
+              "one_shot")]
+    for name, capability, own, source, variant in cases:
+        on_card(name, capability)
+        with caplog.at_level(logging.INFO, logger="iris"):
+            assert ccl.choose(*call, ranks_per_gpu=8).variant == variant, name
+        assert _table.TABLE == own + fallback and _table.TABLE[:len(own)] == own, name  # its rows first, in order
+        assert ccl.table_source().startswith(source), ccl.table_source()
+        assert f"selection table {ccl.table_source()}" in caplog.text, caplog.text  # said once, at INFO
+        # the cpu backend searches the fallback rows whatever the card
+        assert ccl.choose("all_reduce", 65536, "bfloat16", 8, "cpu", ranks_per_gpu=8) == \
+            ccl.choose("all_reduce", 65536, "bfloat16", 8, "cpu", table=fallback, ranks_per_gpu=8)
+
+
+def test_a_card_of_its_own_comes_before_a_borrowed_one_and_the_first_row_wins(tmp_path):
+    def row(world, block, measured=True):
+        extra = {"ranks_per_gpu": 1, "measured": "2026-12-06, a card"} if measured else {}
+        return {"backend": "cuda", "collective": "*", "max_bytes": None, "dtype": "*", "world_size": world,
+                **extra, "config": {"variant": None, "block": block, "width": 64, "num_warps": 4}}
+
+    _table.write(str(tmp_path / "fallback.json"), [row(0, 256, False)])
+    _table.write(str(tmp_path / "Card_A.json"), [row(2, 1024), row(2, 2048)], "Card A", "sm_100")
+    _table.write(str(tmp_path / "Card_B_2.json"), [row(2, 4096)], "Card B/2", "sm_100")
+    table, source = _table.load("Card B/2", "sm_100", str(tmp_path))
+    assert [r["config"]["block"] for r in table] == [4096, 256] and source.startswith("Card_B_2.json (measured")
+    table, source = _table.load("Card C", "sm_100", str(tmp_path))  # the first card of sm_100 by file name
+    assert [r["config"]["block"] for r in table] == [1024, 2048, 256] and "borrowed" in source, source
+    assert ccl.choose("all_gather", 64, "float32", 2, "cuda", table=table).block == 1024
+    assert ccl.choose("all_gather", 64, "float32", 4, "cuda", table=table).block == 256
+    table, source = _table.load("Card D", "sm_90", str(tmp_path))
+    assert [r["config"]["block"] for r in table] == [256] and source.startswith("fallback.json (Card D, sm_90"), source
+
+
+def test_without_cuda_the_table_is_the_fallback_and_cuda_is_never_asked(monkeypatch, on_card):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name in ("current_device", "get_device_name", "get_device_capability", "init"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, **k: pytest.fail("asked CUDA"))
+    for k in ("TABLE", "SOURCE"):
+        vars(_table).pop(k, None)
+    assert ccl.choose("all_reduce", 4096, "float32", 2, "cpu").block == 1024  # the cpu row: no CUDA call
+    assert "TABLE" not in vars(_table)  # the cuda table is looked up on first use only
+    assert _table.current_device() == (None, None)
+    assert ccl.table_source() == "fallback.json (no CUDA device)" and _table.TABLE == _table.fallback_rows()
 
 
 def test_rows_measured_on_a_shared_gpu_do_not_apply_to_one_rank_per_gpu():

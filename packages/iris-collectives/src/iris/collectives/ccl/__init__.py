@@ -28,8 +28,8 @@ Each call is one persistent kernel on torch's current stream, built from the til
 flags (counters in device memory that only grow): back-to-back calls need no host barrier, and a
 CUDA graph of them replays correctly. Tensors on the symmetric heap are read by the peers in
 place; other tensors are staged through a cached heap buffer inside the kernel. The variant and
-tiling come from a measured table (:mod:`iris.collectives.ccl._table`); ``config=Config(...)``
-overrides it.
+tiling come from a measured table (:mod:`iris.collectives.ccl._table`: a JSON file per card;
+:func:`table_source` says which one this process uses); ``config=Config(...)`` overrides it.
 
 Inside ``torch.compile`` each call is a torch operator (``torch.ops.iris.all_reduce`` ..., see
 :mod:`iris.collectives.functional`, which also has the differentiable, functional forms): no graph
@@ -52,6 +52,7 @@ from ._move import all_gather, all_to_all, barrier, broadcast
 from ._p2p import P2POp, P2PSettings, Work, batch_isend_irecv, init_p2p, irecv, isend, p2p_settings, recv, send
 from ._reduce import all_reduce, reduce_scatter
 from ._rooted import gather, reduce, scatter
+from ._table import table_source
 
 
 def clear_workspaces(ctx) -> None:
@@ -91,4 +92,5 @@ __all__ = [
     "reduce_scatter",
     "scatter",
     "send",
+    "table_source",
 ]

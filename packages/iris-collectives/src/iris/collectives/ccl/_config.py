@@ -90,7 +90,7 @@ def _row_matches(row: dict, backend: str, collective: str, nbytes: int, dtype: s
 def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: str,
            config: Config | None = None, table: list | None = None, ranks_per_gpu: int = 1) -> Config:
     """The complete :class:`Config` of one call: ``config``'s fields where set, else the first
-    matching row of ``table`` (default: the selection table), else the defaults.
+    matching row of ``table`` (default: the selection table of ``backend``, :func:`table_source`), else the defaults.
 
     ``nbytes``: the per-rank message in bytes; ``dtype``: its torch name without ``torch.``
     (``"float32"``); ``ranks_per_gpu``: ranks sharing this rank's device (the context's
@@ -102,7 +102,7 @@ def choose(collective: str, nbytes: int, dtype: str, world_size: int, backend: s
         raise IrisUsageError(f"{where}: config={config!r} must be an iris.collectives.ccl.Config or None")
     fields = {"variant": None, "block": 1024, "width": 64, "grid": None, "num_warps": 4, "chunk": None,
               "heap_chunk": None, "register": None}
-    for row in _table.TABLE if table is None else table:
+    for row in _table.rows(backend) if table is None else table:
         if _row_matches(row, backend, collective, nbytes, dtype, world_size, ranks_per_gpu):
             fields.update({k: v for k, v in row["config"].items() if v is not None})
             break
