@@ -6,6 +6,7 @@ stays free of torch, mpi4py and the runtime.
 For each package (a folder under packages/), on a copy of the folder so the source tree stays clean:
 - builds a wheel alone (``python -m build --wheel``, or ``pip wheel --no-deps`` without ``build``);
 - checks the wheel: ``py.typed`` and ``_version.py`` present (and the version matches the wheel's),
+  every file of the sources other than Python (data such as ``ccl/tables/*.json``) present,
   no ``iris/__init__.py`` (``iris`` is a PEP 420 namespace), nothing outside ``iris/<name>/``;
 - checks METADATA: iris-device requires triton (and numpy) only; a sibling (``iris-*``) requirement is a range
   such as ``>=0.1,<0.2`` that admits the sibling's current version, never ``==``; the Triton range
@@ -109,6 +110,18 @@ def build_wheel(source: str, outdir: str) -> tuple[str | None, str]:
     return os.path.join(outdir, wheels[0]), " ".join(cmd[2:4])
 
 
+def data_files(package: str) -> list[str]:
+    """The files of ``packages/<package>/src/iris/<name>/`` other than Python, as the wheel names
+    them (``iris/collectives/ccl/tables/fallback.json``)."""
+    src = os.path.join(PACKAGES, package, "src")
+    found = []
+    for folder, dirs, files in os.walk(os.path.join(src, "iris", module_name(package))):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not d.endswith(".egg-info")]
+        found += [os.path.relpath(os.path.join(folder, f), src).replace(os.sep, "/") for f in files
+                  if not f.endswith((".py", ".pyc"))]
+    return sorted(found)
+
+
 def check_wheel(package: str, wheel: str, versions: dict[str, str], report: Report) -> None:
     sub = module_name(package)
     with zipfile.ZipFile(wheel) as zf:
@@ -128,6 +141,11 @@ def check_wheel(package: str, wheel: str, versions: dict[str, str], report: Repo
     stray = [n for n in names if not (n.startswith(f"iris/{sub}/") or n.startswith(f"{dist_info}/"))]
     report.add(package, "contents", not stray, f"{len(names)} files under iris/{sub}/ and {dist_info}"
                if not stray else f"files outside iris/{sub}/: {stray[:5]}")
+    # data the code reads at run time (ccl/tables/*.json) ships too: package-data in pyproject.toml
+    data = data_files(package)
+    missing = [n for n in data if n not in names]
+    report.add(package, "data files", not missing, f"{len(data)} files besides Python" if not missing
+               else f"not in the wheel: {missing[:5]} (add them to [tool.setuptools.package-data])")
 
     requires = email.parser.Parser().parsestr(metadata).get_all("Requires-Dist") or []
     reqs = [Requirement(r) for r in requires]
