@@ -247,6 +247,12 @@ MUTATIONS = [
              [("pytest", "packages/iris-collectives/tests/test_ops_config.py::"
                "test_fp32_inputs_multiply_at_torchs_precision_through_cublas_and_ccl")],
              expect="AssertionError"),
+    Mutation("table-never-borrowed", "a card without a table of its own gets a measured card's of its compute capability",
+             [(f"{COLL}/ccl/_table.py", "if capability is not None and other.get(\"capability\") == capability:",
+               "if False:", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_ccl_host.py::"
+               "test_each_card_gets_its_own_table_else_one_of_its_compute_capability_else_the_fallback")],
+             expect="AssertionError"),
     Mutation("fp32-precision-always-tf32", "fp32 inputs multiply at torch's fp32 precision by default",
              [(f"{COLL}/ops/_config.py", 'fields.setdefault("input_precision", fp32 or "tf32")',
                'fields.setdefault("input_precision", "tf32")', 1)],
