@@ -3,7 +3,7 @@ that picks one, which ``config=ops.Config(...)`` overrides field by field.
 
 The op is an all-reduce with an epilogue: its communication is the host all-reduce's, whose
 strategy for each message size, dtype, world size and ranks per GPU is measured and committed in
-``ccl._table``. So the rule is data, that table's, plus two facts about rows:
+``ccl._table`` (a JSON file per card). So the rule is data, that table's, plus two facts about rows:
 
 - ``variant``: the one the all-reduce's table picks for the same message (this rank's ``partial``
   in bytes): ``one_shot`` (every rank reads every rank's rows; the fewest steps),
