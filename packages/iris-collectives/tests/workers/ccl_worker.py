@@ -125,8 +125,9 @@ def scenario_all_reduce_ops_and_dtypes(ctx):
     # every op x dtype once, 37 elements (3 tiles, the last ragged), alternating variant and placement
     # (in pairs, so that either half of the cases that spread() gives a world size has both variants)
     cases = [(dtype, op) for dtype in DTYPES for op in OPS if op != "avg" or dtype.is_floating_point]
+    mine = spread(cases, ctx.world_size)
     for i, (dtype, op) in enumerate(cases):
-        if (dtype, op) not in spread(cases, ctx.world_size):
+        if (dtype, op) not in mine:
             continue
         config = TWO_SHOT if i // 2 % 2 else SMALL
         run_all_reduce(ctx, 37 if i % 3 else 150, dtype, op, 100 * i, config, heap_in=i % 4 == 1,
@@ -149,8 +150,9 @@ def scenario_all_reduce_sizes_and_placement(ctx):
 def scenario_reduce_scatter(ctx):
     cases = [(dtype, op) for dtype in (torch.float32, torch.bfloat16, torch.int64) for op in OPS
              if op != "avg" or dtype.is_floating_point]
+    mine = spread(cases, ctx.world_size)
     for i, (dtype, op) in enumerate(cases):
-        if (dtype, op) in spread(cases, ctx.world_size):
+        if (dtype, op) in mine:
             run_reduce_scatter(ctx, (1, 37, 70)[i % 3], dtype, op, 3000 + 100 * i, heap_in=i // 2 % 2 == 1)
     run_reduce_scatter(ctx, 5, torch.float16, "sum", 3900, config=ccl.Config())
 
