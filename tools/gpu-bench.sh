@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmarks and examples on one machine without network (see tools/gpu-tests.sh for the
 # environment). Usage: bash tools/gpu-bench.sh [rma] [collectives] [trace] [examples]
-# [ccl] [ccl_groups] [ccl_host] [call_check] [fused] [tp_mlp] [norm] [moe] (no argument: rma collectives trace examples; the
-# others only when named). COLL_WORLDS, CCL_WORLDS, CHECK_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS, NORM_WORLDS
-# and MOE_WORLDS set the world sizes (GROUP_SIZES the group sizes of ccl_groups, 8 ranks), EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS,
-# CCL_ARGS, CHECK_ARGS, FUSED_ARGS, MLP_ARGS, NORM_ARGS and MOE_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
+# [ccl] [ccl_groups] [ccl_host] [call_check] [fused] [tp_mlp] [norm] [moe] [p2p] [torch_backend] (no argument: rma collectives trace examples; the
+# others only when named). COLL_WORLDS, CCL_WORLDS, CHECK_WORLDS, EX_WORLDS, FUSED_WORLDS, MLP_WORLDS, NORM_WORLDS,
+# MOE_WORLDS and TB_WORLDS (torch_backend) set the world sizes (p2p: 2 ranks; GROUP_SIZES the group sizes of ccl_groups, 8 ranks), EX_ONLY a subset of the examples ("02 03"), RMA_ARGS, COLL_ARGS,
+# CCL_ARGS, CHECK_ARGS, FUSED_ARGS, MLP_ARGS, NORM_ARGS, MOE_ARGS, P2P_ARGS and TB_ARGS more arguments of each benchmark; ccl tunes and rewrites its selection table unless CCL_TUNE=0.
 # call_check launches its own jobs (ccl.py with IRIS_CHECK_CALLS=1 and =0) through $MPI (IRIS_MPIEXEC), 20 min per world size at most.
 # Results go to benchmarks/results/ and docs/tracing/, logs to $OUT if set. What each benchmark
 # measures, and the commands behind the committed results: docs/performance.md.
@@ -61,6 +61,10 @@ for s in $stages; do
       done ;;
     moe) for w in ${MOE_WORLDS:-2 4 8}; do
         step "moe_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/moe.py ${MOE_ARGS:-}
+      done ;;
+    p2p) step p2p_2 $MPI -n 2 python3 -m mpi4py benchmarks/p2p.py ${P2P_ARGS:-} ;;
+    torch_backend) for w in ${TB_WORLDS:-2 4 8}; do
+        step "torch_backend_$w" $MPI -n "$w" python3 -m mpi4py benchmarks/torch_backend.py ${TB_ARGS:-}
       done ;;
     *) echo "unknown stage $s"; status=2 ;;
   esac

@@ -505,6 +505,22 @@ def test_scenario_params_split_the_scenarios_over_jobs_only_when_asked(monkeypat
     assert [p.values[1] for p in scenario_params([2], names)] == [[n] for n in names]
 
 
+def test_scenario_params_keep_only_the_scenarios_named(monkeypatch):
+    from iris.runtime.testing import scenario_params
+
+    names = ["a", "b", "c", "d"]
+    monkeypatch.delenv("IRIS_TEST_SCENARIO_PARTS", raising=False)
+    monkeypatch.setenv("IRIS_TEST_SCENARIOS", "d, b,zz")
+    assert [(p.id, p.values) for p in scenario_params([2, 4], names)] == [("2", (2, ["b", "d"])),
+                                                                           ("4", (4, ["b", "d"]))]
+    monkeypatch.setenv("IRIS_TEST_SCENARIO_PARTS", "2")
+    assert [p.values[1] for p in scenario_params([2], names)] == [["b"], ["d"]]
+    monkeypatch.setenv("IRIS_TEST_SCENARIOS", "zz")  # a worker with none of them: no job
+    assert scenario_params([2, 4], names) == []
+    monkeypatch.setenv("IRIS_TEST_SCENARIOS", "")
+    assert len(scenario_params([2], names)) == 2
+
+
 def test_a_job_about_to_reach_the_launchers_limit_prints_every_threads_stack():
     import subprocess
     import sys

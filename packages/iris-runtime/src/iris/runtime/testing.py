@@ -112,6 +112,7 @@ def spread(cases, world_size: int) -> list:
 
 
 PARTS_ENV = "IRIS_TEST_SCENARIO_PARTS"
+ONLY_ENV = "IRIS_TEST_SCENARIOS"
 
 
 def scenario_params(sizes: list[int], scenarios: list[str]) -> list:
@@ -120,9 +121,18 @@ def scenario_params(sizes: list[int], scenarios: list[str]) -> list:
     ``IRIS_TEST_SCENARIO_PARTS=n`` (``tools/gpu-tests.sh`` sets it), n jobs per world size that share
     the scenarios out in turn (ids ``"2-part1of3"``...). A job runs its scenarios one after the
     other, each compiling its kernels; the side-by-side processes of the GPU suite run the parts at
-    once, so that no single job holds the suite's end."""
+    once, so that no single job holds the suite's end.
+
+    ``IRIS_TEST_SCENARIOS=a,b`` keeps only the scenarios named (in the worker's order): one feature's
+    scenarios on the GPU, without the rest of their workers; a worker with none of them gets no job
+    (its test is reported as skipped: an empty parameter set)."""
     import pytest
 
+    only = [name.strip() for name in os.environ.get(ONLY_ENV, "").split(",") if name.strip()]
+    if only:
+        scenarios = [name for name in scenarios if name in only]
+        if not scenarios:
+            return []
     parts = max(1, int(os.environ.get(PARTS_ENV, "1") or 1))
     shares = [scenarios[k::parts] for k in range(parts)]
     shares = [share for share in shares if share]
