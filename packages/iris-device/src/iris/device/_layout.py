@@ -9,7 +9,7 @@ device code that reads it.
      trace_counter_ptr, trace_buffer_ptr,
      heap_size,                                # ... then what Iris adds:
      watchdog_timeout_ns, watchdog_record_ptr, # the bound on waits (0: none), its report
-     call_words_offset]                        # where the call agreement's words are (0: the pad's)
+     call_words_offset]                        # where the call agreement's words are (never 0)
 
 ``heap_bases`` (what the free functions take) is the same tensor from index 2 on, so the
 header sits just before it and the trailer just after the N bases.
@@ -47,9 +47,10 @@ WATCHDOG_NS = 5
 #: Address of the watchdog's report (host-visible int64 words, layout in ``iris.device._watchdog``).
 WATCHDOG_RECORD = 6
 #: Byte offset, from every rank's heap base, of the call agreement's words
-#: (``iris.device._calls``); 0 for the signal pad's (``heap_size + SIGNAL_PAD_BYTES -
-#: PAD_RESERVED_BYTES``). A group's context (``iris.runtime.Group``) points it at words of its own
-#: on the heap, so that calls of overlapping groups never count or compare in the same words.
+#: (``iris.device._calls``), never 0: a context's are in its signal pad (``heap_size +
+#: CALL_WORDS_IN_PAD``, what ``iris.runtime`` writes); a group's context (``iris.runtime.Group``)
+#: points it at words of its own on the heap, so that calls of overlapping groups never count or
+#: compare in the same words. The device reads the words' address from it alone (one load).
 CALL_WORDS_OFFSET = 7
 #: Number of words after the heap bases.
 TRAILER_WORDS = 8
@@ -84,6 +85,9 @@ CALL_WORDS_BYTES = 64 + 16 * CALL_CHECK_MAX_RANKS
 #: agreement's words, then a 64-byte scratch area for the network path's masked-out lanes
 #: (``iris.device._nvshmem``), then the watchdog's drain and claim words (16 bytes, at the very end).
 PAD_RESERVED_BYTES = CALL_WORDS_BYTES + 80
+#: Byte offset of the call agreement's words in the signal pad (the first reserved bytes): a
+#: context's ``call_words_offset`` is ``heap_size + CALL_WORDS_IN_PAD``.
+CALL_WORDS_IN_PAD = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES
 #: Offsets inside the reserved bytes.
 CALL_COUNTER_AT = 0
 CALL_SLOTS_AT = 64

@@ -124,8 +124,8 @@ class Group:
             self._host_waits = ctx._host_waits
         self._boot = boot
         self._calls = CallAgreement(self)
-        # The arena's last bytes hold the group's call words (``call_words_offset``: never 0,
-        # which would mean the signal pad's), the bytes before them the flags of the ring
+        # The arena's last bytes hold the group's call words (``call_words_offset``: not the
+        # context's, which are in the signal pad), the bytes before them the flags of the ring
         # all-reduce on the group (``GROUP_RING_BYTES``, never reset: running totals); the rest
         # is carved into workspaces from the front.
         self._arena = arena
