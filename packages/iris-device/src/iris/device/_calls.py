@@ -9,9 +9,10 @@ host exchange, and this is its check. Each collective kernel gets the *fingerpri
 argument, so that new calls compile nothing), and its program 0:
 
 - on entry (:func:`call_enter`), before its first signal, counts the call (this rank's ``n``-th
-  collective call of the context: a counter in its call words, in device memory, so that CUDA
-  graph replays count too) and stores ``(n, fingerprint)`` into slot ``[n % 2][rank]`` of every
-  rank's signal pad: remote stores that the call's first signal publishes (its release orders
+  collective call of the context: the context tensor's ``call_counter``, in device memory, so that
+  CUDA graph replays count too; a group's context tensor counts the group's calls) and stores
+  ``(n, fingerprint)`` into slot ``[n % 2][rank]`` of every rank's call words (the signal pad's,
+  or a group's own): remote stores that the call's first signal publishes (its release orders
   them), no round trip;
 - after its waits (:func:`call_check`), which imply that every peer's program 0 has entered the
   call too, reads slots ``[n % 2]`` of its own pad (one load of ``W`` words, local memory) and
@@ -34,12 +35,12 @@ to ``CALL_CHECK_MAX_RANKS`` ranks, and only with the watchdog on the GPU (the re
 watchdog's). Peers reached only over the network (the ``nvshmem`` backend's other nodes) are not
 compared.
 
-Cost, on program 0's path alone: on entry, one round of independent loads of the context tensor
-(the call words' offset, which the runtime always writes, never 0, and the heap bases; no load
-finds the trailer, as ``world_size`` is the context's ``num_ranks``), one local atomic whose result
-the stores need, and one store instruction to the ``W`` ranks; at its end, one load of ``W`` int64
-words (one transaction up to 8 ranks) at the address :func:`call_enter` returned with the count
-(the call's *ticket*: nothing to look up) and a comparison.
+Cost, on program 0's path alone: on entry, one round trip (every address is in the context
+tensor, so its atomic on the counter and its loads of the call words' offset and the heap bases go
+out at once: ``world_size`` is the context's ``num_ranks``, and the runtime always writes the
+offset, never 0), then one store instruction to the ``W`` ranks; at its end, one load of ``W``
+int64 words (one transaction up to 8 ranks) at the address :func:`call_enter` returned with the
+count (the call's *ticket*: nothing to look up) and a comparison.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import triton.language as tl
 from ._interpreter import INTERPRETER
 from ._layout import (
     CALL_CHECK_MAX_RANKS,
-    CALL_COUNTER_AT,
+    CALL_COUNTER_C,
     CALL_SLOTS_AT,
     CALL_WORDS_IN_PAD,
     CALL_WORDS_OFFSET_C,
@@ -69,10 +70,8 @@ def calls_check_from_env() -> bool:
 #: Compile-time switch (``IRIS_CHECK_CALLS``, read at import): the call agreement is on.
 CHECK_CALLS: tl.constexpr = tl.constexpr(calls_check_from_env())
 
-#: Byte offsets, from a rank's heap base plus the heap size, of its call counter and slots.
-COUNTER_OFFSET = CALL_WORDS_IN_PAD + CALL_COUNTER_AT
+#: Byte offset, from a rank's heap base plus the heap size, of a context's call slots.
 SLOTS_OFFSET = CALL_WORDS_IN_PAD + CALL_SLOTS_AT
-_COUNTER_C: tl.constexpr = tl.constexpr(CALL_COUNTER_AT)
 _SLOTS_C: tl.constexpr = tl.constexpr(CALL_SLOTS_AT)
 
 #: The fingerprints are 31-bit (a non-negative int32 kernel argument) and never 0 (an empty slot).
@@ -119,26 +118,28 @@ def call_enter(heap_bases, fingerprint, rank: tl.constexpr, world_size: tl.const
     collective kernel, in every program, before the kernel's first signal; ``world_size`` must be
     the context's ``num_ranks`` (what ``DeviceContext.initialize`` checks in debug mode).
 
-    Granularity: program 0 only (the others return at once). Memory semantics: the context's
-    words (the call words' offset, every rank's heap base) in one round of independent loads,
-    then a relaxed atomic on this rank's counter (GPU scope: kernel boundaries order this rank's
-    calls), then a weak store of ``(n << 32) | fingerprint`` into slot ``[n % 2][rank]`` of every
-    rank's call words reachable by pointer; the kernel's next release (its first signal)
-    publishes them."""
+    Granularity: program 0 only (the others return at once). Memory semantics: a relaxed atomic
+    on the context tensor's call counter (GPU scope: kernel boundaries order this rank's calls)
+    and plain loads of the call words' offset and every rank's heap base, all at once (every
+    address is the context tensor's: no load waits for another); then a weak store of ``(n << 32)
+    | fingerprint`` into slot ``[n % 2][rank]`` of every rank's call words reachable by pointer;
+    the kernel's next release (its first signal) publishes them."""
     count = tl.full([], 0, tl.int32)
     row = tl.full([], 0, tl.int64)
     if checked(world_size):
         if _first_program():
-            # Every address comes from words the host wrote before the launch, so all of them load
-            # at once: the trailer sits at heap_bases + world_size (world_size is the context's
-            # num_ranks), whose call_words_offset the runtime always writes (never 0), and the
-            # bases. The counter's atomic is then the only round trip before the stores.
-            words = tl.load(heap_bases + world_size + CALL_WORDS_OFFSET_C)
+            # One round trip before the stores: every address is in the context tensor, whose
+            # trailer sits at heap_bases + world_size (world_size is the context's num_ranks): the
+            # call words' offset (which the runtime always writes: never 0, no heap_size to add),
+            # the bases and the counter. The loads go first: the atomic's result is shared with
+            # the program's other threads through a CTA barrier, which a load after it would wait
+            # for.
+            trailer = heap_bases + world_size
+            words = tl.load(trailer + CALL_WORDS_OFFSET_C)
             q = tl.arange(0, _pow2(world_size))
             bases = tl.load(heap_bases + q, mask=q < world_size, other=0)
             own = tl.load(heap_bases + rank) + words
-            count = tl.atomic_add(tl.cast(own + _COUNTER_C, tl.pointer_type(tl.int32)), 1, sem="relaxed",
-                                  scope="gpu") + 1
+            count = (tl.atomic_add(trailer + CALL_COUNTER_C, 1, sem="relaxed", scope="gpu") + 1).to(tl.int32)
             word = (count.to(tl.int64) << 32) | fingerprint.to(tl.int64)
             parity = _SLOTS_C + (count % 2).to(tl.int64) * (8 * world_size)
             # base 0: a peer on another node (nvshmem), not reachable by pointer

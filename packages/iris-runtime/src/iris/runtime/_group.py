@@ -153,6 +153,7 @@ class Group:
         context = torch.cat([header, bases, trailer.clone(), members])
         context[layout.HEAP_BASES + self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + \
             self._words_at
+        context[layout.HEAP_BASES + self.size + layout.CALL_COUNTER] = 0  # the group's calls, from its first
         return context.to(self.device)
 
     def get_device_context(self) -> torch.Tensor:
