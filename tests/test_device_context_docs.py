@@ -26,6 +26,7 @@ TRAILER = {
     "watchdog_timeout_ns": layout.WATCHDOG_NS,
     "watchdog_record_ptr": layout.WATCHDOG_RECORD,
     "call_words_offset": layout.CALL_WORDS_OFFSET,
+    "call_counter": layout.CALL_COUNTER,
 }
 
 
@@ -55,6 +56,8 @@ def test_the_stated_sizes_are_the_layouts():
         f"{_watchdog.RECORD_WORDS} int64 words of host-visible memory",
         f"(`1 << {layout.SIGNAL_PAD_BYTES.bit_length() - 1}` bytes)",
         f"Its last {layout.PAD_RESERVED_BYTES} bytes are reserved",
+        f"`heap_size + {layout.CALL_WORDS_IN_PAD}` for the words in the signal pad",
+        f"report, heap_size + {layout.CALL_WORDS_IN_PAD}, 0]`",
     ]
     assert layout.SIGNAL_PAD_BYTES == 1 << 20 and "a *signal pad* of 1 MiB" in text, "the pad's size in MiB changed"
     missing = [fact for fact in facts if fact not in text]

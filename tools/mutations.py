@@ -394,7 +394,7 @@ MUTATIONS = [
     Mutation("group-shares-call-words", "a group counts and compares its calls in call words of its own, not the "
              "context's",
              [(f"{RUNTIME}/_group.py", "self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + ",
-               "self.size + layout.CALL_WORDS_OFFSET] = 0 * ", 1)],
+               "self.size + layout.CALL_WORDS_OFFSET] += 0 * ", 1)],  # keeps the context's (the pad's)
              [("worker", "4", "ccl_worker.py", "groups")], expect="scenario 'groups' failed"),
     Mutation("operator-backward-on-context", "the gradient of an operator called on a group communicates on the "
              "same group",

@@ -534,3 +534,17 @@ def test_a_job_about_to_reach_the_launchers_limit_prints_every_threads_stack():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("most recent call first") >= 2, proc.stderr  # the main thread and the other
+
+
+def test_context_tensor_points_at_the_call_words_in_the_signal_pad():
+    # Collective kernels find the call agreement's words at heap_base + call_words_offset, with no
+    # other word of the context (iris.device._calls): the runtime writes the offset of the words in
+    # the signal pad, which starts at heap_base + heap_size and reserves its last bytes for them.
+    from iris.device import _layout as layout
+    from iris.runtime._context import build_context
+
+    heap_size, W = 3 << 20, 3
+    words = build_context(1, W, [1 << 30, 2 << 30, 3 << 30], heap_size, torch.device("cpu")).tolist()
+    pad_words = heap_size + layout.SIGNAL_PAD_BYTES - layout.PAD_RESERVED_BYTES
+    assert words[layout.HEAP_BASES + W + layout.CALL_WORDS_OFFSET] == pad_words
+    assert words[layout.HEAP_BASES + W + layout.HEAP_SIZE] == heap_size

@@ -1242,8 +1242,10 @@ def scenario_debug_mismatch(ctx):
     if not iris.device.DEBUG.value or ctx.world_size < 2:
         raise SystemExit("scenario debug_mismatch needs IRIS_DEBUG=1 and 2 ranks (test_ccl_debug_reports_mismatch)")
     # IRIS_CHECK_CALLS=0: no call agreement, on the host (the call below is new: it would be
-    # exchanged and refused) or on the device (nothing published: the pad's call words stay 0)
+    # exchanged and refused) or on the device (nothing counted or published: the context's call
+    # counter and the pad's call slots stay 0)
     from iris.device import _calls
+    from iris.device import _layout as layout
 
     assert not _calls.CHECK_CALLS.value and ctx.agree_call(("x",), lambda: "x", "x") == 0
     n = 100 if ctx.rank == 0 else 120  # 2 tiles of 64 on both: the same workspace
@@ -1251,8 +1253,11 @@ def scenario_debug_mismatch(ctx):
     expect_error(lambda: ccl.all_reduce(ctx, x, x, config=SMALL), Exception, "made different calls on the same lock",
                  "7 x 16", "8 x 16")
     assert ctx._watchdog.device_calls() is None
-    pad = ctx._heap.bases[ctx.rank] + ctx.heap_size
-    assert ctx._heap.read_int32(pad + _calls.COUNTER_OFFSET) == 0, "a kernel counted its call with the check off"
+    W = ctx.world_size
+    assert int(ctx.get_device_context()[layout.HEAP_BASES + W + layout.CALL_COUNTER]) == 0, \
+        "a kernel counted its call with the check off"
+    slots = ctx._heap.bases[ctx.rank] + ctx.heap_size + _calls.SLOTS_OFFSET
+    assert all(ctx._heap.read_int32(slots + 4 * k) == 0 for k in range(4 * W)), "a kernel published its call"
 
 
 def scenario_cuda_graph(ctx):
@@ -1479,11 +1484,14 @@ def scenario_groups(ctx):
     groups = {name: make_groups(ctx, lists) for name, lists in layouts.items()}
     base = ctx._heap.bases[ctx.rank]
 
-    def counted(words_offset: int) -> int:  # the calls counted in the call words at this offset
-        return ctx._heap.read_int32(base + words_offset + layout.CALL_COUNTER_AT)
+    def counted(on) -> int:  # the calls the device counted in the context tensor of a context or group
+        return int(on.get_device_context()[layout.HEAP_BASES + on.world_size + layout.CALL_COUNTER])
 
-    pad_words = ctx.heap_size + _calls.COUNTER_OFFSET - layout.CALL_COUNTER_AT
-    before = counted(pad_words)
+    def pad_slots() -> list:  # the context's call slots, in this rank's signal pad
+        slots = base + ctx.heap_size + _calls.SLOTS_OFFSET
+        return [ctx._heap.read_int32(slots + 4 * k) for k in range(4 * W)]
+
+    before, slots_before = counted(ctx), pad_slots()
     for k, dtype in enumerate((torch.float32, torch.bfloat16)):
         for name in ("tp", "dp", "odd"):
             if groups[name] is not None:
@@ -1492,15 +1500,16 @@ def scenario_groups(ctx):
             if groups[name] is not None:
                 ccl.barrier(ctx, group=groups[name])
                 run_group_calls(ctx, groups[name], 7500 + 100 * k, dtype)
-    # Each group counts its calls in call words of its own (2 x 19: the 9 kernels per run_group_calls
-    # that carry the device check, all_to_all_v's do not, and a barrier), the same count on every member, and never in
-    # the context's: overlapping groups whose members call in different orders compare only their
-    # own calls (sharing the words, a peer's call of another group could be compared as this one's).
-    assert counted(pad_words) == before, (counted(pad_words), before)
+    # Each group counts its calls in its own context tensor (2 x 19: the 9 kernels per
+    # run_group_calls that carry the device check, all_to_all_v's do not, and a barrier), the same
+    # count on every member, and publishes them in call words of its own, never in the context's:
+    # overlapping groups whose members call in different orders compare only their own calls
+    # (sharing the words, a peer's call of another group could be compared as this one's).
+    assert counted(ctx) == before, (counted(ctx), before)
+    assert pad_slots() == slots_before, "a group's call was published in the context's call words"
     for name, g in groups.items():
         if g is not None and g.size > 1 and _calls.CHECK_CALLS.value:
-            words = int(g.get_device_context()[layout.HEAP_BASES + g.size + layout.CALL_WORDS_OFFSET])
-            counts = g.allgather(counted(words))
+            counts = g.allgather(counted(g))
             assert counts == [2 * 19] * g.size, (name, g, counts)
     # Members of different groups sit in different kinds of host collective at once, for longer
     # than the context's board of host waits allows ranks of one context (iris.runtime._host_waits):

@@ -9,9 +9,10 @@ host exchange, and this is its check. Each collective kernel gets the *fingerpri
 argument, so that new calls compile nothing), and its program 0:
 
 - on entry (:func:`call_enter`), before its first signal, counts the call (this rank's ``n``-th
-  collective call of the context: a counter in its signal pad, in device memory, so that CUDA
-  graph replays count too) and stores ``(n, fingerprint)`` into slot ``[n % 2][rank]`` of every
-  rank's signal pad: remote stores that the call's first signal publishes (its release orders
+  collective call of the context: the context tensor's ``call_counter``, in device memory, so that
+  CUDA graph replays count too; a group's context tensor counts the group's calls) and stores
+  ``(n, fingerprint)`` into slot ``[n % 2][rank]`` of every rank's call words (the signal pad's,
+  or a group's own): remote stores that the call's first signal publishes (its release orders
   them), no round trip;
 - after its waits (:func:`call_check`), which imply that every peer's program 0 has entered the
   call too, reads slots ``[n % 2]`` of its own pad (one load of ``W`` words, local memory) and
@@ -32,8 +33,14 @@ only, whose report names both calls as well).
 Compiled in unless ``IRIS_CHECK_CALLS=0`` (read at import, like ``IRIS_DEBUG``), for worlds of 2
 to ``CALL_CHECK_MAX_RANKS`` ranks, and only with the watchdog on the GPU (the report is the
 watchdog's). Peers reached only over the network (the ``nvshmem`` backend's other nodes) are not
-compared. Cost: program 0 adds one local atomic and ``W`` stores on entry, and one load of ``W``
-int64 words (one transaction up to 8 ranks) and a comparison at its end.
+compared.
+
+Cost, on program 0's path alone: on entry, one round trip (every address is in the context
+tensor, so its atomic on the counter and its loads of the call words' offset and the heap bases go
+out at once: ``world_size`` is the context's ``num_ranks``, and the runtime always writes the
+offset, never 0), then one store instruction to the ``W`` ranks; at its end, one load of ``W``
+int64 words (one transaction up to 8 ranks) at the address :func:`call_enter` returned with the
+count (the call's *ticket*: nothing to look up) and a comparison.
 """
 
 from __future__ import annotations
@@ -46,17 +53,12 @@ import triton.language as tl
 from ._interpreter import INTERPRETER
 from ._layout import (
     CALL_CHECK_MAX_RANKS,
-    CALL_COUNTER_AT,
+    CALL_COUNTER_C,
     CALL_SLOTS_AT,
+    CALL_WORDS_IN_PAD,
     CALL_WORDS_OFFSET_C,
-    CUR_RANK_AT_C,
-    HEAP_SIZE_C,
-    PAD_RESERVED_BYTES,
-    SIGNAL_PAD_BYTES,
     WATCHDOG_RECORD_C,
 )
-from ._layout import HEAP_BASES as _HEAP_BASES
-from ._layout import NUM_RANKS as _NUM_RANKS
 from ._watchdog import WATCHDOG, watchdog_report_call_mismatch
 
 
@@ -68,13 +70,9 @@ def calls_check_from_env() -> bool:
 #: Compile-time switch (``IRIS_CHECK_CALLS``, read at import): the call agreement is on.
 CHECK_CALLS: tl.constexpr = tl.constexpr(calls_check_from_env())
 
-#: Byte offsets, from a rank's heap base plus the heap size, of its call counter and slots.
-COUNTER_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_COUNTER_AT
-SLOTS_OFFSET = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES + CALL_SLOTS_AT
-_PAD_WORDS_C: tl.constexpr = tl.constexpr(COUNTER_OFFSET)
-_COUNTER_C: tl.constexpr = tl.constexpr(CALL_COUNTER_AT)
+#: Byte offset, from a rank's heap base plus the heap size, of a context's call slots.
+SLOTS_OFFSET = CALL_WORDS_IN_PAD + CALL_SLOTS_AT
 _SLOTS_C: tl.constexpr = tl.constexpr(CALL_SLOTS_AT)
-_NUM_RANKS_AT: tl.constexpr = tl.constexpr(_NUM_RANKS - _HEAP_BASES)
 
 #: The fingerprints are 31-bit (a non-negative int32 kernel argument) and never 0 (an empty slot).
 FINGERPRINT_MASK = 0x7FFFFFFF
@@ -112,42 +110,44 @@ def _first_program():
 
 
 @triton.jit
-def _pad(heap_bases, rank):
-    # Address of rank's call words: its heap base plus the context's call_words_offset (the same
-    # on every rank), or when that is 0 the words in its signal pad (a group's context has words
-    # of its own: iris.runtime.Group).
-    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
-    offset = tl.load(trailer + CALL_WORDS_OFFSET_C)
-    if offset == 0:
-        offset = tl.load(trailer + HEAP_SIZE_C) + _PAD_WORDS_C
-    return tl.load(heap_bases + rank) + offset
-
-
-@triton.jit
 def call_enter(heap_bases, fingerprint, rank: tl.constexpr, world_size: tl.constexpr):
     """Count this rank's collective call and publish its fingerprint to every rank; returns the
-    call's number (1 for the first call of the context; 0 where the check is compiled out or in
-    programs other than the first). Call it on entry of a collective kernel, in every program,
-    before the kernel's first signal.
+    call's *ticket* for :func:`call_check`: ``(n, row)``, the call's number (1 for the first call
+    of the context) and the address of slots ``[n % 2]`` in this rank's call words (``(0, 0)``
+    where the check is compiled out or in programs other than the first). Call it on entry of a
+    collective kernel, in every program, before the kernel's first signal; ``world_size`` must be
+    the context's ``num_ranks`` (what ``DeviceContext.initialize`` checks in debug mode).
 
-    Granularity: program 0 only (the others return 0 at once). Memory semantics: a relaxed
-    atomic on this rank's counter (GPU scope: kernel boundaries order this rank's calls), then a
-    weak store of ``(n << 32) | fingerprint`` into slot ``[n % 2][rank]`` of every rank's pad
-    reachable by pointer; the kernel's next release (its first signal) publishes them."""
+    Granularity: program 0 only (the others return at once). Memory semantics: a relaxed atomic
+    on the context tensor's call counter (GPU scope: kernel boundaries order this rank's calls)
+    and plain loads of the call words' offset and every rank's heap base, all at once (every
+    address is the context tensor's: no load waits for another); then a weak store of ``(n << 32)
+    | fingerprint`` into slot ``[n % 2][rank]`` of every rank's call words reachable by pointer;
+    the kernel's next release (its first signal) publishes them."""
     count = tl.full([], 0, tl.int32)
+    row = tl.full([], 0, tl.int64)
     if checked(world_size):
         if _first_program():
-            own = _pad(heap_bases, rank)
-            count = tl.atomic_add(tl.cast(own + _COUNTER_C, tl.pointer_type(tl.int32)), 1, sem="relaxed",
-                                  scope="gpu") + 1
+            # One round trip before the stores: every address is in the context tensor, whose
+            # trailer sits at heap_bases + world_size (world_size is the context's num_ranks): the
+            # call words' offset (which the runtime always writes: never 0, no heap_size to add),
+            # the bases and the counter. The loads go first: the atomic's result is shared with
+            # the program's other threads through a CTA barrier, which a load after it would wait
+            # for.
+            trailer = heap_bases + world_size
+            words = tl.load(trailer + CALL_WORDS_OFFSET_C)
+            q = tl.arange(0, _pow2(world_size))
+            bases = tl.load(heap_bases + q, mask=q < world_size, other=0)
+            own = tl.load(heap_bases + rank) + words
+            count = (tl.atomic_add(trailer + CALL_COUNTER_C, 1, sem="relaxed", scope="gpu") + 1).to(tl.int32)
             word = (count.to(tl.int64) << 32) | fingerprint.to(tl.int64)
-            slot = _SLOTS_C + ((count % 2) * world_size + rank).to(tl.int64) * 8
-            words = own - tl.load(heap_bases + rank)  # the call words' offset, the same on every rank
-            for q in tl.static_range(world_size):
-                base = tl.load(heap_bases + q)
-                if base != 0:  # 0: a peer on another node (nvshmem), not reachable by pointer
-                    tl.store(tl.cast(base + words + slot, tl.pointer_type(tl.int64)), word)
-    return count
+            parity = _SLOTS_C + (count % 2).to(tl.int64) * (8 * world_size)
+            # base 0: a peer on another node (nvshmem), not reachable by pointer
+            reachable = (q < world_size) & (bases != 0)
+            tl.store(tl.cast(bases + words + parity + 8 * rank, tl.pointer_type(tl.int64)),
+                     tl.full(q.shape, 0, tl.int64) + word, mask=reachable)
+            row = own + parity
+    return count, row
 
 
 @triton.constexpr_function
@@ -167,18 +167,19 @@ def _raise_mismatch(record, rank, peer, call, mine, theirs):
 
 
 @triton.jit
-def call_check(heap_bases, fingerprint, count, rank: tl.constexpr, world_size: tl.constexpr):
-    """Compare this rank's call ``count`` (what :func:`call_enter` returned) with every peer's
-    call of the same number, and end the job when a peer's fingerprint differs (see the module
-    docstring). Call it in every program after the kernel's waits for every peer (program 0's).
+def call_check(heap_bases, fingerprint, call, rank: tl.constexpr, world_size: tl.constexpr):
+    """Compare this rank's call (``call``: the ticket :func:`call_enter` returned) with every
+    peer's call of the same number, and end the job when a peer's fingerprint differs (see the
+    module docstring). Call it in every program after the kernel's waits for every peer (program
+    0's).
 
-    Granularity: program 0 only. Memory semantics: volatile loads of this rank's own slots, which
-    the peers' stores reached before their signals that this program acquired. Scope: the job."""
+    Granularity: program 0 only. Memory semantics: one volatile load of this rank's own slots
+    ``[n % 2]`` at the ticket's address (no address to look up), which the peers' stores reached
+    before their signals that this program acquired. Scope: the job."""
     if checked(world_size):
         if _first_program():
-            me = tl.load(heap_bases + CUR_RANK_AT_C)
-            own = _pad(heap_bases, me)
-            slots = tl.cast(own + _SLOTS_C + ((count % 2) * world_size).to(tl.int64) * 8, tl.pointer_type(tl.int64))
+            count = call[0]
+            slots = tl.cast(call[1], tl.pointer_type(tl.int64))
             q = tl.arange(0, _pow2(world_size))
             theirs = tl.load(slots + q, mask=q < world_size, other=0, volatile=True)
             differs = ((theirs >> 32) == count.to(tl.int64)) & ((theirs & _MASK) != fingerprint)
@@ -186,8 +187,8 @@ def call_check(heap_bases, fingerprint, count, rank: tl.constexpr, world_size: t
             if peer < world_size:
                 other = tl.sum(tl.where(q == peer, theirs & _MASK, 0))
                 if INTERPRETER:
-                    trailer = heap_bases + tl.load(heap_bases + _NUM_RANKS_AT)
-                    _raise_mismatch(tl.load(trailer + WATCHDOG_RECORD_C), me, peer, count, fingerprint, other)
+                    record = tl.load(heap_bases + world_size + WATCHDOG_RECORD_C)
+                    _raise_mismatch(record, rank, peer, count, fingerprint, other)
                 else:
                     if WATCHDOG:
                         watchdog_report_call_mismatch(heap_bases, peer, count, other, fingerprint)

@@ -9,15 +9,17 @@ device code that reads it.
      trace_counter_ptr, trace_buffer_ptr,
      heap_size,                                # ... then what Iris adds:
      watchdog_timeout_ns, watchdog_record_ptr, # the bound on waits (0: none), its report
-     call_words_offset]                        # where the call agreement's words are (0: the pad's)
+     call_words_offset,                        # where the call agreement's words are (never 0),
+     call_counter]                             # and the calls it counted
 
 ``heap_bases`` (what the free functions take) is the same tensor from index 2 on, so the
 header sits just before it and the trailer just after the N bases.
 
 A group's context tensor (``iris.runtime.Group.get_device_context()``) has the same layout for
 the group (group rank and size, the members' heap bases in group order, the context's trailer
-with the group's ``call_words_offset``) and one more part after the trailer: the members'
-global ranks, in group order (``GROUP_RANKS``), which ``iris.device.DeviceGroup`` reads.
+with the group's ``call_words_offset`` and a ``call_counter`` of its own) and one more part after
+the trailer: the members' global ranks, in group order (``GROUP_RANKS``), which
+``iris.device.DeviceGroup`` reads.
 """
 
 from __future__ import annotations
@@ -47,12 +49,17 @@ WATCHDOG_NS = 5
 #: Address of the watchdog's report (host-visible int64 words, layout in ``iris.device._watchdog``).
 WATCHDOG_RECORD = 6
 #: Byte offset, from every rank's heap base, of the call agreement's words
-#: (``iris.device._calls``); 0 for the signal pad's (``heap_size + SIGNAL_PAD_BYTES -
-#: PAD_RESERVED_BYTES``). A group's context (``iris.runtime.Group``) points it at words of its own
-#: on the heap, so that calls of overlapping groups never count or compare in the same words.
+#: (``iris.device._calls``), never 0: a context's are in its signal pad (``heap_size +
+#: CALL_WORDS_IN_PAD``, what ``iris.runtime`` writes); a group's context (``iris.runtime.Group``)
+#: points it at words of its own on the heap, so that calls of overlapping groups never count or
+#: compare in the same words. The device reads the words' address from it alone (one load).
 CALL_WORDS_OFFSET = 7
+#: The collective calls of this context (or group) that the device side of the call agreement
+#: counted (``iris.device._calls``: one atomic add per call, 0 before the first). In the tensor
+#: itself, whose address every kernel has: the count needs no load of an address first.
+CALL_COUNTER = 8
 #: Number of words after the heap bases.
-TRAILER_WORDS = 8
+TRAILER_WORDS = 9
 
 
 #: A group's context tensor only: its members' global ranks start this many words after the end of
@@ -77,16 +84,18 @@ SIGNAL_PAD_BYTES = 1 << 20
 #: Worlds up to this many ranks get the device side of the call agreement (``iris.device._calls``),
 #: whose words sit in the pad: two int64 slots per rank.
 CALL_CHECK_MAX_RANKS = 256
-#: Bytes of the call agreement's words: this rank's call counter (in a 64-byte line of its own),
-#: then the slots, ``2 x CALL_CHECK_MAX_RANKS`` int64 words (``[parity][rank]``).
-CALL_WORDS_BYTES = 64 + 16 * CALL_CHECK_MAX_RANKS
+#: Bytes of the call agreement's words: ``2 x CALL_CHECK_MAX_RANKS`` int64 slots
+#: (``[parity][rank]``). The call counter is the context tensor's ``CALL_COUNTER``.
+CALL_WORDS_BYTES = 16 * CALL_CHECK_MAX_RANKS
 #: The last bytes of the pad are reserved, and the ring's flags stay below them: first the call
 #: agreement's words, then a 64-byte scratch area for the network path's masked-out lanes
 #: (``iris.device._nvshmem``), then the watchdog's drain and claim words (16 bytes, at the very end).
 PAD_RESERVED_BYTES = CALL_WORDS_BYTES + 80
+#: Byte offset of the call agreement's words in the signal pad (the first reserved bytes): a
+#: context's ``call_words_offset`` is ``heap_size + CALL_WORDS_IN_PAD``.
+CALL_WORDS_IN_PAD = SIGNAL_PAD_BYTES - PAD_RESERVED_BYTES
 #: Offsets inside the reserved bytes.
-CALL_COUNTER_AT = 0
-CALL_SLOTS_AT = 64
+CALL_SLOTS_AT = 0
 NETWORK_SCRATCH_AT = CALL_WORDS_BYTES
 WATCHDOG_WORDS_AT = CALL_WORDS_BYTES + 64
 
@@ -110,6 +119,7 @@ HEAP_SIZE_C: tl.constexpr = tl.constexpr(HEAP_SIZE)
 WATCHDOG_NS_C: tl.constexpr = tl.constexpr(WATCHDOG_NS)
 WATCHDOG_RECORD_C: tl.constexpr = tl.constexpr(WATCHDOG_RECORD)
 CALL_WORDS_OFFSET_C: tl.constexpr = tl.constexpr(CALL_WORDS_OFFSET)
+CALL_COUNTER_C: tl.constexpr = tl.constexpr(CALL_COUNTER)
 GROUP_RANKS_C: tl.constexpr = tl.constexpr(GROUP_RANKS)
 
 # One trace event is TRACE_EVENT_FIELDS int64 words, in this order.

@@ -8,13 +8,16 @@ from iris.device import _layout as layout
 
 
 def build_context(rank: int, world_size: int, bases: list[int], heap_size: int, device: torch.device) -> torch.Tensor:
-    """The int64 context tensor ``[rank, world, bases..., trace info (off), heap_size]``."""
+    """The int64 context tensor ``[rank, world, bases..., trace info (off), heap_size, watchdog
+    (off), call_words_offset]``; the call words are the signal pad's (the device reads their
+    offset without looking at ``heap_size``: never 0)."""
     words = [0] * layout.context_length(world_size)
     words[layout.CUR_RANK] = rank
     words[layout.NUM_RANKS] = world_size
     words[layout.HEAP_BASES:layout.HEAP_BASES + world_size] = bases
     trailer = layout.HEAP_BASES + world_size
     words[trailer + layout.HEAP_SIZE] = heap_size
+    words[trailer + layout.CALL_WORDS_OFFSET] = heap_size + layout.CALL_WORDS_IN_PAD
     return torch.tensor(words, dtype=torch.int64, device=device)
 
 

@@ -124,8 +124,8 @@ class Group:
             self._host_waits = ctx._host_waits
         self._boot = boot
         self._calls = CallAgreement(self)
-        # The arena's last bytes hold the group's call words (``call_words_offset``: never 0,
-        # which would mean the signal pad's), the bytes before them the flags of the ring
+        # The arena's last bytes hold the group's call words (``call_words_offset``: not the
+        # context's, which are in the signal pad), the bytes before them the flags of the ring
         # all-reduce on the group (``GROUP_RING_BYTES``, never reset: running totals); the rest
         # is carved into workspaces from the front.
         self._arena = arena
@@ -153,6 +153,7 @@ class Group:
         context = torch.cat([header, bases, trailer.clone(), members])
         context[layout.HEAP_BASES + self.size + layout.CALL_WORDS_OFFSET] = self.ctx.offset_of(self._arena) + \
             self._words_at
+        context[layout.HEAP_BASES + self.size + layout.CALL_COUNTER] = 0  # the group's calls, from its first
         return context.to(self.device)
 
     def get_device_context(self) -> torch.Tensor:
