@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import NO_PLOT, pyplot
+from common import NO_PLOT, human, pyplot
 
 from iris.runtime.testing import launcher, run_command
 
@@ -300,12 +300,6 @@ def build(args, runs: dict) -> dict:
 
 
 # --- output -------------------------------------------------------------------------------------------
-
-def human(n: int) -> str:
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} B"
 
 
 def cells(c: dict | None) -> list[str]:

@@ -48,11 +48,10 @@ import os
 import signal
 import statistics
 import sys
-import time
 
 import torch
 import triton
-from common import NO_PLOT, Timer, TorchPeer, log_axes, pyplot
+from common import NO_PLOT, KiB, MiB, Timer, TorchPeer, host_us, human, log_axes, parse_size, pyplot
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
@@ -61,7 +60,6 @@ from iris.device import _calls
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 DEFAULT_SIZES = [4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB]
 QUICK_SIZES = [4 * KiB]
 GROUP_SIZES = [MiB, 256 * MiB]
@@ -94,18 +92,6 @@ CANDIDATES = {
 HEAP_CHUNKS = {"cuda": (None, 1 << 21, 1 << 22, 1 << 23), "cpu": (None, 1024)}
 
 
-def parse_size(text: str) -> int:
-    """'4K' -> 4096, '1M', '1G', or plain bytes."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
-    return int(float(text.rstrip("KMG")) * scale)
-
-
-def human(n: int) -> str:
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} B"
 
 
 def parse_args(argv=None):
@@ -774,19 +760,6 @@ def empty_kernel(x):
     """Does nothing: its launch is what any Triton launch from Python costs."""
     pass
 
-
-def host_us(fn, calls: int, cuda: bool) -> float:
-    """Host microseconds per call of ``fn`` over ``calls`` calls (the GPU queue drained first)."""
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    seconds = time.perf_counter() - t0
-    if cuda:
-        torch.cuda.synchronize()
-    return seconds / calls * 1e6
 
 
 class NoLaunch:

@@ -11,6 +11,40 @@ import time
 
 NO_PLOT = "matplotlib is not installed: no plot"
 
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def parse_size(text: str) -> int:
+    """'4K' -> 4096, '1M', '1G' (a trailing 'B' or 'iB' is allowed), or plain bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
+    return int(float(text.rstrip("KMG")) * scale)
+
+
+def human(n: int) -> str:
+    """Bytes as a table cell: '4 KiB', '1 MiB', or '<n> B' where no unit divides them."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} B"
+
+
+def host_us(fn, calls: int, cuda: bool) -> float:
+    """Host microseconds per call of ``fn`` over ``calls`` calls (the GPU queue drained first)."""
+    import torch  # here: importing common must not import torch before the environment below is set
+
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - t0
+    if cuda:
+        torch.cuda.synchronize()
+    return seconds / calls * 1e6
+
 # Set on import, before any peer starts: torch's symmetric memory with ranks that share a GPU
 # (MPS), NVLink multicast off (NCCL and torch), and --quick on the cpu backend.
 for _name, _value in (("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),

@@ -34,29 +34,16 @@ import sys
 
 import torch
 import triton
-from common import NO_PLOT, Timer, TorchPeer, pyplot
+from common import NO_PLOT, GiB, KiB, MiB, Timer, TorchPeer, human, parse_size, pyplot
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 LATENCY_SIZES = [4, 64, KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB]
 BANDWIDTH_SIZES = [MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB]
 QUICK = dict(latency=[4, 4 * KiB], bandwidth=[64 * KiB])
 
 
-def parse_size(text: str) -> int:
-    """'4K' -> 4096, '1M', '1G', or plain bytes."""
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
-    return int(float(text.rstrip("KMG")) * scale)
-
-
-def human(n: int) -> str:
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= size and n % size == 0:
-            return f"{n // size} {unit}"
-    return f"{n} B"
 
 
 def parse_args(argv=None):

@@ -32,7 +32,7 @@ import time
 import torch
 import triton
 import triton.language as tl
-from common import NO_PLOT, pyplot, symm_mem_group, torch_group
+from common import NO_PLOT, KiB, MiB, human, parse_size, pyplot, symm_mem_group, torch_group
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 import iris.collectives as ic  # imports iris.runtime first: the backend is chosen before any kernel
@@ -42,7 +42,6 @@ import iris.runtime
 VARIANTS = ("one_shot", "two_shot", "ring", "spinlock", "atomic")
 VARIANT_IDS = {"atomic": 0, "spinlock": 1, "one_shot": 2, "two_shot": 3, "ring": 4}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-KiB, MiB = 1 << 10, 1 << 20
 DEFAULT_SIZES = [64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
 QUICK_SIZES = [4 * KiB, 16 * KiB]
 
@@ -184,16 +183,6 @@ def shape_name(shape: tuple[int, int]) -> str:
     return f"{shape[0]}x{shape[1]}"
 
 
-def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("B")
-    for suffix, scale in (("K", KiB), ("M", MiB), ("G", 1 << 30)):
-        if text.endswith(suffix):
-            return int(float(text[:-1]) * scale)
-    return int(text)
-
-
-def human(n: int) -> str:
-    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
 
 
 def parse_args(argv=None):

@@ -33,35 +33,22 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import common
 import torch
 import torch.distributed as dist
-from common import NO_PLOT, log_axes, pyplot, symm_mem_group
+from common import NO_PLOT, KiB, MiB, host_us, human, log_axes, parse_size, pyplot, symm_mem_group
 
 import iris.collectives.distributed as idist  # first: the backend (and the interpreter on CPUs), the rendezvous
 from iris.collectives import ccl
 from iris.collectives.ccl import _launch
 
-KiB, MiB = 1 << 10, 1 << 20
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEFAULT_SIZES = [4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB]
 QUICK_SIZES = [4 * KiB]
 REPEATS = 3  # timed loops per measurement; their median counts
 
 
-def parse_size(text: str) -> int:
-    units = {"K": KiB, "M": MiB, "G": 1 << 30}
-    text = text.strip().upper()
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
-
-
-def human(n: int) -> str:
-    for unit, size in (("G", 1 << 30), ("M", MiB), ("K", KiB)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 def parse_args(argv=None):
@@ -243,18 +230,6 @@ class NoLaunch:
 
     fast = __call__ = staticmethod(lambda *args: None)
 
-
-def host_us(fn, calls: int, cuda: bool) -> float:
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    seconds = time.perf_counter() - t0
-    if cuda:
-        torch.cuda.synchronize()
-    return seconds / calls * 1e6
 
 
 def run_host(ctx, gloo, timer, args, result) -> None:
