@@ -210,6 +210,16 @@ MUTATIONS = [
              [(f"{COLL}/ccl/_all_to_all_v.py", "        if interpreted:  # the launches have run: what the GPU's kernels "
                "report, said here\n", "        if False:\n", 1)],
              [("worker", "2", "ccl_worker.py", "all_to_all_v")], expect="expected IrisCapacityError"),
+    Mutation("training-regathers", "a training step's all_gather_matmul with strategy unfused keeps the rows it gathers: "
+             "its backward gathers nothing again",
+             [(f"{COLL}/functional/_fused_ops.py",
+               "            return torch.ops.iris.all_gather_matmul_gathered(handle, a, b, bias, config, out_dtype)[0]\n",
+               "            pass\n", 1)],
+             [("worker", "2", "torch_ops_worker.py", "all_gather_matmul_keeps_its_rows")], expect="forward of unfused"),
+    Mutation("gathered-rows-dropped", "ops.all_gather_matmul(gathered=) fills the caller's tensor with every rank's rows",
+             [(f"{COLL}/ops/_unfused.py", 'gathered = ws.buffers["a"] if gathered is None else gathered',
+               'gathered = ws.buffers["a"] if "a" in ws.buffers else torch.empty_like(gathered)', 1)],
+             [("worker", "2", "torch_ops_worker.py", "all_gather_matmul_keeps_its_rows")], expect="b's gradient of ('unfused'"),
     Mutation("unfused-bias-early", "strategy unfused adds matmul_reduce_scatter's bias after the sum, as the owner does",
              [(f"{COLL}/ops/_unfused.py", "bias if ctx.rank == 0 and not scatter else None",
                "bias if ctx.rank == 0 else None", 1),

@@ -257,3 +257,17 @@ def test_rmsnorm_rule_follows_the_all_reduce_table(monkeypatch):
         norm(4, 64, 512, 2, config=ops.Config(block_n=64, group_m=2))
     with pytest.raises(IrisUsageError, match=r"call: config.num_warps=3 must be a power of two"):
         norm(4, 64, 512, 2, config=ops.Config(num_warps=3))
+
+
+def test_a_training_step_keeps_the_gathered_rows_where_the_table_says():
+    # on the GPU the measured table keeps them (the unfused pair trained faster); the interpreter runs
+    # the fused kernels; a named strategy decides alone; a row added for a world size wins there
+    keeps = _config.keeps_gathered
+    assert keeps(8192, 7168, 8192, 4, "cuda", None) and not keeps(8192, 7168, 8192, 4, "cpu", None)
+    assert keeps(64, 64, 64, 2, "cpu", "unfused") and not keeps(8192, 7168, 8192, 4, "cuda", "pull")
+    row = (("cuda", "all_gather_matmul", "*", 8), False)
+    _config.KEEP_GATHERED.insert(0, row)
+    try:
+        assert not keeps(8192, 7168, 8192, 8, "cuda", None) and keeps(8192, 7168, 8192, 4, "cuda", None)
+    finally:
+        _config.KEEP_GATHERED.remove(row)

@@ -163,12 +163,14 @@ def scenario_front_doors_compile_fullgraph(ctx):
         ops.matmul_all_reduce(ctx, y, a, b, config=ops.Config(variant="two_shot"))
         z = torch.empty(W * a.shape[0], b.shape[1], device=dev)
         ops.all_gather_matmul(ctx, z, a, b)
+        z2, rows = torch.empty_like(z), torch.empty(W * a.shape[0], a.shape[1], device=dev)
+        ops.all_gather_matmul(ctx, z2, a, b, gathered=rows)  # the gathered rows kept: strategy unfused
         # the residual stream updated in place by the front door, then the functional form
         stream, normed = s.clone(), torch.empty_like(s)
         ops.all_reduce_residual_rmsnorm(ctx, normed, stream, t, stream, weight, eps=1e-5)
         again, stream2 = F.all_reduce_residual_rmsnorm(ctx, normed * 2, stream, weight,
                                                        config=ops.Config(variant="two_shot"))
-        return s * 2, x, g, part, t, y, z, stream, normed, again, stream2
+        return s * 2, x, g, part, t, y, z, z2, rows, stream, normed, again, stream2
 
     def inputs():
         return ints((2 * W, 3), 70 + r, dev), ints((2 * W, 4), 80 + r, dev), ints((4, 5), 90 + r, dev)
@@ -189,6 +191,7 @@ def scenario_front_doors_compile_fullgraph(ctx):
     torch.compile(model, backend=capture, fullgraph=True)(*inputs())
     assert len(codes) == 1 and f"({F.handle_of(ctx)}, " in codes[0], codes
     assert codes[0].count("iris.all_reduce_residual_rmsnorm") == 2, codes
+    assert codes[0].count("iris.all_gather_matmul_gathered") == 1, codes
 
 
 def scenario_rmsnorm_operator(ctx):
@@ -341,6 +344,16 @@ def scenario_gradcheck_fused_ops(ctx):
                      [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
     global_gradcheck(ctx, "matmul_all_gather", lambda a, b, c: F.matmul_all_gather(ctx, a, b, c),
                      [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
+    # the training step's form that keeps the gathered rows (strategy unfused), and its operator with
+    # both results used (the gathered rows' gradient is reduce-scattered into a's)
+    keep = ops.Config(variant="unfused")
+    global_gradcheck(ctx, "all_gather_matmul keeping the gathered rows",
+                     lambda a, b, c: F.all_gather_matmul(ctx, a, b, c, config=keep),
+                     [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
+    h = F.handle_of(ctx)
+    global_gradcheck(ctx, "all_gather_matmul_gathered, both results",
+                     lambda a, b, c: torch.cat(torch.ops.iris.all_gather_matmul_gathered(h, a, b, c), 1),
+                     [("own", a_m), ("own", b_m), ("own", bias_own)], "own")
 
 
 class IrisCalls(TorchDispatchMode):
@@ -376,7 +389,61 @@ def scenario_reduce_scatter_gradient_gathers_once(ctx):
     same(results[("b",)][1], results[("a", "b")][1], "db alone against both", 0.0)
 
 
-def tp_mlp_step(ctx, sequence_parallel: bool, dtype, group=None, **compile_options):
+def scenario_all_gather_matmul_keeps_its_rows(ctx):
+    # In training (b needs a gradient) with strategy unfused, the forward keeps the rows it gathers and
+    # the backward multiplies them (no second all_gather); with a fused strategy the backward gathers
+    # again; without a gradient for b, or under no_grad, the plain operator. Same gradients (fp64).
+    W, dev = ctx.world_size, ctx.device
+    a0, b0, bias0 = rand((3, 4), 170 + ctx.rank), rand((4, 5), 171 + ctx.rank), rand((5,), 172 + ctx.rank)
+    g = rand((3 * W, 5), 173 + ctx.rank).to(dev)
+    grads = {}
+    for variant, wants, forward, backward in (
+            ("unfused", ("a", "b"), ["all_gather_matmul_gathered"], ["matmul_reduce_scatter"]),
+            ("unfused", ("b",), ["all_gather_matmul_gathered"], []),
+            ("unfused", ("a",), ["all_gather_matmul"], ["matmul_reduce_scatter"]),
+            ("pull", ("a", "b"), ["all_gather_matmul"], ["matmul_reduce_scatter", "all_gather"]),
+            (None, ("a", "b"), ["all_gather_matmul"], ["matmul_reduce_scatter", "all_gather"])):  # cpu: no keep
+        a, b = (t.clone().to(dev).requires_grad_(name in wants) for name, t in (("a", a0), ("b", b0)))
+        with IrisCalls() as calls:
+            out = F.all_gather_matmul(ctx, a, b, bias0.to(dev), config=ops.Config(variant=variant))
+        assert calls.names == forward, f"forward of {variant} wanting {wants}: {calls.names}, expected {forward}"
+        with IrisCalls() as calls:
+            out.backward(g)
+        assert calls.names == backward, f"backward of {variant} wanting {wants}: {calls.names}, expected {backward}"
+        grads[variant, wants] = (out.detach(), a.grad, b.grad)
+    for key, (out, da, db) in grads.items():
+        ref_out, ref_da, ref_db = grads["pull", ("a", "b")]
+        same(ref_out, out, f"result of {key}", 1e-12)
+        if da is not None:
+            same(ref_da, da, f"a's gradient of {key}", 1e-12)
+        if db is not None:
+            same(ref_db, db, f"b's gradient of {key}", 1e-12)
+    with torch.no_grad(), IrisCalls() as calls:
+        F.all_gather_matmul(ctx, a0.to(dev), b0.clone().to(dev).requires_grad_(True),
+                            config=ops.Config(variant="unfused"))
+    assert calls.names == ["all_gather_matmul"], calls.names
+    # the front door's gathered=: every rank's rows in rank order, refused with a fused strategy or a
+    # buffer it cannot fill
+    shards = [rand((3, 4), 170 + q) for q in range(W)]
+    out, rows = torch.empty(3 * W, 5, dtype=F64, device=dev), torch.full((3 * W, 4), float("nan"), dtype=F64,
+                                                                          device=dev)
+    ops.all_gather_matmul(ctx, out, a0.to(dev), b0.to(dev), gathered=rows)
+    same(torch.cat(shards), rows.cpu(), "gathered rows", 0.0)
+    same(torch.cat(shards) @ b0, out.cpu(), "result beside the gathered rows", 1e-12)
+    call = "iris.collectives.ops.all_gather_matmul"
+    expect_error(lambda: ops.all_gather_matmul(ctx, out, a0.to(dev), b0.to(dev), gathered=rows,
+                                               config=ops.Config(variant="pull")),
+                 IrisUsageError, call, "gathered= needs strategy 'unfused'", "variant='pull'", "drop variant")
+    expect_error(lambda: ops.all_gather_matmul(ctx, out, a0.to(dev), b0.to(dev), gathered=rows.float()),
+                 IrisUsageError, call, "gathered is torch.float32", "a_shard's dtype")
+    expect_error(lambda: ops.all_gather_matmul(ctx, out, a0.to(dev), b0.to(dev), gathered=rows[:-1]),
+                 IrisUsageError, call, "gathered has shape", f"expected ({3 * W}, 4)")
+    wide = torch.empty(3 * W, 8, dtype=F64, device=dev)[:, ::2]
+    expect_error(lambda: ops.all_gather_matmul(ctx, out, a0.to(dev), b0.to(dev), gathered=wide),
+                 IrisUsageError, call, "gathered must be a contiguous tensor", "(8, 2)")
+
+
+def tp_mlp_step(ctx, sequence_parallel: bool, dtype, group=None, config=None, **compile_options):
     """One SGD step of a tensor-parallel MLP (compiled, ``fullgraph=True``; on ``group``'s ranks if
     given) and of the same MLP on one device: returns [(what, tensor-parallel value, single-device
     value)] to compare."""
@@ -387,7 +454,7 @@ def tp_mlp_step(ctx, sequence_parallel: bool, dtype, group=None, **compile_optio
     full = torch.nn.Sequential(torch.nn.Linear(H, inter), torch.nn.GELU(), torch.nn.Linear(inter, H)).to(dtype)
     x, target = rand((S, H), 120, dtype).requires_grad_(True), rand((S, H), 121, dtype)
     tp = torch.nn.Sequential(ColumnParallelLinear.from_linear(ctx, full[0], sequence_parallel=sequence_parallel,
-                                                             group=group),
+                                                             group=group, config=config),
                              torch.nn.GELU(),
                              RowParallelLinear.from_linear(ctx, full[2], sequence_parallel=sequence_parallel,
                                                           group=group))
@@ -433,12 +500,13 @@ def scenario_tp_mlp_trains_compiled(ctx):
     # compiled (aot_eager: Triton's interpreter cannot run inductor's kernels), fullgraph: no graph break
     from torch._dynamo.utils import counters
 
-    for sequence_parallel in (False, True):
+    # the last: the column layer keeping the rows it gathers (what a GPU's table picks in training)
+    for sequence_parallel, config in ((False, None), (True, None), (True, ops.Config(variant="unfused"))):
         torch._dynamo.reset()
         counters.clear()
-        for what, got, expected in tp_mlp_step(ctx, sequence_parallel, F64, backend="aot_eager"):
+        for what, got, expected in tp_mlp_step(ctx, sequence_parallel, F64, config=config, backend="aot_eager"):
             got, expected = torch.as_tensor(got), torch.as_tensor(expected)
-            same(expected, got, f"{what} (sequence_parallel={sequence_parallel})", 1e-12)
+            same(expected, got, f"{what} (sequence_parallel={sequence_parallel}, config={config})", 1e-12)
         assert not counters["graph_break"], dict(counters["graph_break"])
 
 

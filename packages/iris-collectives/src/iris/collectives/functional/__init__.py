@@ -200,9 +200,12 @@ def all_gather_matmul(ctx, a_shard: torch.Tensor, b: torch.Tensor, bias: torch.T
                       out_dtype: torch.dtype | None = None, group=None) -> torch.Tensor:
     """``all_gather(a_shard, dim 0) @ b + bias`` with this rank's ``b`` and ``bias`` (a column block);
     ``a_shard``'s gradient is a ``matmul_reduce_scatter``; see
-    :func:`iris.collectives.ops.all_gather_matmul`."""
-    return torch.ops.iris.all_gather_matmul(_handle(ctx, group, "all_gather_matmul"), a_shard, b, bias,
-                                            _ops_config(config, "all_gather_matmul"), out_dtype)
+    :func:`iris.collectives.ops.all_gather_matmul`. Where ``b`` needs a gradient, the forward keeps
+    the rows it gathered for it when the measured table says that is faster on this device (strategy
+    ``unfused``; a ``config`` naming another strategy keeps the fused kernel, and the backward then
+    gathers ``a_shard`` again)."""
+    return _fused_ops.all_gather_matmul_step(_handle(ctx, group, "all_gather_matmul"), a_shard, b, bias,
+                                             _ops_config(config, "all_gather_matmul"), out_dtype)
 
 
 def matmul_all_gather(ctx, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, config=None,

@@ -72,6 +72,15 @@ def fused(name: str, ctx, out, a, b, bias=None, config=None):
     return _into(call, out, op(handle_of(ctx), a, b, bias, encode_config(config, OpsConfig, call), out.dtype))
 
 
+def fused_gathered(ctx, out, gathered, a, b, bias=None, config=None):
+    """``out`` and ``gathered`` = the results of ``iris::all_gather_matmul_gathered(ctx, a, b, bias)``."""
+    call = "iris.collectives.ops.all_gather_matmul"
+    result, rows = torch.ops.iris.all_gather_matmul_gathered(handle_of(ctx), a, b, bias,
+                                                             encode_config(config, OpsConfig, call), out.dtype)
+    _into(call, gathered, rows)
+    return _into(call, out, result)
+
+
 def all_reduce_residual_rmsnorm(ctx, out, residual_out, partial, residual, weight, eps=1e-6, scale=None,
                                 config=None):
     """``out`` (and ``residual_out``, and per-row fp8 scales) = the results of

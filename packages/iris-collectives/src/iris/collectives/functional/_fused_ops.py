@@ -27,9 +27,13 @@ sequence-parallel row layer) needs its gradients summed over the ranks:
 :func:`iris.collectives.functional.sum_gradients` does it, the layers of :mod:`iris.collectives.nn`
 use it.
 
-``all_gather_matmul``'s gradient gathers ``A`` again for ``db``: the fused op does not hand out the
-gathered operand (torch's ``fused_all_gather_matmul`` does, at the cost of keeping it alive until
-the backward).
+``iris::all_gather_matmul_gathered``, with the same arguments, returns ``(out, A)``: the gathered
+rows too (strategy ``unfused`` with ``gathered=``), which its gradient keeps for ``db = A^T @ g``
+(as torch's ``fused_all_gather_matmul`` does, at the cost of keeping ``A`` alive until the
+backward); a gradient of ``A`` itself, if any, is reduce-scattered into ``da``. ``all_gather_matmul``
+in a training step takes it where :func:`iris.collectives.ops._config.keeps_gathered` says so
+(:func:`all_gather_matmul_step`); otherwise its gradient gathers ``A`` again for ``db``: the fused
+strategies never hold the whole ``A``.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ import torch
 
 from iris.runtime import IrisUsageError
 
-from ..ops._config import Config
-from ._handles import context_of, decode_config
+from ..ops._config import Config, keeps_gathered
+from ._handles import WORLD_BITS, context_of, decode_config
 
 
 def _run(name: str, handle: int, config: str):
@@ -106,6 +110,28 @@ all_gather_matmul = _register("all_gather_matmul")
 matmul_all_gather = _register("matmul_all_gather")
 
 
+@torch.library.custom_op("iris::all_gather_matmul_gathered", mutates_args=(),
+                         schema='(int ctx, Tensor a, Tensor b, Tensor? bias=None, str config="", '
+                                'ScalarType? out_dtype=None) -> (Tensor, Tensor)')
+def all_gather_matmul_gathered(ctx: int, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                               config: str = "", out_dtype: torch.dtype | None = None):
+    """``(all_gather(a) @ b + bias, all_gather(a))``: ``iris.collectives.ops.all_gather_matmul`` with
+    ``gathered=`` (strategy ``unfused``) into new tensors."""
+    context, cfg, front = _run("all_gather_matmul", ctx, config)
+    rows, n = _out_shape("all_gather_matmul", a, b, context.world_size)
+    b = b if 1 in b.stride() else b.contiguous()
+    out = a.new_empty((rows, n), dtype=out_dtype or a.dtype)
+    gathered = a.new_empty((rows, a.shape[1]))
+    front(context, out, a, b, None if bias is None else bias.contiguous(), config=cfg, gathered=gathered)
+    return out, gathered
+
+
+@all_gather_matmul_gathered.register_fake
+def _(ctx, a, b, bias=None, config="", out_dtype=None):
+    rows, n = _out_shape("all_gather_matmul", a, b, _world(ctx, "all_gather_matmul"))
+    return a.new_empty((rows, n), dtype=out_dtype or a.dtype), a.new_empty((rows, a.shape[1]))
+
+
 def _setup(ctx, inputs, output):
     handle, a, b, bias = inputs[:4]
     ctx.handle = handle
@@ -147,6 +173,45 @@ def _all_gather_matmul_backward(ctx, grad):
     return _grads(ctx, da, db, dbias)
 
 
+def _setup_gathered(ctx, inputs, output):
+    handle, a, b, bias = inputs[:4]
+    ctx.handle = handle
+    ctx.save_for_backward(b, output[1])  # the gathered rows give db
+    ctx.set_materialize_grads(False)  # the gathered rows' gradient: None, not zeros, when unused
+    ctx.a_dtype, ctx.bias_dtype = a.dtype, None if bias is None else bias.dtype
+
+
+def _all_gather_matmul_gathered_backward(ctx, grad, grad_gathered):
+    b, gathered = ctx.saved_tensors
+    need = _needs(ctx)
+    g = grad.to(ctx.a_dtype)
+    da = torch.ops.iris.matmul_reduce_scatter(ctx.handle, g, b.t()) if need[1] else None
+    if need[1] and grad_gathered is not None:  # the caller used the gathered rows too
+        da = da + torch.ops.iris.reduce_scatter(ctx.handle, grad_gathered.to(da.dtype).contiguous())
+    db = gathered.t() @ g if need[2] else None
+    dbias = g.sum(0) if need[3] else None
+    return (None, None if da is None else da.to(ctx.a_dtype), None if db is None else db.to(b.dtype),
+            dbias.to(ctx.bias_dtype) if need[3] and ctx.bias_dtype is not None else None, None, None)
+
+
+def all_gather_matmul_step(handle: int, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, config: str,
+                           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``iris::all_gather_matmul``'s result through the operator a training step wants: where ``b``
+    needs a gradient and :func:`~iris.collectives.ops._config.keeps_gathered` says so for the call
+    (by its config, device and shape), ``iris::all_gather_matmul_gathered``, whose gradient reuses
+    the rows the forward gathered; else ``iris::all_gather_matmul``. Decided as the call is made (or
+    traced: the compiler guards on grad mode and ``requires_grad``)."""
+    if torch.is_grad_enabled() and b.requires_grad and a.dim() == 2 and b.dim() == 2:
+        # string and int work only, which the compiler traces: the world size is the handle's low
+        # bits, the device a's, the strategy the config string's
+        W = handle & ((1 << WORLD_BITS) - 1)
+        named = next((item[len("variant="):].strip("'\"") for item in config.split(";")
+                      if item.startswith("variant=")), None)
+        if keeps_gathered(a.shape[0] * W, b.shape[1], a.shape[1], W, a.device.type, named):
+            return torch.ops.iris.all_gather_matmul_gathered(handle, a, b, bias, config, out_dtype)[0]
+    return torch.ops.iris.all_gather_matmul(handle, a, b, bias, config, out_dtype)
+
+
 def _matmul_reduce_scatter_backward(ctx, grad):
     a, b = ctx.saved_tensors
     need = _needs(ctx)
@@ -175,5 +240,6 @@ def _matmul_all_gather_backward(ctx, grad):
 
 matmul_all_reduce.register_autograd(_matmul_all_reduce_backward, setup_context=_setup)
 all_gather_matmul.register_autograd(_all_gather_matmul_backward, setup_context=_setup)
+all_gather_matmul_gathered.register_autograd(_all_gather_matmul_gathered_backward, setup_context=_setup_gathered)
 matmul_reduce_scatter.register_autograd(_matmul_reduce_scatter_backward, setup_context=_setup)
 matmul_all_gather.register_autograd(_matmul_all_gather_backward, setup_context=_setup)

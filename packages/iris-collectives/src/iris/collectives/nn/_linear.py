@@ -29,6 +29,7 @@ import torch
 from iris.runtime import IrisUsageError, UnsupportedDtypeError
 from iris.runtime._group import Group, check_group
 
+from ..functional._fused_ops import all_gather_matmul_step
 from ..functional._handles import encode_config, handle_of
 from ..functional._sum_gradients import SumGradients
 from ..ops._config import Config
@@ -105,7 +106,9 @@ class ColumnParallelLinear(_ParallelLinear):
     - ``sequence_parallel=False``: ``x`` is replicated, ``[..., in]``; ``y`` is ``[..., out / W]``.
       A local GEMM; ``x``'s gradient is summed over the ranks (:func:`~iris.collectives.functional.sum_gradients`).
     - ``sequence_parallel=True``: ``x`` is this rank's rows along dim 0, ``[S / W, ..., in]``; ``y``
-      is ``[S, ..., out / W]``, through ``all_gather_matmul`` (backward: ``matmul_reduce_scatter``).
+      is ``[S, ..., out / W]``, through ``all_gather_matmul`` (backward: ``matmul_reduce_scatter``;
+      in training the forward keeps the gathered rows for the weight's gradient where that was
+      measured faster: :func:`iris.collectives.functional.all_gather_matmul`).
 
     ``out_features`` must be a multiple of the world size. ``dtype``: fp32, fp16, bf16 (fp64 for
     checks); the input must have the weight's dtype. ``config``: an ``ops.Config`` for the fused op.
@@ -145,8 +148,8 @@ class ColumnParallelLinear(_ParallelLinear):
         self._check(x, self.in_features)
         if not self.sequence_parallel:
             return torch.nn.functional.linear(SumGradients.apply(x, self.handle), self.weight, self.bias)
-        y = torch.ops.iris.all_gather_matmul(self.handle, x.reshape(-1, self.in_features), self.weight.t(), self.bias,
-                                             self.config)
+        y = all_gather_matmul_step(self.handle, x.reshape(-1, self.in_features), self.weight.t(), self.bias,
+                                   self.config)
         return y.reshape(self.world_size * x.shape[0], *x.shape[1:-1], self.weight.shape[0])
 
 

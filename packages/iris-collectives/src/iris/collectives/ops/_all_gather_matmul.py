@@ -19,12 +19,15 @@ interpreter, they take the pointer path above.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
 
 from iris.device import round_to, translate
 from iris.device._calls import call_check, call_enter
+from iris.runtime import IrisUsageError
 
 from .. import _host
 from .._agree import agree_fused
@@ -249,8 +252,28 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
     call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
+def _keeping(cfg, config, gathered: torch.Tensor, a_shard: torch.Tensor, shape: tuple, ctx):
+    """``cfg`` with strategy ``unfused``, the one that gathers A whole, after checking ``gathered``;
+    refused where the caller named another strategy."""
+    check_matrix(CALL, "gathered", gathered, shape)
+    if gathered.dtype != a_shard.dtype:
+        raise IrisUsageError(f"{CALL}: gathered is {gathered.dtype} but a_shard is {a_shard.dtype}; pass gathered "
+                             f"in a_shard's dtype")
+    if not gathered.is_contiguous() or gathered.device != ctx.device:
+        raise IrisUsageError(f"{CALL}: gathered must be a contiguous tensor on {ctx.device}, got strides "
+                             f"{tuple(gathered.stride())} on {gathered.device}; pass torch.empty({shape[0]}, "
+                             f"{shape[1]}, dtype={a_shard.dtype}, device={str(ctx.device)!r})")
+    named = getattr(config, "variant", None)
+    if named not in (None, "unfused"):
+        raise IrisUsageError(f"{CALL}: gathered= needs strategy 'unfused' (the fused strategies never hold the "
+                             f"whole A), but config.variant={named!r}; drop variant, or drop gathered and gather "
+                             f"A yourself")
+    return dataclasses.replace(cfg, variant="unfused")
+
+
 def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Tensor,
-                      bias: torch.Tensor | None = None, config=None, group=None) -> torch.Tensor:
+                      bias: torch.Tensor | None = None, config=None, group=None,
+                      gathered: torch.Tensor | None = None) -> torch.Tensor:
     """``out = all_gather(a_shard, dim 0) @ b + bias`` on every rank; returns ``out``.
 
     ``a_shard`` is this rank's ``[M / W, K]`` block of rows of A (rank order), ``b`` ``[K, N]``
@@ -260,21 +283,30 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     Collective; enqueued on torch's current stream; no barrier between calls.
     ``group``: an :class:`iris.runtime.Group` of the context to run among its members only (``W``
     and ranks are the group's); None: every rank.
+    ``gathered``: a contiguous ``[M, K]`` tensor of ``a_shard``'s dtype on the context's device that
+    receives ``all_gather(a_shard)`` too (what a weight's gradient multiplies, kept from the
+    forward as torch's ``fused_all_gather_matmul`` keeps it). Only strategy ``unfused`` holds the
+    whole A, so it gathers straight into ``gathered`` at no extra cost; a call that passes
+    ``gathered`` and names no strategy gets it, and one that names a fused strategy is refused.
     """
     if group is not None:
         ctx = on_group(ctx, group, CALL)
     if is_compiling():
+        if gathered is not None:
+            return traced().fused_gathered(ctx, out, gathered, a_shard, b, bias, config=config)
         return traced().fused("all_gather_matmul", ctx, out, a_shard, b, bias, config=config)
     check_inputs(CALL, ctx, out, a_shard, b, bias)
     m_local, N, K = a_shard.shape[0], b.shape[1], a_shard.shape[1]
     M = m_local * ctx.world_size
     check_matrix(CALL, "out", out, (M, N))
     cfg = choose("all_gather_matmul", M, N, K, ctx.world_size, ctx.device.type, config, a_shard.element_size())
+    if gathered is not None:
+        cfg = _keeping(cfg, config, gathered, a_shard, (M, K), ctx)
     fp = agree_fused(ctx, CALL, (M, N, K, a_shard.dtype, out.dtype, bias is not None and bias.dtype, cfg),
                      (("out", out), ("a_shard", a_shard), ("b", b), ("bias", bias)), config=config, chosen=cfg)
     if cfg.variant == "unfused":
         unfused_gather(ctx, ("all_gather_matmul", M, N, K, a_shard.dtype, out.dtype, ctx.world_size, cfg), out,
-                       a_shard, b, bias, gather_first=True)
+                       a_shard, b, bias, gather_first=True, gathered=gathered)
         return out
     # Bias or not is in the key (every rank passes the same): the arrival strategy's counters
     # assume the same grid on every call of a workspace, and each compiled variant has its own.

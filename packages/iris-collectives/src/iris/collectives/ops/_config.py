@@ -148,6 +148,33 @@ FP32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
 ]
 
 
+#: Whether ``all_gather_matmul`` in a training step (its ``b`` needs a gradient: the weight of a
+#: ``ColumnParallelLinear``) keeps the rows it gathers for that gradient, through strategy
+#: ``unfused`` with ``gathered=``, when the caller names no strategy; by the keys of
+#: :data:`DEFAULTS` (the first matching row wins). Not keeping them, the backward gathers A again.
+KEEP_GATHERED: list[tuple[tuple[str, str, str, int], bool]] = [
+    # One H200, ranks under MPS, bf16, the sequence-parallel MLP of docs/tensor-parallel.md compiled,
+    # M = 1024-16384, side by side in one run (2026-12-04, benchmarks/results/tp_mlp_{2,4}ranks_1gpu.md):
+    # a forward and backward of cuBLAS + ccl keeping the gathered rows ("iris_unfused") took
+    # 0.72-0.99x the time of the fused ops, which gather A again for the weight's gradient, at every
+    # M, at 2 and 4 ranks (36.4 against 46.9 ms at M = 8192, 4 ranks; torch's async TP 37.3).
+    (("cuda", "*", "*", 0), True),
+    # the interpreter: the fused kernels, which the tests are about (a test names variant="unfused")
+    (("*", "*", "*", 0), False),
+]
+
+
+def keeps_gathered(M: int, N: int, K: int, world_size: int, backend: str, named: str | None) -> bool:
+    """Whether a training step's ``all_gather_matmul`` (``M`` gathered rows) keeps what it gathers:
+    yes where the call's config names (``named``) strategy ``unfused``, no where it names another,
+    else :data:`KEEP_GATHERED`'s answer."""
+    if named is not None:
+        return named == "unfused"
+    shape = shape_class(M, N, K)
+    return next((keep for (b, o, s, w), keep in KEEP_GATHERED if b in ("*", backend)
+                 and o in ("*", "all_gather_matmul") and s in ("*", shape) and w in (0, world_size)), False)
+
+
 def torch_multiplies_fp32_as_tf32() -> bool:
     """Whether torch's fp32 matmuls on CUDA use tf32 now: ``torch.backends.cuda.matmul.fp32_precision``
     (torch 2.9 and later; ``"none"`` defers to the legacy flag) or ``allow_tf32`` (torch

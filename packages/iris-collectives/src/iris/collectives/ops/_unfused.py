@@ -112,9 +112,10 @@ def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
 
 
 def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                   gather_first: bool) -> None:
+                   gather_first: bool, gathered: torch.Tensor | None = None) -> None:
     """``all_gather_matmul`` (``gather_first``): this rank's rows of A copied into a heap buffer,
-    ``ccl.all_gather`` of every rank's, then torch's GEMM of all of them into ``out``;
+    ``ccl.all_gather`` of every rank's (into ``gathered`` where given, a contiguous ``[M, K]``
+    tensor the caller keeps), then torch's GEMM of all of them into ``out``;
     ``matmul_all_gather``: torch's GEMM of this rank's rows into a heap buffer, then
     ``ccl.all_gather`` of them into ``out``. The peers read only the heap buffers, in place; the
     other buffers are this rank's alone (torch's memory). Buffers are cached in the workspace of
@@ -124,16 +125,19 @@ def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch
 
     def make(ctx):
         if gather_first:
-            return {"shard": ctx.zeros(rows, K, dtype=a.dtype),
-                    "a": torch.empty(W * rows, K, dtype=a.dtype, device=ctx.device)}
+            buffers = {"shard": ctx.zeros(rows, K, dtype=a.dtype)}
+            if gathered is None:
+                buffers["a"] = torch.empty(W * rows, K, dtype=a.dtype, device=ctx.device)
+            return buffers
         buffers = {"rows": ctx.zeros(rows, N, dtype=out.dtype)}
         if not out.is_contiguous():  # ccl writes contiguous tensors
             buffers["gathered"] = torch.empty(W * rows, N, dtype=out.dtype, device=ctx.device)
         return buffers
 
-    ws = workspace(ctx, key + (out.is_contiguous(),), make)
+    ws = workspace(ctx, key + (out.is_contiguous(), gathered is None), make)
     if gather_first:
-        shard, gathered = ws.buffers["shard"], ws.buffers["a"]
+        shard = ws.buffers["shard"]
+        gathered = ws.buffers["a"] if gathered is None else gathered
         shard.copy_(a)  # stream-ordered: the last call's all_gather has read it (its kernel is before)
         ccl.all_gather(ctx, gathered, shard, config=_IN_PLACE)
         partial_product(gathered, b, bias, out, rounded=False)
