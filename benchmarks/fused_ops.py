@@ -451,7 +451,7 @@ def run_layers(args) -> int:
 
 # --- --mlp: the compiled sequence-parallel MLP, forward and forward + backward -------------------
 
-MLP_IMPLS = ("iris", "torch_async_tp", "torch_fused", "torch_unfused", "iris_unfused")
+MLP_IMPLS = ("iris", "torch_async_tp", "torch_fused", "torch_unfused", "iris_unfused", "iris_regather")
 
 
 class SequenceParallelMLP(torch.nn.Module):
@@ -512,12 +512,19 @@ def mlp_models(ctx, tdist, w1, w2) -> dict:
     """name -> (model, torch.compile options), or (None, why not): every implementation of the MLP."""
     options = dict(bias=False, sequence_parallel=True, dtype=w1.dtype)
     W, gelu = ctx.world_size, torch.nn.GELU(approximate="tanh")
-    layers = (ColumnParallelLinear(ctx, w1.shape[1], w1.shape[0] * W, **options), gelu,
-              RowParallelLinear(ctx, w2.shape[1] * W, w2.shape[0], **options))
-    for layer, w in ((layers[0], w1), (layers[2], w2)):
-        layer.weight.data.copy_(w)
+
+    def layers(column_config=None):
+        pair = (ColumnParallelLinear(ctx, w1.shape[1], w1.shape[0] * W, config=column_config, **options), gelu,
+                RowParallelLinear(ctx, w2.shape[1] * W, w2.shape[0], **options))
+        for layer, w in ((pair[0], w1), (pair[2], w2)):
+            layer.weight.data.copy_(w)
+        return torch.nn.Sequential(*pair)
+
     backend = {"backend": "inductor" if ctx.device.type == "cuda" else "aot_eager"}
-    models = {"iris": (torch.nn.Sequential(*layers), dict(backend, fullgraph=True)),
+    # iris_regather: the layers with the column layer's fused strategy named, so that its backward
+    # gathers the input again (what the layers do where ops._config.KEEP_GATHERED says no)
+    models = {"iris": (layers(), dict(backend, fullgraph=True)),
+              "iris_regather": (layers(ops.Config(variant="pull")), dict(backend, fullgraph=True)),
               "iris_unfused": (SequenceParallelMLP(w1, w2, lambda x, w: F.all_gather(ctx, x) @ w.t(),
                                                    lambda h, w: F.reduce_scatter(ctx, h @ w.t())), backend)}
     if tdist.fused_reason is not None:

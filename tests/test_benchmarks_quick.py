@@ -220,7 +220,9 @@ def test_tp_mlp_quick(tmp_path):
     assert [r["mode"] for r in result["rows"]] == ["fwd", "fwd+bwd"], result
     for row in result["rows"]:
         assert row["correct"] and row["times_s"]["iris"] > 0 and row["times_s"]["iris_unfused"] > 0, row
-        assert set(row["times_s"]) == {"iris", "torch_async_tp", "torch_fused", "torch_unfused", "iris_unfused"}
+        assert row["times_s"]["iris_regather"] > 0, row
+        assert set(row["times_s"]) == {"iris", "torch_async_tp", "torch_fused", "torch_unfused", "iris_unfused",
+                                       "iris_regather"}
         # each of torch's peers either ran (on a GPU) or says why not (torch's symmetric memory needs CUDA)
         for peer in ("torch_async_tp", "torch_fused", "torch_unfused"):
             assert (row["times_s"][peer] or 0) > 0 or row["notes"].get(peer), (peer, row)

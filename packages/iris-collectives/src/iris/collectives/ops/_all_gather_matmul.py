@@ -286,7 +286,7 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     ``gathered``: a contiguous ``[M, K]`` tensor of ``a_shard``'s dtype on the context's device that
     receives ``all_gather(a_shard)`` too (what a weight's gradient multiplies, kept from the
     forward as torch's ``fused_all_gather_matmul`` keeps it). Only strategy ``unfused`` holds the
-    whole A, so it gathers straight into ``gathered`` at no extra cost; a call that passes
+    whole A, so it copies it into ``gathered`` (a local copy, no communication); a call that passes
     ``gathered`` and names no strategy gets it, and one that names a fused strategy is refused.
     """
     if group is not None:

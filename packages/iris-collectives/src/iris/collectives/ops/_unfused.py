@@ -114,8 +114,10 @@ def unfused(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor
 def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                    gather_first: bool, gathered: torch.Tensor | None = None) -> None:
     """``all_gather_matmul`` (``gather_first``): this rank's rows of A copied into a heap buffer,
-    ``ccl.all_gather`` of every rank's (into ``gathered`` where given, a contiguous ``[M, K]``
-    tensor the caller keeps), then torch's GEMM of all of them into ``out``;
+    ``ccl.all_gather`` of every rank's into a cached buffer, then torch's GEMM of all of them into
+    ``out`` (and, where ``gathered`` is given, a contiguous ``[M, K]`` tensor the caller keeps, a
+    copy of the gathered rows: a new tensor per call would be a new address to ``ccl``, whose
+    plans are cached by address, and a missed plan agrees with the peers on the host);
     ``matmul_all_gather``: torch's GEMM of this rank's rows into a heap buffer, then
     ``ccl.all_gather`` of them into ``out``. The peers read only the heap buffers, in place; the
     other buffers are this rank's alone (torch's memory). Buffers are cached in the workspace of
@@ -125,22 +127,21 @@ def unfused_gather(ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: torch
 
     def make(ctx):
         if gather_first:
-            buffers = {"shard": ctx.zeros(rows, K, dtype=a.dtype)}
-            if gathered is None:
-                buffers["a"] = torch.empty(W * rows, K, dtype=a.dtype, device=ctx.device)
-            return buffers
+            return {"shard": ctx.zeros(rows, K, dtype=a.dtype),
+                    "a": torch.empty(W * rows, K, dtype=a.dtype, device=ctx.device)}
         buffers = {"rows": ctx.zeros(rows, N, dtype=out.dtype)}
         if not out.is_contiguous():  # ccl writes contiguous tensors
             buffers["gathered"] = torch.empty(W * rows, N, dtype=out.dtype, device=ctx.device)
         return buffers
 
-    ws = workspace(ctx, key + (out.is_contiguous(), gathered is None), make)
+    ws = workspace(ctx, key + (out.is_contiguous(),), make)
     if gather_first:
-        shard = ws.buffers["shard"]
-        gathered = ws.buffers["a"] if gathered is None else gathered
+        shard, rows_of_all = ws.buffers["shard"], ws.buffers["a"]
         shard.copy_(a)  # stream-ordered: the last call's all_gather has read it (its kernel is before)
-        ccl.all_gather(ctx, gathered, shard, config=_IN_PLACE)
-        partial_product(gathered, b, bias, out, rounded=False)
+        ccl.all_gather(ctx, rows_of_all, shard, config=_IN_PLACE)
+        if gathered is not None:
+            gathered.copy_(rows_of_all)  # 2 M K bytes of local traffic, next to the GEMM's
+        partial_product(rows_of_all, b, bias, out, rounded=False)
         return
     own = ws.buffers["rows"]
     partial_product(a, b, bias, own, rounded=False)
