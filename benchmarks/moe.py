@@ -14,8 +14,9 @@ distinct experts drawn uniformly. For each token count, microseconds per call of
   the host; the combine of the dispatched rows against torch's weighted sum, bit for bit);
 - ``peer``: the same exchange by what a user has: ``torch.distributed.all_to_all_single`` with
   split sizes (NCCL, one rank per GPU; the counts go through the host, so no CUDA graph); where
-  ranks share a GPU (NCCL refuses), torch's ``all_to_all_vdev`` if its NVSHMEM backend starts, else
-  ``ccl.all_to_all`` (equal splits) of buffers padded to ``--peer-factor`` x the mean rows per rank
+  ranks share a GPU (NCCL refuses), ``ccl.all_to_all`` (equal splits; torch's ``all_to_all_vdev``
+  first with ``--nvshmem``, where its NVSHMEM backend runs: NVSHMEM ends the processes of ranks
+  that share a GPU) of buffers padded to ``--peer-factor`` x the mean rows per rank
   pair. The peer's receiver does not group rows by expert (``iris`` does): in its favour. On the
   cpu backend (``--quick``) the peer is gloo's ``all_to_all_single``;
 - ``floor``: every rank copying the bytes it sends (``tokens x top-k x hidden`` elements) at once,
@@ -59,8 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--time-per-point", type=float, default=0.05, help="seconds of calls per measurement")
     p.add_argument("--graph", type=int, default=10, metavar="CALLS", help="calls per CUDA graph (0: no graphs)")
     p.add_argument("--no-peer", action="store_true", help="skip the torch peer")
-    p.add_argument("--no-nvshmem", action="store_true",
-                   help="ranks sharing a GPU: do not try torch's all_to_all_vdev (NVSHMEM), go to the padded peer")
+    p.add_argument("--nvshmem", action="store_true",
+                   help="ranks sharing a GPU: try torch's all_to_all_vdev (NVSHMEM) first; off by default, as "
+                        "NVSHMEM ends every process where ranks share a GPU ('limited MPG')")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
@@ -175,8 +177,10 @@ class Peer:
 
     def _nvshmem(self) -> str | None:
         """``"torch all_to_all_vdev"`` when torch's NVSHMEM backend starts here (tried on every rank)."""
-        if self.args.no_nvshmem:
-            self.note = "torch all_to_all_vdev not tried (--no-nvshmem)"
+        if not self.args.nvshmem:
+            # not an exception to catch: NVSHMEM 3.x aborts the process ("Called NVSHMEM API not
+            # supported with limited MPG (Multiple Processes Per GPU) runs", H200, 2026-12-07)
+            self.note = "torch all_to_all_vdev not tried: its NVSHMEM ends the job where ranks share a GPU (--nvshmem)"
             return None
         try:
             import torch.distributed._symmetric_memory as symm_mem
