@@ -43,7 +43,7 @@ import torch
 from iris.runtime import IrisUsageError
 
 from ..ops._config import Config, keeps_gathered
-from ._handles import WORLD_BITS, context_of, decode_config
+from ._handles import config_field, context_of, decode_config, world_size_of
 
 
 def _run(name: str, handle: int, config: str):
@@ -202,12 +202,9 @@ def all_gather_matmul_step(handle: int, a: torch.Tensor, b: torch.Tensor, bias: 
     the rows the forward gathered; else ``iris::all_gather_matmul``. Decided as the call is made (or
     traced: the compiler guards on grad mode and ``requires_grad``)."""
     if torch.is_grad_enabled() and b.requires_grad and a.dim() == 2 and b.dim() == 2:
-        # string and int work only, which the compiler traces: the world size is the handle's low
-        # bits, the device a's, the strategy the config string's
-        W = handle & ((1 << WORLD_BITS) - 1)
-        named = next((item[len("variant="):].strip("'\"") for item in config.split(";")
-                      if item.startswith("variant=")), None)
-        if keeps_gathered(a.shape[0] * W, b.shape[1], a.shape[1], W, a.device.type, named):
+        # string and int work only, which the compiler traces: no context looked up, no config decoded
+        W = world_size_of(handle)
+        if keeps_gathered(a.shape[0] * W, b.shape[1], a.shape[1], W, a.device.type, config_field(config, "variant")):
             return torch.ops.iris.all_gather_matmul_gathered(handle, a, b, bias, config, out_dtype)[0]
     return torch.ops.iris.all_gather_matmul(handle, a, b, bias, config, out_dtype)
 

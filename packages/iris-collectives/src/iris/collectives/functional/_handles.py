@@ -67,13 +67,26 @@ def context_of(handle: int, call: str):
     """The context (or group) of ``handle``; raises :class:`IrisUsageError` naming ``call`` when there is none."""
     ok = isinstance(handle, int) and handle >= 0
     ctx = context_of_uid(handle >> WORLD_BITS) if ok else None
-    if ctx is None or ctx.world_size != handle & ((1 << WORLD_BITS) - 1):
+    if ctx is None or ctx.world_size != world_size_of(handle):
         raise IrisUsageError(f"{call}: no Iris context or group with handle {handle!r} is open in this process (it "
                              f"was closed or collected, or the handle comes from another process or job); build "
                              f"the model on an open context (iris.runtime.iris()), keep the groups it uses alive "
                              f"while it runs, and call the operator through iris.collectives.functional or the "
                              f"modules, which take the context (and group) itself")
     return ctx
+
+
+def world_size_of(handle: int) -> int:
+    """The world size (or group size) that ``handle`` holds in its low bits."""
+    return handle & ((1 << WORLD_BITS) - 1)
+
+
+def config_field(text: str, name: str) -> str | None:
+    """Field ``name`` of a config string that :func:`encode_config` wrote, as text with its quotes
+    stripped, or None where it is not set: string work alone, which the compiler traces
+    (:func:`decode_config`'s ``ast.literal_eval`` it cannot)."""
+    return next((item[len(name) + 1:].strip("'\"") for item in text.split(";") if item.startswith(name + "=")),
+                None)
 
 
 def encode_config(config, kind: type, call: str) -> str:

@@ -170,9 +170,7 @@ def keeps_gathered(M: int, N: int, K: int, world_size: int, backend: str, named:
     else :data:`KEEP_GATHERED`'s answer."""
     if named is not None:
         return named == "unfused"
-    shape = shape_class(M, N, K)
-    return next((keep for (b, o, s, w), keep in KEEP_GATHERED if b in ("*", backend)
-                 and o in ("*", "all_gather_matmul") and s in ("*", shape) and w in (0, world_size)), False)
+    return bool(_first_row(KEEP_GATHERED, "all_gather_matmul", shape_class(M, N, K), world_size, backend))
 
 
 def torch_multiplies_fp32_as_tf32() -> bool:
@@ -227,11 +225,16 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
                    tuple(map(len, tables)), itemsize, fp32)
 
 
+def _first_row(table: list, op: str, shape: str, world_size: int, backend: str, fits=lambda value: True):
+    """The value of ``table``'s first row that matches the call (and ``fits``), or None."""
+    return next((value for (b, o, s, w), value in table if b in ("*", backend) and o in ("*", op)
+                 and s in ("*", shape) and w in (0, world_size) and fits(value)), None)
+
+
 def _strategy(table: list, op: str, shape: str, world_size: int, backend: str) -> str | None:
     """The strategy of ``table``'s (:data:`INPUT_PARTIALS`, :data:`FP32_INPUTS`) first row that
     matches the call and that ``op`` has, or None."""
-    return next((variant for (b, o, s, w), variant in table if b in ("*", backend) and o in ("*", op)
-                 and s in ("*", shape) and w in (0, world_size) and variant in VARIANTS[op]), None)
+    return _first_row(table, op, shape, world_size, backend, lambda variant: variant in VARIANTS[op])
 
 
 @functools.lru_cache(maxsize=4096)
