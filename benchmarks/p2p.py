@@ -57,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--slots", type=int, default=None, help="ccl.init_p2p(slots=...)")
     p.add_argument("--chunk-bytes", type=parse_size, default=None, help="ccl.init_p2p(chunk_bytes=...)")
     p.add_argument("--grid", type=int, default=None, help="ccl.init_p2p(grid=...)")
+    p.add_argument("--block-bytes", type=parse_size, default=None, help="ccl.init_p2p(block_bytes=...)")
+    p.add_argument("--num-warps", type=int, default=None, help="ccl.init_p2p(num_warps=...)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
@@ -226,13 +228,20 @@ def time_point(timer, args, point: dict, calls: dict, halve: bool) -> None:
             point.setdefault("notes", []).append(f"{label}: {type(exc).__name__}: {exc}")
 
 
+def mailboxes(ctx, args):
+    """``ccl.init_p2p`` with the settings the command line names (the library's defaults for the rest)."""
+    named = {"slots": args.slots, "chunk_bytes": args.chunk_bytes, "grid": args.grid, "block_bytes": args.block_bytes,
+             "num_warps": args.num_warps}
+    return ccl.init_p2p(ctx, tags=1, **{k: v for k, v in named.items() if v is not None})
+
+
 def run(args) -> dict:
     largest = max(args.latency_sizes + args.bandwidth_sizes)
     ctx = iris.runtime.iris(heap_size=max(1 << 26, 2 * largest + (1 << 26)))
     backend, W = ctx.device.type, ctx.world_size
     if W < 2:
         raise SystemExit("benchmarks/p2p.py needs at least 2 ranks (mpirun -n 2 ...)")
-    settings = ccl.init_p2p(ctx, tags=1, slots=args.slots, chunk_bytes=args.chunk_bytes, grid=args.grid)
+    settings = mailboxes(ctx, args)
     timer, peer = Timer(ctx, args.time_per_point, args.quick, max_iters=1000), Peer(ctx, not args.no_peer)
     notes = [peer.reason] if peer.reason else []
     if backend != "cuda":
@@ -241,7 +250,8 @@ def run(args) -> dict:
     result = {"world_size": W, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend,
               "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
               "peer": peer.kind, "graph_calls": args.graph, "date": datetime.date.today().isoformat(),
-              "mailboxes": {k: getattr(settings, k) for k in ("slots", "chunk_bytes", "block_bytes", "grid")},
+              "mailboxes": {k: getattr(settings, k) for k in ("slots", "chunk_bytes", "block_bytes", "grid",
+                                                                        "num_warps")},
               "empty_graph_us": None if empty_us is None else empty_us * 1e6,
               "command": " ".join(["benchmarks/p2p.py", *sys.argv[1:]]), "latency": [], "bandwidth": [],
               "notes": notes}
@@ -259,7 +269,7 @@ def run(args) -> dict:
             del pair
             ctx.barrier()
             ccl.clear_workspaces(ctx)  # the broadcast's workspaces, one size at a time
-            ccl.init_p2p(ctx, tags=1, slots=args.slots, chunk_bytes=args.chunk_bytes, grid=args.grid)
+            mailboxes(ctx, args)
     ctx.close()
     return result
 
@@ -283,7 +293,7 @@ def table(result: dict) -> str:
     lines = [f"{result['world_size']} ranks, {result['device']} ({result['ranks_per_gpu']} per GPU), {result['date']};"
              f" us per message, slowest rank (* = wrong result); graph = in a CUDA graph of {result['graph_calls']} "
              f"messages; peer = {peer}; mailboxes: {mb['slots']} x {human(mb['chunk_bytes'])} chunks, tiles of "
-             f"{human(mb['block_bytes'])}, grid {mb['grid']}", "",
+             f"{human(mb['block_bytes'])}, grid {mb['grid']}, {mb.get('num_warps', 4)} warps", "",
              "latency: half a ping-pong round trip" + ("" if empty is None else f"; an empty kernel in a graph: "
                                                        f"{empty:.1f} us"),
              f"{'size':>9} {'ccl':>8} {'graph':>8} {'peer':>8} {'p.graph':>8} {'bcast':>8} {'b.graph':>8}"

