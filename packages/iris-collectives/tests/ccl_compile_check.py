@@ -174,8 +174,21 @@ def norm_cases():
                ("partial", "src", "residual", "weight", "out", "out_dst", "res_out", "res_dst", "N", "half"))
 
 
+def _peeks_before_its_reads(ptx: str) -> bool:
+    # The call check's load of the peers' fingerprints (the one volatile 64-bit load) comes before
+    # the kernel's last vector load of data: it overlaps the reads of the peers' data instead of
+    # following them (iris.device._calls.call_peek).
+    peek = ptx.find("ld.volatile.global.b64")
+    vectors = [m.start() for m in re.finditer(r"ld\.global(?:\.\w+)*\.v[24]", ptx)]
+    return peek >= 0 and bool(vectors) and peek < vectors[-1]
+
+
 def counts(ptx: str) -> dict:
     return {
+        # the call check counts a rank's calls with a plain load and store: no atomic, whose result
+        # Triton shares through a CTA barrier that would wait for its round trip on entry
+        "counter_atomics": len(re.findall(r"atom\.global\.gpu\.relaxed\.add\.u64", ptx)),
+        "peeks_before_its_reads": _peeks_before_its_reads(ptx),
         "acquire_sys_loads": len(re.findall(r"ld\.acquire\.sys", ptx)),
         "release_sys": len(re.findall(r"\.release\.sys|fence\.acq_rel\.sys", ptx)),
         "vector_loads": len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]", ptx)),

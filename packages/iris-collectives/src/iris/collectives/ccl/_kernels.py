@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG, load
-from iris.device._calls import call_check, call_enter
+from iris.device._calls import call_begin, call_check, call_enter, call_peek, call_publish, call_unpeeked, call_verify
 
 from .._all_reduce import all_reduce_one_shot_op, all_reduce_two_shot_op, own_share_rows, reduce_range_in_rank_order
 from .._context import DeviceContext
@@ -96,7 +96,11 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, 
     ``BUFFERED`` (one-shot, ``STAGE_IN``): :func:`_buffered_one_shot_round`, whose staging buffer
     has two halves ``half`` elements apart."""
     ctx = DeviceContext.initialize(context, rank, world_size)
-    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
+    # The call check's entry (iris.device._calls): its loads now; the buffered round publishes the
+    # fingerprint after its lock record's atomic and peeks at the peers' right after its wait, so
+    # that neither round trip adds to the call. The tile ops' rounds publish at once and check last.
+    pending = call_begin(ctx.heap_bases, rank, world_size)
+    count, row, theirs = _call_started(ctx, pending, call_fp, BUFFERED)
     for base in range(0, n, chunk):
         # the heap buffers of this round: the staging buffers start over, the caller's tensors move on
         if STAGE_IN:
@@ -108,17 +112,47 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, 
         else:
             round_dst = dst + base
         if BUFFERED:
-            _buffered_one_shot_round(ctx, inp + base, src, out + base, locks, tl.minimum(chunk, n - base), half, OP,
-                                     BLOCK_M, BLOCK_N)
+            count, row, theirs = _buffered_one_shot_round(ctx, inp + base, src, out + base, locks,
+                                                          tl.minimum(chunk, n - base), half, OP, pending, call_fp,
+                                                          count, row, theirs, BLOCK_M, BLOCK_N)
         else:
             _all_reduce_round(ctx, inp + base, round_src, round_dst, out + base, locks, src_bases, dst_bases,
                               tl.minimum(chunk, n - base), OP, TWO_SHOT, STAGE_IN, COPY_OUT, BLOCK_M, BLOCK_N)
-    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
+    _call_ended(ctx, call_fp, count, row, theirs, BUFFERED)
 
 
 @triton.jit
-def _buffered_one_shot_round(ctx, inp, src, out, locks, n, half, OP: tl.constexpr, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr):
+def _call_started(ctx, pending, call_fp, DEFERRED: tl.constexpr):
+    # The call's ticket (count, row) and the peers' words (not loaded yet). DEFERRED: the kernel's
+    # own rounds publish the fingerprint (_publish_call) and peek (_peek_call); else published now.
+    count = tl.full([], 0, tl.int32)
+    row = tl.full([], 0, tl.int64)
+    if not DEFERRED:
+        count, row = call_publish(ctx.heap_bases, pending, call_fp, ctx.rank, ctx.world_size)
+    return count, row, call_unpeeked(ctx.world_size)
+
+
+@triton.jit
+def _publish_call(ctx, pending, call_fp, count, row):
+    # Before a round's first signal: publish the fingerprint unless an earlier round has (program
+    # 0's count is then the call's number; the other programs' stays 0 and publishes nothing).
+    if count == 0:
+        count, row = call_publish(ctx.heap_bases, pending, call_fp, ctx.rank, ctx.world_size)
+    return count, row
+
+
+@triton.jit
+def _call_ended(ctx, call_fp, count, row, theirs, DEFERRED: tl.constexpr):
+    # The call check's end: compare what a round peeked at (DEFERRED), else load and compare now.
+    if DEFERRED:
+        call_verify(ctx.heap_bases, call_fp, (count, row), theirs, ctx.rank, ctx.world_size)
+    else:
+        call_check(ctx.heap_bases, call_fp, (count, row), ctx.rank, ctx.world_size)
+
+
+@triton.jit
+def _buffered_one_shot_round(ctx, inp, src, out, locks, n, half, OP: tl.constexpr, pending, call_fp, count, row,
+                             theirs, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # The one-shot all-reduce with one flag round trip: "ready" and no "done".
     #
     # The program stages its tiles into half (epoch % 2) of src, signals "ready", waits for every
@@ -141,8 +175,8 @@ def _buffered_one_shot_round(ctx, inp, src, out, locks, n, half, OP: tl.constexp
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
         mask = offsets < n
         tl.store(staged + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
-    _buffered_reduce(ctx, tiles, FlatView(staged, n, rows, BLOCK_N), o, OP, FlatView(inp, n, rows, BLOCK_N), slot,
-                     record, epoch)
+    return _buffered_reduce(ctx, tiles, FlatView(staged, n, rows, BLOCK_N), o, OP, FlatView(inp, n, rows, BLOCK_N),
+                            slot, record, epoch, pending, call_fp, count, row, theirs)
 
 
 @triton.jit
@@ -154,14 +188,18 @@ def _enter_buffered(tiles, view, locks, src, half, call: tl.constexpr):
 
 
 @triton.jit
-def _buffered_reduce(ctx, tiles, peers_read, out_view, OP: tl.constexpr, mine_view, slot, record, epoch,
-                     src_bases=None):
-    # The rest of a buffered one-shot call once this program has staged: "ready", the reduction,
-    # and in debug mode only the "done" wait (see _buffered_one_shot_round).
+def _buffered_reduce(ctx, tiles, peers_read, out_view, OP: tl.constexpr, mine_view, slot, record, epoch, pending,
+                     call_fp, count, row, theirs, src_bases=None):
+    # The rest of a buffered one-shot call once this program has staged: the call's fingerprint,
+    # "ready", a peek at the peers' fingerprints, the reduction, and in debug mode only the "done"
+    # wait (see _buffered_one_shot_round). Returns the call check's (count, row, theirs).
+    count, row = _publish_call(ctx, pending, call_fp, count, row)
     signal_and_wait_all(ctx, record, ARRIVE, epoch, ONE_SHOT_CALL, "ready", slot, record)
+    theirs = call_peek((count, row), ctx.world_size)
     reduce_range_in_rank_order(ctx, tiles, peers_read, out_view, OP, mine_view, ONE_SHOT_CALL, src_bases)
     if DEBUG:
         signal_and_wait_all(ctx, record, DONE, epoch, ONE_SHOT_CALL, "done", slot)
+    return count, row, theirs
 
 
 @triton.jit
@@ -219,21 +257,23 @@ def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_strid
     (``STAGE_IN``): the one-shot with one flag round trip, as the all-reduce's (see
     :func:`_buffered_one_shot_round`), the staging buffer's halves ``half`` elements apart."""
     ctx = DeviceContext.initialize(context, rank, world_size)
-    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
+    pending = call_begin(ctx.heap_bases, rank, world_size)  # see all_reduce_kernel
+    count, row, theirs = _call_started(ctx, pending, call_fp, BUFFERED)
     for base in range(0, m, chunk):
         if STAGE_IN:
             round_src = src
         else:
             round_src = src + base
-        _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, src_bases, m,
-                              tl.minimum(chunk, m - base), src_stride, half, OP, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
-    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
+        count, row, theirs = _reduce_scatter_round(ctx, inp + base, round_src, out + base, locks, src_bases, m,
+                                                   tl.minimum(chunk, m - base), src_stride, half, OP, pending,
+                                                   call_fp, count, row, theirs, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
+    _call_ended(ctx, call_fp, count, row, theirs, BUFFERED)
 
 
 @triton.jit
-def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, OP: tl.constexpr,
-                          STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr):
+def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, OP: tl.constexpr, pending,
+                          call_fp, count, row, theirs, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # One call's worth of reduce_scatter_kernel on n elements of each chunk (chunks m apart in inp).
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
     o = FlatView(out, n, rows, BLOCK_N)
@@ -249,9 +289,11 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride
     peers_read = FlatView(src + ctx.rank * src_stride, n, rows, BLOCK_N)
     mine = FlatView(inp + ctx.rank * m, n, rows, BLOCK_N)
     if BUFFERED:
-        _buffered_reduce(ctx, tiles, peers_read, o, OP, mine, slot, record, epoch, src_bases)
+        count, row, theirs = _buffered_reduce(ctx, tiles, peers_read, o, OP, mine, slot, record, epoch, pending,
+                                              call_fp, count, row, theirs, src_bases)
     else:
         all_reduce_one_shot_op(ctx, tiles, peers_read, o, locks, OP, mine, src_bases)
+    return count, row, theirs
 
 
 @triton.jit(do_not_specialize=["call_fp", "root"])
@@ -359,20 +401,24 @@ def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, 
     ``BUFFERED`` (``STAGE_IN``): no "done" wait; the staging buffer's halves (``half`` elements
     apart) are used by turns, as in :func:`_buffered_one_shot_round`."""
     ctx = DeviceContext.initialize(context, rank, world_size)
-    call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
+    # the call check's entry and end around the rounds' own protocol (see all_reduce_kernel)
+    pending = call_begin(ctx.heap_bases, rank, world_size)
+    count, row, theirs = _call_started(ctx, pending, call_fp, True)
     for base in range(0, m, chunk):
         if STAGE_IN:
             round_src = src
         else:
             round_src = src + base
-        _pull_round(ctx, inp + base, round_src, out + base, locks, src_bases, m, tl.minimum(chunk, m - base),
-                    src_stride, half, root, MODE, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
-    call_check(ctx.heap_bases, call_fp, call, rank, world_size)
+        count, row, theirs = _pull_round(ctx, inp + base, round_src, out + base, locks, src_bases, m,
+                                         tl.minimum(chunk, m - base), src_stride, half, root, pending, call_fp, count,
+                                         row, theirs, MODE, STAGE_IN, BUFFERED, BLOCK_M, BLOCK_N)
+    _call_ended(ctx, call_fp, count, row, theirs, True)
 
 
 @triton.jit
-def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, root, MODE: tl.constexpr,
-                STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, root, pending, call_fp, count, row,
+                theirs, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
     # One call's worth of pull_kernel on n elements of each chunk (chunks m apart in inp and out).
     call: tl.constexpr = _pull_call(MODE)
     tiles, rows = _program_tiles(n, BLOCK_M, BLOCK_N)
@@ -406,14 +452,18 @@ def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, ro
             else:
                 tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
     if ctx.world_size > 1:
+        # the call's fingerprint before the first signal, a peek at the peers' after the first wait
+        count, row = _publish_call(ctx, pending, call_fp, count, row)
         # no peer can leave this call before this rank's "done": their signatures hold
         signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+        theirs = call_peek((count, row), ctx.world_size)
     for t in range(tiles.first, tiles.stop, tiles.step):
         offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
         _pull_tile(ctx, inp, src, out, src_bases, m, src_stride, offsets, offsets < n, root, MODE)
     if ctx.world_size > 1:
         if DEBUG or not BUFFERED:
             signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+    return count, row, theirs
 
 
 @triton.jit(do_not_specialize=["call_fp"])
