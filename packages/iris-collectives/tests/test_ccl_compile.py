@@ -56,12 +56,14 @@ def test_messages_signal_after_a_barrier_and_wait_with_acquire(compiled):
 
 def test_the_call_check_adds_no_round_trip_to_the_kernels_with_their_own_protocol(compiled):
     # The call check (iris.device._calls): no kernel counts its calls with an atomic; the pull kernel
-    # and the buffered one-shot rounds load the peers' fingerprints right after their first wait,
-    # before their reads of the peers' data, not after them.
+    # and the buffered one-shot rounds (ccl's and the fused all-reduce + RMSNorm's) load the peers'
+    # fingerprints right after their first wait, before their reads of the peers' data, not after.
     for key, r in compiled.items():
         assert r["counter_atomics"] == 0, (key, r)
-    deferred = [k for k in compiled if k.split("/")[0] in ("all_gather", "all_to_all", "broadcast", "gather", "scatter")
-                or "/one_shot_buffered/" in k and k.startswith("all_reduce/") or k.startswith("reduce_scatter/pull_buffered")]
+    pulled = ("all_gather", "all_to_all", "broadcast", "gather", "scatter")
+    buffered = ("all_reduce", "all_reduce_rmsnorm")
+    deferred = [k for k in compiled if k.split("/")[0] in pulled or k.startswith("reduce_scatter/pull_buffered")
+                or (k.split("/")[0] in buffered and "/one_shot_buffered/" in k)]
     assert len(deferred) > 10, compiled.keys()
     for key in deferred:
         assert compiled[key]["peeks_before_its_reads"], (key, compiled[key])

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from iris.device import DEBUG
-from iris.device._calls import call_check, call_enter
+from iris.device._calls import call_begin, call_check, call_peek, call_publish, call_verify
 
 from .._agree import agree
 from .._all_reduce import own_share_rows
@@ -97,9 +97,11 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
     all-reduce).
 
     ``call_fp``: the fingerprint of the agreed call, checked against the peers' by program 0
-    (``iris.device._calls``: published on entry, compared after the waits)."""
+    (``iris.device._calls``: published on entry, compared after the waits; the buffered strategy,
+    whose protocol is this kernel's own, publishes after its lock record's atomic and staging and
+    loads the peers' fingerprints right after its wait, so that the check adds no round trip)."""
     ctx = DeviceContext.initialize(context, rank, world_size)
-    entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
+    pending = call_begin(ctx.heap_bases, rank, world_size)
     tiles = TileRange(tl.program_id(0), (M + BLOCK_M - 1) // BLOCK_M, tl.num_programs(0), 1, BLOCK_M, BLOCK_N)
     dst = TensorView(out_dst, M, N, N, 1)
     if HAS_RESIDUAL:
@@ -118,13 +120,17 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
         slot, record, epoch = enter_range(tiles, dst, locks, DEVICE_CALL)
         src = src + (epoch % 2) * half
         _stage(partial, src, tiles, M, N, False, rank, world_size, BLOCK_M, BLOCK_N)
+        entered = call_publish(ctx.heap_bases, pending, call_fp, rank, world_size)
         # no peer can leave this call before this rank's "ready": their signatures hold
         signal_and_wait_all(ctx, record, ARRIVE, epoch, DEVICE_CALL, "ready", slot, record)
+        theirs = call_peek(entered, world_size)
         norm_tiles(ctx, tiles, TensorView(src, M, N, N, 1), dst, weight, eps, residual_view, res_view, scales, QUANT,
                    False, TensorView(partial, M, N, N, 1), None, None, None, src_bases)
         if DEBUG:  # the signatures peers compare while they wait must hold until they have
             signal_and_wait_all(ctx, record, DONE, epoch, DEVICE_CALL, "done", slot)
+        call_verify(ctx.heap_bases, call_fp, entered, theirs, rank, world_size)
     else:
+        entered = call_publish(ctx.heap_bases, pending, call_fp, rank, world_size)
         if STAGE_IN:
             _stage(partial, src, tiles, M, N, TWO_SHOT, rank, world_size, BLOCK_M, BLOCK_N)
             mine = TensorView(partial, M, N, N, 1)
@@ -147,7 +153,7 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
         if COPY_OUT:
             _copy_out(tiles, out, out_dst, res_out, res_dst, scale, scale_dst, M, N, WRITE_RESIDUAL, QUANT, rank,
                       world_size, BLOCK_M, BLOCK_N)
-    call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
+        call_check(ctx.heap_bases, call_fp, entered, rank, world_size)
 
 
 def all_reduce_residual_rmsnorm(ctx, out: torch.Tensor, residual_out: torch.Tensor | None, partial: torch.Tensor,
