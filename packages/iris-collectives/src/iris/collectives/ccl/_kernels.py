@@ -124,7 +124,7 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, 
 @triton.jit
 def _call_started(ctx, pending, call_fp, DEFERRED: tl.constexpr):
     # The call's ticket (count, row) and the peers' words (not loaded yet). DEFERRED: the kernel's
-    # own rounds publish the fingerprint (_publish_call) and peek (_peek_call); else published now.
+    # own rounds publish the fingerprint (_publish_call) and peek (call_peek); else published now.
     count = tl.full([], 0, tl.int32)
     row = tl.full([], 0, tl.int64)
     if not DEFERRED:
