@@ -41,7 +41,8 @@ context tensor, so the counter, the call words' offset and the heap bases go out
 no atomic, so no CTA barrier), then one store of the count and one store instruction to the ``W``
 ranks; at its end, one load of ``W`` int64 words (one transaction up to 8 ranks) at the address
 :func:`call_enter` returned with the count (the call's *ticket*: nothing to look up) and a
-comparison. Kernels whose protocol is their own (``ccl``'s pull and buffered one-shot rounds) hide
+comparison. Kernels whose protocol is their own (``ccl``'s pull and buffered one-shot rounds, the
+buffered strategy of ``ops.all_reduce_residual_rmsnorm``) hide
 both round trips: :func:`call_begin` issues the entry's loads first thing and
 :func:`call_publish` uses them just before the first signal, after the lock record's atomic and
 the staging; :func:`call_peek` loads the slots right after the first wait for every peer and
@@ -122,8 +123,7 @@ def call_begin(heap_bases, rank: tl.constexpr, world_size: tl.constexpr):
     kernel's own first memory operations (a lock record's atomic, the staging of its input)
     instead of preceding them. Returns ``(count, words, bases, own)``: this rank's count of the
     context's calls before this one, the call words' offset, every rank's heap base and this
-    rank's (zeros
-    where the check is compiled out or in programs other than the first).
+    rank's (zeros where the check is compiled out or in programs other than the first).
 
     Granularity: program 0 only (the others return zeros at once). Memory semantics: plain loads
     of the context tensor (its call counter, the call words' offset and the heap bases), all at
@@ -144,6 +144,8 @@ def call_begin(heap_bases, rank: tl.constexpr, world_size: tl.constexpr):
             count = tl.load(trailer + CALL_COUNTER_C).to(tl.int32)
             words = tl.load(trailer + CALL_WORDS_OFFSET_C)
             bases = tl.load(heap_bases + q, mask=q < world_size, other=0)
+            # this rank's base once more, as a scalar: picking it out of `bases` would be a
+            # reduction across the program's threads (a CTA barrier) in call_publish
             own = tl.load(heap_bases + rank)
     return count, words, bases, own
 
