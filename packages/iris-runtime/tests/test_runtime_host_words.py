@@ -135,3 +135,34 @@ def test_the_copies_stream_is_made_with_the_heap_not_by_the_watchdog(fake_cuda, 
     word = torch.tensor([41], dtype=torch.int32)
     assert words.read_int32(word.data_ptr()) == 41
     assert words.write_int32(word.data_ptr(), 42) and int(word[0]) == 42
+
+
+def test_a_copy_call_that_blocks_gives_none_and_later_copies_do_not_wait(fake_cuda, monkeypatch):
+    # On the GPU cudaMemcpyAsync itself did not return while the main thread sat in a synchronous
+    # copy (x.tolist()) waiting for a kernel that spun until the watchdog acknowledged its report:
+    # the watchdog thread, reading a word for that report, hung with it. Now the copy gives None
+    # within its timeout, later copies give None at once while it is held up, and once the call
+    # returns copies work again.
+    words = Words()
+    release = threading.Event()
+    copy = fake_cuda.cudaMemcpyAsync
+
+    def blocks(dst, src, size, kind, stream):
+        release.wait()
+        return copy(dst, src, size, kind, stream)
+
+    monkeypatch.setattr(fake_cuda, "cudaMemcpyAsync", blocks)
+    word = torch.tensor([7], dtype=torch.int32)
+    start = time.monotonic()
+    assert words.read_int32(word.data_ptr(), timeout_s=0.2) is None
+    assert time.monotonic() - start < 1.5
+    start = time.monotonic()
+    assert words.read_int32(word.data_ptr(), timeout_s=0.2) is None
+    assert words.write_int32(word.data_ptr(), 8, timeout_s=0.2) is False
+    assert time.monotonic() - start < 0.1, "a copy waited behind one that is held up"
+    release.set()
+    deadline = time.monotonic() + 5
+    while words.read_int32(word.data_ptr(), timeout_s=0.5) != 7:
+        assert time.monotonic() < deadline, "copies never worked again after the held-up call returned"
+        time.sleep(0.01)
+    assert words.write_int32(word.data_ptr(), 9) and int(word[0]) == 9

@@ -152,17 +152,44 @@ class HostWordAccess:
                                    "cudaStreamCreateWithFlags")
         self._word_host = _pinned_word()
 
+    #: Set while a copy is held up inside a CUDA call (see :meth:`_word_copy`): the event of that
+    #: copy, which is set once the call returns. None while no copy is held up.
+    _word_stuck: threading.Event | None = None
+
     def _word_copy(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
-        # One int32 through a pinned host word, copied on a private non-blocking stream (made on
-        # first use, kept), so it waits neither for this rank's kernels, which may be spinning,
-        # nor for the legacy default stream; polled with a deadline, since after a device fault the
+        # One int32 through a pinned host word, copied on a private non-blocking stream (made with
+        # the heap, kept), so it waits neither for this rank's kernels, which may be spinning, nor
+        # for the legacy default stream; polled with a deadline, since after a device fault the
         # context may never answer. Returns the host word afterwards, None on failure.
+        #
+        # The CUDA calls themselves can block too: while the main thread waits in a synchronous
+        # copy (``x.tolist()``, ``.item()``, ``.cpu()``) for a kernel that spins until the
+        # watchdog acknowledges its report, cudaMemcpyAsync on this private stream did not return
+        # (seen on an H200: a receive that found a message of another size reported it, and the
+        # watchdog thread, draining the peers, sat in the copy, so the report was never printed
+        # and the job hung). So the calls run in a thread of their own, and a copy that outlasts
+        # ``timeout_s`` gives None; until it returns, every later copy gives None at once, and the
+        # watchdog reports what it knows without the words it could not read.
+        stuck = self._word_stuck
+        if stuck is not None and not stuck.is_set():
+            return None
         if not self._word_lock.acquire(timeout=timeout_s):
             return None
-        try:
-            return self._word_copy_locked(dst, src, kind, value, timeout_s)
-        finally:
-            self._word_lock.release()
+        done = threading.Event()
+        result: list[int | None] = []
+
+        def copy() -> None:
+            try:
+                result.append(self._word_copy_locked(dst, src, kind, value, timeout_s))
+            finally:
+                self._word_lock.release()
+                done.set()
+
+        threading.Thread(target=copy, name="iris-word-copy", daemon=True).start()
+        if done.wait(timeout_s + 0.5):  # the copy's own deadline, and a moment for the thread
+            return result[0] if result else None
+        self._word_stuck = done
+        return None
 
     def _word_copy_locked(self, dst: int, src: int, kind, value: int, timeout_s: float) -> int | None:
         _, runtime = _cuda()
