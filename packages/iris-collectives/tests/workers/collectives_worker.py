@@ -250,7 +250,11 @@ def run_all_reduce_rmsnorm(ctx, M, N, BM, dtype, seed, *, two_shot, range_form, 
     weight = torch.randn(N, generator=torch.Generator().manual_seed(seed)).to(dev)
     src, residual = ctx.zeros(M, N, dtype=dtype), ctx.zeros(M, N, dtype=dtype)
     dst = ctx.full((M, N), float("nan"), dtype=dtype)
-    locks = ctx.zeros(ic.lock_words(M, N, BM, BN), dtype=torch.int32)
+    # the lock array, followed by as many words that no call may touch (an empty range of a grid
+    # larger than the tiles once wrote its lock record there)
+    words = ic.lock_words(M, N, BM, BN)
+    lock_space = ctx.zeros(2 * words, dtype=torch.int32)
+    locks = lock_space[:words]
     stream = small_ints((M, N), dtype, seed + 99)  # the residual, the same on every rank
     residual.copy_(stream.to(dev))
     ctx.barrier()
@@ -270,19 +274,26 @@ def run_all_reduce_rmsnorm(ctx, M, N, BM, dtype, seed, *, two_shot, range_form, 
         check(residual, stream, f"{what} call {k}: residual")
         same_on_every_rank(ctx, dst, what)
     ctx.barrier()
-    for t in (locks, dst, residual, src):
+    past = lock_space[words:].cpu()
+    assert not past.any(), f"{what}, grid {grid}: words past the lock array changed: {past.tolist()}"
+    for t in (lock_space, dst, residual, src):
         ctx.free(t)
 
 
 def scenario_all_reduce_rmsnorm(ctx):
     """The tile collective all-reduce + residual + RMSNorm: one-shot and two-shot, per tile and per
     program range, bound and free, fp32/bf16/fp16, ragged rows and columns (two-shot with 3 ranks:
-    ragged shares), two launches back to back with the residual in place."""
+    ragged shares), two launches back to back with the residual in place; grids of more programs
+    than tiles (empty ranges)."""
     rows = triton.next_power_of_2(ctx.world_size)  # two-shot: one row per rank and tile
     run_all_reduce_rmsnorm(ctx, 5, 24, 2, torch.float32, 1500, two_shot=False, range_form=False, bound=True)
     run_all_reduce_rmsnorm(ctx, 5, 40, 2, torch.bfloat16, 1600, two_shot=False, range_form=True, bound=False)
     run_all_reduce_rmsnorm(ctx, 6, 24, rows, torch.float16, 1700, two_shot=True, range_form=False, bound=False)
     run_all_reduce_rmsnorm(ctx, 7, 40, rows, torch.bfloat16, 1800, two_shot=True, range_form=True, bound=True)
+    # more programs than tiles: the empty ranges do nothing (at 8 ranks the case above has one
+    # tile for its two programs; an empty range once used a lock record past the array)
+    run_all_reduce_rmsnorm(ctx, 3, 24, 4, torch.float32, 1900, two_shot=False, range_form=True, bound=True, grid=3)
+    run_all_reduce_rmsnorm(ctx, 3, 24, rows, torch.float32, 1950, two_shot=True, range_form=True, bound=False, grid=3)
 
 
 def scenario_tracing_records_one_event_per_tile(ctx):

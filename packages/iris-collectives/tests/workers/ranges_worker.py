@@ -112,6 +112,30 @@ def scenario_range_all_reduce_random_floats(ctx):
                     ctx.free(t)
 
 
+def scenario_range_more_programs_than_tiles(ctx):
+    # a grid of more programs than tiles: the empty ranges do nothing and touch no lock record (the
+    # range's record is its first tile's, past the lock array for an empty one: it was written,
+    # a heap word someone else owns), and the result is exact, two calls back to back
+    M, N, BM, BN = 6, 16, 8, 16  # one tile, ragged
+    for variant in VARIANTS:
+        for bound in (False, True):
+            words = ic.lock_words(M, N, BM, BN)
+            lock_space = ctx.zeros(2 * words, dtype=torch.int32)
+            src, dst = ctx.zeros(M, N), ctx.full((M, N), float("nan"))
+            ctx.barrier()
+            for k in range(2):
+                inputs = [rank_input(r, (M, N), torch.float32, 900 + k) for r in range(ctx.world_size)]
+                src.copy_(inputs[ctx.rank].to(ctx.device))
+                ctx.barrier()  # no peer reads the last call's source any more
+                launch(ctx, variant == "two_shot", src, dst, lock_space[:words], M, N, BM, BN, 4, bound)
+                check(ctx, dst, reference(inputs, torch.float32), f"{variant} bound={bound} grid 4 of 1 tile call {k}")
+            ctx.barrier()
+            past = lock_space[words:].cpu()
+            assert not past.any(), f"{variant} bound={bound}: words past the lock array changed: {past.tolist()}"
+            for t in (lock_space, dst, src):
+                ctx.free(t)
+
+
 def scenario_range_back_to_back(ctx):
     # 20 calls per variant with new data on the same buffers and locks, no barrier between them; a
     # rank falls behind now and then; the source is poisoned as soon as a call returns (no peer may

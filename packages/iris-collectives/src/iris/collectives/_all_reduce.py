@@ -40,7 +40,7 @@ from ._sync import (
     signal_and_wait_all,
     wait_at_least,
 )
-from ._views import Tile, TileView, is_range
+from ._views import Tile, TileView, has_tiles, is_range
 
 #: Reductions of the internal ``OP`` argument (a compile-time int; ``None`` means SUM). The public
 #: tile collectives sum; the host collectives (``iris.collectives.ccl``) pass the others.
@@ -331,14 +331,16 @@ def all_reduce_one_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexp
 @triton.jit
 def _one_shot_range(ctx, tiles, src_view, dst_view, locks, OP: tl.constexpr, mine_view, call: tl.constexpr,
                     src_bases):
-    # The one-shot protocol once for every tile of the range: ready, every tile summed, done.
-    if ctx.world_size > 1:
-        slot, record, epoch = enter_range(tiles, dst_view, locks, call)
-        # no peer can leave this call before this rank's "done": their signatures hold
-        signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
-    reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP, mine_view, call, src_bases)
-    if ctx.world_size > 1:
-        signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+    # The one-shot protocol once for every tile of the range: ready, every tile summed, done. An
+    # empty range (more programs than tiles) has no lock record: nothing to do, nobody to meet.
+    if has_tiles(tiles):
+        if ctx.world_size > 1:
+            slot, record, epoch = enter_range(tiles, dst_view, locks, call)
+            # no peer can leave this call before this rank's "done": their signatures hold
+            signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+        reduce_range_in_rank_order(ctx, tiles, src_view, dst_view, OP, mine_view, call, src_bases)
+        if ctx.world_size > 1:
+            signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
 
 
 @triton.jit
@@ -471,15 +473,16 @@ def all_reduce_two_shot_op(ctx, tile, src_view, dst_view, locks, OP: tl.constexp
     acc_ty: tl.constexpr = accumulator_type(call, src_view.ptr.dtype.element_ty)
     dst_ty: tl.constexpr = dst_view.ptr.dtype.element_ty
     if is_range(tile):
-        if ctx.world_size > 1:
-            slot, record, epoch = enter_range(tile, dst_view, locks, call)
-            # no peer can leave this call before this rank's "done": their signatures hold
-            signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
-        for t in range(tile.first, tile.stop, tile.step):
-            _two_shot_tile(ctx, tile.tile(t), t, src_view, dst_view, acc_ty, dst_ty, OP, mine_src, mine_dst,
-                           src_bases, dst_bases)
-        if ctx.world_size > 1:
-            signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
+        if has_tiles(tile):  # an empty range (more programs than tiles): nothing to do, nobody to meet
+            if ctx.world_size > 1:
+                slot, record, epoch = enter_range(tile, dst_view, locks, call)
+                # no peer can leave this call before this rank's "done": their signatures hold
+                signal_and_wait_all(ctx, record, ARRIVE, epoch, call, "ready", slot, record)
+            for t in range(tile.first, tile.stop, tile.step):
+                _two_shot_tile(ctx, tile.tile(t), t, src_view, dst_view, acc_ty, dst_ty, OP, mine_src, mine_dst,
+                               src_bases, dst_bases)
+            if ctx.world_size > 1:
+                signal_and_wait_all(ctx, record, DONE, epoch, call, "done", slot)
     elif ctx.world_size == 1:
         _two_shot_tile(ctx, tile, 0, src_view, dst_view, acc_ty, dst_ty, OP, None, None)
     else:

@@ -28,7 +28,7 @@ from ._all_reduce import _sum_in_rank_order, own_share_rows
 from ._dtypes import check_lock_array
 from ._errors import IrisUnsupportedError
 from ._sync import ARRIVE, DONE, enter_range, enter_tile, signal_and_wait_all
-from ._views import Tile, TileView, is_range
+from ._views import Tile, TileView, has_tiles, is_range
 
 #: ``QUANT`` of :func:`all_reduce_rmsnorm_op`: no quantisation (the output in its own float type),
 #: fp8 with one scale per row that the call computes and writes, fp8 with one scale it reads.
@@ -267,14 +267,15 @@ def all_reduce_rmsnorm_op(ctx, tile, src_view, dst_view, locks, weight, eps, res
     None: the heap's). Per program; the protocol and semantics of :func:`all_reduce_rmsnorm`."""
     check_lock_array(CALL, locks.dtype)
     _check_data(CALL, src_view.ptr.dtype.element_ty)
-    if ctx.world_size > 1:
-        if is_range(tile):
-            slot, record, epoch = enter_range(tile, dst_view, locks, CALL)
-        else:
-            slot, record, epoch = enter_tile(tile, dst_view, locks, CALL)
-        # no peer can leave this call before this rank's "done": their signatures hold
-        signal_and_wait_all(ctx, record, ARRIVE, epoch, CALL, "ready", slot, record)
-    norm_tiles(ctx, tile, src_view, dst_view, weight, eps, residual_view, residual_out_view, scale, QUANT, TWO_SHOT,
-               mine_view, local_out, local_res, local_scale, src_bases, out_bases, res_bases, scale_bases)
-    if ctx.world_size > 1:
-        signal_and_wait_all(ctx, record, DONE, epoch, CALL, "done", slot)
+    if has_tiles(tile):  # an empty range (more programs than tiles): nothing to do, nobody to meet
+        if ctx.world_size > 1:
+            if is_range(tile):
+                slot, record, epoch = enter_range(tile, dst_view, locks, CALL)
+            else:
+                slot, record, epoch = enter_tile(tile, dst_view, locks, CALL)
+            # no peer can leave this call before this rank's "done": their signatures hold
+            signal_and_wait_all(ctx, record, ARRIVE, epoch, CALL, "ready", slot, record)
+        norm_tiles(ctx, tile, src_view, dst_view, weight, eps, residual_view, residual_out_view, scale, QUANT,
+                   TWO_SHOT, mine_view, local_out, local_res, local_scale, src_bases, out_bases, res_bases, scale_bases)
+        if ctx.world_size > 1:
+            signal_and_wait_all(ctx, record, DONE, epoch, CALL, "done", slot)

@@ -140,8 +140,9 @@ class TileRange:
     Passed to a collective in place of a tile, it makes one synchronisation with the peers cover
     every tile of the range (one "ready" and one "done" per program and call instead of one per
     tile): what a persistent kernel wants when its data is all there before the call. The range
-    must hold at least one tile (``first < stop``), and its lock record is ``first``'s. Example,
-    a persistent grid over a view::
+    may be empty (``first >= stop``: a grid of more programs than the tensor has tiles): the
+    program then does nothing and synchronises with no peer, whose program of the same id is empty
+    too. Its lock record is ``first``'s. Example, a persistent grid over a view::
 
         tiles = TileRange(tl.program_id(0), view.num_tiles(BLOCK_M, BLOCK_N), tl.num_programs(0),
                           view.num_tiles_n(BLOCK_N), BLOCK_M, BLOCK_N)
@@ -176,6 +177,17 @@ class TileRange:
 def is_range(tile):
     """Whether ``tile`` is a :class:`TileRange` (at compile time): the collectives take a tile or a range."""
     return isinstance(tile, TileRange)
+
+
+@triton.jit
+def has_tiles(tile):
+    """Whether a collective on ``tile`` has work: always for a tile; for a :class:`TileRange`,
+    whether it holds a tile. An empty range (more programs than tiles) must skip the collective's
+    protocol: its lock record, ``first``'s, lies past the lock array. Per program."""
+    if is_range(tile):
+        return tile.first < tile.stop
+    else:
+        return True
 
 
 @aggregate
