@@ -5,7 +5,8 @@ Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ccl_compil
 Per kernel, variant, op and dtype: whether it compiled, the error if not, and counts the test
 judges: system-scope acquire loads and release operations of the flags, vector loads
 (``ld.global.v4`` / ``.v2``) of the data, and the fp8 conversions (``cvt.rn.satfinite`` to e4m3,
-which the interpreter cannot check). Prints one JSON object as its last line.
+which the interpreter cannot check); and per kernel, how it takes the rank (:func:`rank_parameters`).
+Prints one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -209,11 +210,27 @@ def run_case(index: int) -> tuple[str, dict]:
         return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
 
 
+def rank_parameters() -> dict:
+    """Per kernel of ccl's three kernel modules (``module.name``): whether its ``rank`` parameter is a
+    compile-time constant and whether Triton specialises on its value (ints equal to 1 or divisible
+    by 16 get kernels of their own unless ``do_not_specialize`` names them). A rank that is neither
+    gives every rank of a job the same compiled kernel."""
+    out = {}
+    for module in (K, P, X):
+        for name, fn in vars(module).items():
+            if isinstance(fn, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+                for param in fn.params:
+                    if param.name == "rank":
+                        out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = dict(
+                            constexpr=bool(param.is_constexpr), specialised=not param.do_not_specialize)
+    return out
+
+
 def main() -> int:
     # one compile per core: each is one process's work for seconds (LLVM and ptxas)
     with ProcessPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
         results = dict(pool.map(run_case, range(len(list(cases())))))
-    print(json.dumps({"triton": triton.__version__, "results": results}))
+    print(json.dumps({"triton": triton.__version__, "results": results, "rank_parameters": rank_parameters()}))
     return 0
 
 
