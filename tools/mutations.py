@@ -103,17 +103,18 @@ MUTATIONS = [
     # (text of _all_reduce.py and _sync.py as of the TileRange collectives: re-target these when
     # those files change; a mutation whose text is gone stops the run, naming itself)
     Mutation("sum-own-first", "one-shot (tile, ccl, fused) sums in rank order: bit-identical on every rank",
-             [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n        if p == ctx.rank:\n",
+             [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n"
+               "        if rank_is_static(ctx.rank):\n",
                "    for i in tl.static_range(ctx.world_size):\n        p = (ctx.rank + i) % ctx.world_size\n"
-               "        if p == ctx.rank:\n", 1)],
+               "        if rank_is_static(ctx.rank):\n", 1)],
              [("worker", "3", "promises_worker.py", "matmul_all_reduce"), ("worker", "3", "promises_worker.py",
               "ccl_all_reduce"), ("worker", "3", "promises_worker.py", "ccl_reduce_scatter")],
              expect="summed in rank order"),
     Mutation("two-shot-own-first", "two-shot (tile, ccl, fused) sums each share in rank order",
              [(f"{COLL}/_all_reduce.py", "    for p in tl.static_range(ctx.world_size):\n"
-               "        if p == ctx.rank and local_src is not None:\n",
+               "        if local_src is None:\n",
                "    for i in tl.static_range(ctx.world_size):\n        p = (ctx.rank + i) % ctx.world_size\n"
-               "        if p == ctx.rank and local_src is not None:\n", 1)],
+               "        if local_src is None:\n", 1)],
              [("worker", "3", "promises_worker.py", "matmul_all_reduce"),
               ("worker", "3", "promises_worker.py", "ccl_all_reduce")],
              expect="summed in rank order"),

@@ -5,7 +5,8 @@ Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ccl_compil
 Per kernel, variant, op and dtype: whether it compiled, the error if not, and counts the test
 judges: system-scope acquire loads and release operations of the flags, vector loads
 (``ld.global.v4`` / ``.v2``) of the data, and the fp8 conversions (``cvt.rn.satfinite`` to e4m3,
-which the interpreter cannot check). Prints one JSON object as its last line.
+which the interpreter cannot check); and per kernel, how it takes the rank (:func:`rank_parameters`).
+Prints one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -52,42 +53,42 @@ def cases():
                                             ("one_shot_buffered", False, True)):
             for stage, copy in ((True, two_shot),) if buffered else ((False, False), (True, two_shot)):
                 yield (f"all_reduce/{variant}/{dt}/{op}/stage{int(stage)}", K.all_reduce_kernel,
-                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half call_fp"),
-                       dict(rank=0, world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
+                       sig("inp src dst out locks src_bases dst_bases", dt, "n chunk half call_fp rank"),
+                       dict(world_size=2, OP=OPS[op], TWO_SHOT=two_shot, STAGE_IN=stage, COPY_OUT=copy,
                             BUFFERED=buffered, **TILE),
                        ("inp", "src", "dst", "out", "src_bases", "dst_bases", "n", "chunk", "half"))
     for dt in ("fp32", "bf16"):
         for variant, buffered in (("pull", False), ("pull_buffered", True)):
             yield (f"reduce_scatter/{variant}/{dt}", K.reduce_scatter_kernel,
-                   sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp"),
-                   dict(rank=0, world_size=4, OP=0, STAGE_IN=True, BUFFERED=buffered, **TILE),
+                   sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp rank"),
+                   dict(world_size=4, OP=0, STAGE_IN=True, BUFFERED=buffered, **TILE),
                    ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
             for mode, name in ((0, "all_gather"), (1, "all_to_all"), (2, "broadcast")):
                 yield (f"{name}/{variant}/{dt}", K.pull_kernel,
-                       sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
-                       dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
+                       sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp rank root"),
+                       dict(world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=buffered, **TILE),
                        ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
             for mode, name in ((3, "gather"), (4, "scatter")):
                 if variant == "pull":
                     yield (f"{name}/{variant}/{dt}", K.pull_kernel,
-                           sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp root"),
-                           dict(rank=1, world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=False, **TILE),
+                           sig("inp src out locks src_bases", dt, "m src_stride chunk half call_fp rank root"),
+                           dict(world_size=4, MODE=mode, STAGE_IN=True, BUFFERED=False, **TILE),
                            ("inp", "src", "out", "src_bases", "m", "src_stride", "chunk", "half"))
     for dt, op in (("fp32", "sum"), ("bf16", "avg"), ("int64", "prod")):
         for stage in (False, True):
             yield (f"reduce/one_shot/{dt}/{op}/stage{int(stage)}", K.reduce_kernel,
-                   sig("inp src out locks src_bases", dt, "n chunk call_fp root"),
-                   dict(rank=0, world_size=4, OP=OPS[op], STAGE_IN=stage, **TILE),
+                   sig("inp src out locks src_bases", dt, "n chunk call_fp rank root"),
+                   dict(world_size=4, OP=OPS[op], STAGE_IN=stage, **TILE),
                    ("inp", "src", "out", "src_bases", "n", "chunk"))
     for dt in ("fp32", "bf16", "int64"):
         for name, kernel, data, counted in (("send", P.send_kernel, "inp", "sent"),
                                             ("recv", P.recv_kernel, "out", "received")):
             signature = {"context": "*i64", data: PTR[dt], "inbox": PTR[dt], "headers": "*i64", "ready": "*i32",
                          "credit": "*i32", counted: "*i32", "n": "i32", "header": "i64"}
-            signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop", "peer", "tag")})
-            yield (f"{name}/{dt}", kernel, signature, dict(rank=1, BLOCK=4096 if dt == "bf16" else 2048),
+            signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop", "peer", "tag", "rank")})
+            yield (f"{name}/{dt}", kernel, signature, dict(BLOCK=4096 if dt == "bf16" else 2048),
                    (data, "inbox", "n", "chunk"))
-    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp"), dict(rank=0, world_size=2), ())
+    yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp rank"), dict(world_size=2), ())
     yield from norm_cases()
     yield from exchange_cases()
 
@@ -96,8 +97,8 @@ def exchange_cases():
     """ccl.all_to_all_v and the MoE dispatch and combine (DeepSeek-V3-like: 8 ranks, 32 local experts,
     top-8, rows of 7168): the publish, pull and combine kernels, and the routing kernel. The combine
     is compiled as it is launched, without fused multiply-adds."""
-    big = dict(rank=1, world_size=8, GROUPS=32, ROW=7168, BLOCK_R=2, BLOCK=8192)
-    small = dict(rank=1, world_size=4, GROUPS=1, ROW=16, BLOCK_R=64, BLOCK=16)
+    big = dict(world_size=8, GROUPS=32, ROW=7168, BLOCK_R=2, BLOCK=8192)
+    small = dict(world_size=4, GROUPS=1, ROW=16, BLOCK_R=64, BLOCK=16)
     for name, dt, cx, routed, split in (("moe_dispatch", "bf16", big, True, "*i32"),
                                         ("moe_combine", "bf16", big, False, "*i32"),
                                         ("all_to_all_v", "fp32", small, False, "*i64")):
@@ -108,7 +109,7 @@ def exchange_cases():
             signature.update(route="*i32", route_stage="*i32", weights="*fp32", weight_stage="*fp32")
         else:
             extra = dict.fromkeys(("route", "route_stage", "weights", "weight_stage"))
-        signature.update(n_flat="i32", locks="*i32", programs="i32")
+        signature.update(n_flat="i32", locks="*i32", programs="i32", rank="i32")
         stage = X.STAGE_ROWS.value if name == "moe_dispatch" else X.STAGE_SEGMENTS.value
         call = {"moe_dispatch": X.DISPATCH_CALL, "moe_combine": X.COMBINE_CALL}.get(name, X.ALL_TO_ALL_V_CALL).value
         yield (f"{name}/publish/{dt}", X.publish_kernel, {k: signature[k] for k in signature if k not in extra},
@@ -117,7 +118,7 @@ def exchange_cases():
     pull = {"context": "*i64", "out": "*bf16", "stage": "*bf16", "n_src_rows": "i32", "table": "*i32",
             "route_stage": "*i32", "weight_stage": "*fp32", "row_weights": "*fp32", "recv_counts": "*i32",
             "recv_offsets": "*i32", "group_counts": "*i32", "group_offsets": "*i32", "capacity": "i32",
-            "expert_capacity": "i32", "locks": "*i32", "programs": "i32"}
+            "expert_capacity": "i32", "locks": "*i32", "programs": "i32", "rank": "i32"}
     for padded in (False, True):
         yield (f"moe_dispatch/pull/bf16/padded{int(padded)}", X.pull_kernel, pull,
                dict(big, TOPK=8, PADDED=padded, WRITE_LAYOUT=True, CALL=X.DISPATCH_CALL.value), ("out", "stage"))
@@ -133,7 +134,7 @@ def exchange_cases():
                 weight_stage=None, row_weights=None, group_counts=None, group_offsets=None), ("out", "stage"))
     combine = {"context": "*i64", "out": "*bf16", "stage": "*bf16", "table": "*i32", "topk_idx": "*i64",
                "weights": "*fp32", "slots": "*i32", "send_offsets": "*i32", "scratch": "*i32", "n_tokens": "i32",
-               "capacity": "i32", "expert_capacity": "i32", "locks": "*i32", "programs": "i32"}
+               "capacity": "i32", "expert_capacity": "i32", "locks": "*i32", "programs": "i32", "rank": "i32"}
     no_fma = COMBINE_OPTIONS  # as the combine is launched
     cx = {k: v for k, v in big.items() if k != "BLOCK_R"}
     for dt in ("bf16", "fp64"):
@@ -209,11 +210,27 @@ def run_case(index: int) -> tuple[str, dict]:
         return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
 
 
+def rank_parameters() -> dict:
+    """Per kernel of ccl's three kernel modules (``module.name``): whether its ``rank`` parameter is a
+    compile-time constant and whether Triton specialises on its value (ints equal to 1 or divisible
+    by 16 get kernels of their own unless ``do_not_specialize`` names them). A rank that is neither
+    gives every rank of a job the same compiled kernel."""
+    out = {}
+    for module in (K, P, X):
+        for name, fn in vars(module).items():
+            if isinstance(fn, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+                for param in fn.params:
+                    if param.name == "rank":
+                        out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = dict(
+                            constexpr=bool(param.is_constexpr), specialised=not param.do_not_specialize)
+    return out
+
+
 def main() -> int:
     # one compile per core: each is one process's work for seconds (LLVM and ptxas)
     with ProcessPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
         results = dict(pool.map(run_case, range(len(list(cases())))))
-    print(json.dumps({"triton": triton.__version__, "results": results}))
+    print(json.dumps({"triton": triton.__version__, "results": results, "rank_parameters": rank_parameters()}))
     return 0
 
 

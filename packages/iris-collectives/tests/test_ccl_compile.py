@@ -6,7 +6,9 @@ and the MoE dispatch's and combine's exchange kernels, and the MoE routing kerne
 for an H200 (sm_90) in a child process with Triton's interpreter off. They catch what the
 interpreter never sees: compile errors of the GPU paths, flags that are not acquired and released
 at system scope, data paths without vector loads, fp8 outputs without the hardware's rounding
-conversion, a combine whose sums would round differently from the cpu backend's (fused multiply-adds)."""
+conversion, a combine whose sums would round differently from the cpu backend's (fused multiply-adds);
+and that every one of these kernels takes the rank at run time, unspecialised (one compiled kernel
+for every rank of a job)."""
 
 from __future__ import annotations
 
@@ -22,12 +24,29 @@ SCRIPT = os.path.join(HERE, "ccl_compile_check.py")
 
 
 @pytest.fixture(scope="module")
-def compiled() -> dict:
+def report() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_DEBUG", "TRITON_DEBUG")}
     env.update(IRIS_BACKEND="cuda", TRITON_DEFAULT_FP_FUSION="1")  # compile for the GPU; nothing is launched
     proc = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=900, env=env, cwd=HERE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def compiled(report) -> dict:
+    return report["results"]
+
+
+def test_every_ccl_kernel_takes_the_rank_at_run_time_unspecialised(report):
+    # One compiled kernel for every rank of a job: the rank is neither a compile-time constant nor a
+    # value Triton specialises on (rank 1 and rank 16 would otherwise get kernels of their own).
+    ranks = report["rank_parameters"]
+    assert set(ranks) == {"_kernels.all_reduce_kernel", "_kernels.reduce_scatter_kernel", "_kernels.reduce_kernel",
+                          "_kernels.pull_kernel", "_kernels.barrier_kernel", "_p2p_kernels.send_kernel",
+                          "_p2p_kernels.recv_kernel", "_exchange_kernels.publish_kernel",
+                          "_exchange_kernels.pull_kernel", "_exchange_kernels.combine_kernel"}, ranks
+    for kernel, how in ranks.items():
+        assert how == {"constexpr": False, "specialised": False}, (kernel, how)
 
 
 def test_every_ccl_kernel_compiles_for_sm90(compiled):

@@ -90,6 +90,13 @@ def _fold(acc, x, p: tl.constexpr, OP: tl.constexpr):
     return acc
 
 
+@triton.constexpr_function
+def rank_is_static(rank):
+    """Whether a context's ``rank`` is a compile-time value (the spec's ``DeviceContext``), not a
+    run-time one (``RuntimeRankContext``, which ``iris.collectives.ccl``'s kernels use)."""
+    return not isinstance(rank, tl.tensor)
+
+
 @triton.jit
 def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr, OP: tl.constexpr = None, src_bases=None):
     # tile.data for this rank, src_view on every other: the same order on every rank, so every
@@ -101,10 +108,19 @@ def _sum_in_rank_order(ctx, tile, src_ptrs, mask, acc_ty: tl.constexpr, OP: tl.c
     bases = ctx.heap_bases if src_bases is None else src_bases  # inline: no jit call per tile
     acc = tl.full([tile.BLOCK_M, tile.BLOCK_N], 0, acc_ty)
     for p in tl.static_range(ctx.world_size):
-        if p == ctx.rank:
-            x = tile.data.to(acc_ty)
+        if rank_is_static(ctx.rank):
+            if p == ctx.rank:
+                x = tile.data.to(acc_ty)
+            else:
+                x = load(src_ptrs, ctx.rank, p, bases, mask=mask, other=0).to(acc_ty)
         else:
-            x = load(src_ptrs, ctx.rank, p, bases, mask=mask, other=0).to(acc_ty)
+            # A run-time rank: no branch (a load inside one completes before the branch joins, so
+            # the peers' loads would follow one another): every rank's load is issued, this rank's
+            # masked off with its own values as what a masked-off lane holds. The same terms in
+            # the same order: the same sums.
+            # (tl.where, not "mask & (rank != p)": Triton's interpreter refuses some scalar & block masks)
+            theirs = tl.where(ctx.rank != p, mask, False)
+            x = load(src_ptrs, ctx.rank, p, bases, mask=theirs, other=tile.data).to(acc_ty)
         if _is_sum(OP):
             acc = acc + x
         else:
@@ -386,11 +402,19 @@ def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, ds
     sources = ctx.heap_bases if src_bases is None else src_bases
     targets = ctx.heap_bases if dst_bases is None else dst_bases
     acc = tl.zeros(src_ptrs.shape, acc_ty)
+    if local_src is not None:
+        if not rank_is_static(ctx.rank):
+            own = tl.load(local_src, mask=mine, other=0)  # this rank's term, read once
     for p in tl.static_range(ctx.world_size):
-        if p == ctx.rank and local_src is not None:
-            x = tl.load(local_src, mask=mine, other=0).to(acc_ty)
-        else:
+        if local_src is None:
             x = load(src_ptrs, ctx.rank, p, sources, mask=mine, other=0).to(acc_ty)
+        elif rank_is_static(ctx.rank):
+            if p == ctx.rank:
+                x = tl.load(local_src, mask=mine, other=0).to(acc_ty)
+            else:
+                x = load(src_ptrs, ctx.rank, p, sources, mask=mine, other=0).to(acc_ty)
+        else:  # a run-time rank: this rank's load masked off, its term the masked-off value (see _sum_in_rank_order)
+            x = load(src_ptrs, ctx.rank, p, sources, mask=tl.where(ctx.rank != p, mine, False), other=own).to(acc_ty)
         if _is_sum(OP):
             acc = acc + x
         else:
@@ -399,8 +423,10 @@ def _reduce_share_to_all(ctx, src_ptrs, dst_ptrs, mine, acc_ty: tl.constexpr, ds
         acc = _finish(acc, ctx.world_size)
     result = round_to(acc, dst_ty)
     for i in tl.static_range(ctx.world_size):
-        target = (ctx.rank + i + 1) % ctx.world_size  # a compile-time value: rank and i are
-        if target == ctx.rank and local_dst is not None:
+        target = (ctx.rank + i + 1) % ctx.world_size
+        # this rank comes last (i == W - 1): a compile-time test where the rank is a run-time value
+        # (ccl's RuntimeRankContext)
+        if i == ctx.world_size - 1 and local_dst is not None:
             tl.store(local_dst, result, mask=mine)
         else:
             store(dst_ptrs, result, ctx.rank, target, targets, mask=mine)

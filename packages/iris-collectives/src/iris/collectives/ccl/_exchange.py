@@ -114,8 +114,9 @@ class Exchange:
             second.update(COMBINE_OPTIONS)
         if self.programs is None:
             if self.ctx.device.type == "cuda":
-                one = publish_kernel.warmup(*publish_args, 1, grid=(1,), **first)
-                two = kernel.warmup(*second_args, 1, grid=(1,), **second)
+                rank = self.ctx.rank
+                one = publish_kernel.warmup(*publish_args, 1, rank, grid=(1,), **first)
+                two = kernel.warmup(*second_args, 1, rank, grid=(1,), **second)
                 programs = min(self.ctx.resident_grid(self.cfg.grid, one), self.ctx.resident_grid(self.cfg.grid, two))
             else:
                 programs = self.ctx.resident_grid(self.cfg.grid)
@@ -131,30 +132,31 @@ class Exchange:
                 self.locks)
 
     def run(self, publish_args, publish_constexprs, second_args, second_constexprs) -> None:
-        """Enqueue both launches on torch's current stream (each launch's arguments without the grid,
-        which is the last run-time argument of both kernels)."""
+        """Enqueue both launches on torch's current stream (each launch's arguments without the grid
+        and this rank, the last run-time arguments of both kernels: the rank is one, not a
+        compile-time constant, so that every rank runs the same compiled kernels)."""
         if self._publish is None:
             self._publish, self._second = self._launches(publish_args, publish_constexprs, second_args,
                                                          second_constexprs)
-        self._publish(*publish_args, self.programs)
-        self._second(*second_args, self.programs)
+        self._publish(*publish_args, self.programs, self.ctx.rank)
+        self._second(*second_args, self.programs, self.ctx.rank)
 
     def publish_constexprs(self, stage: int, prefix: bool, check_rows: bool = False) -> dict:
         """The publish launch's compile-time arguments."""
-        return dict(rank=self.ctx.rank, world_size=self.ctx.world_size, GROUPS=self.groups, ROW=self.row,
+        return dict(world_size=self.ctx.world_size, GROUPS=self.groups, ROW=self.row,
                     BLOCK_R=self.cfg.rows, BLOCK=self.cfg.block, STAGE=stage, PREFIX=prefix, CHECK_ROWS=check_rows,
                     CALL=self.call)
 
 
 def pull_constexprs(ex: Exchange, topk: int, padded: bool, write_layout: bool = True) -> dict:
     """The pull launch's compile-time arguments."""
-    return dict(rank=ex.ctx.rank, world_size=ex.ctx.world_size, GROUPS=ex.groups, TOPK=topk, ROW=ex.row,
+    return dict(world_size=ex.ctx.world_size, GROUPS=ex.groups, TOPK=topk, ROW=ex.row,
                 BLOCK_R=ex.cfg.rows, BLOCK=ex.cfg.block, PADDED=padded, WRITE_LAYOUT=write_layout, CALL=ex.call)
 
 
 def combine_constexprs(ex: Exchange, topk: int, reduce: bool, padded: bool) -> dict:
     """The combine launch's compile-time arguments."""
-    return dict(rank=ex.ctx.rank, world_size=ex.ctx.world_size, GROUPS=ex.groups, TOPK=topk, ROW=ex.row,
+    return dict(world_size=ex.ctx.world_size, GROUPS=ex.groups, TOPK=topk, ROW=ex.row,
                 BLOCK=ex.cfg.block, REDUCE=reduce, PADDED=padded, CALL=ex.call)
 
 

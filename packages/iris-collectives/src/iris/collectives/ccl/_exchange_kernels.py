@@ -29,6 +29,10 @@ staged rows. A receiver lays the rows out group by group, and within a group by 
 right after group ``g - 1``). Rows that do not fit are not written: the receiver's host call says
 so (the cpu backend raises), and on the GPU program 0 reports it to the watchdog, which ends the
 job (see ``iris.device._watchdog.STATE_CAPACITY``).
+
+``rank`` is a run-time argument of every kernel here, not specialised on (``do_not_specialize``),
+after ``programs``: the ranks of a job share one compiled kernel instead of compiling one each
+(compile time is most of what a GPU test suite spends). ``world_size`` stays compile-time.
 """
 
 # No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
@@ -38,7 +42,7 @@ import triton.language as tl
 from iris.device import INTERPRETER, load, round_to
 from iris.device._watchdog import WATCHDOG, watchdog_report_capacity
 
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, advance, signal_all, wait_at_least
 
 #: Names the waits and reports of the exchanges carry (entries of iris.device._watchdog.WAIT_CALLS).
@@ -83,9 +87,9 @@ def _find(starts, value, valid):
     return tl.sum(((starts[None, :] <= value[:, None]) & valid[None, :]).to(tl.int32), axis=1) - 1
 
 
-@triton.jit(do_not_specialize=["n_rows", "n_flat", "programs"])
+@triton.jit(do_not_specialize=["n_rows", "n_flat", "programs", "rank"])
 def publish_kernel(context, src, stage, n_rows, counts, offsets, peer_stride, group_stride, table, route, route_stage,
-                   weights, weight_stage, n_flat, locks, programs, rank: tl.constexpr, world_size: tl.constexpr,
+                   weights, weight_stage, n_flat, locks, programs, rank, world_size: tl.constexpr,
                    GROUPS: tl.constexpr, ROW: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
                    STAGE: tl.constexpr, PREFIX: tl.constexpr, CHECK_ROWS: tl.constexpr, CALL: tl.constexpr):
     """Publish this rank's side of an exchange: its table, its rows, then "ready" to every peer.
@@ -106,7 +110,7 @@ def publish_kernel(context, src, stage, n_rows, counts, offsets, peer_stride, gr
     wait (system scope) until every peer has read the previous call's rows; after, a CTA barrier and
     a release at system scope on every peer's ``ARRIVE`` counter (``signal_all``).
     """
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     p = tl.program_id(0)
     P = tl.num_programs(0)
     record, epoch = _records(locks, 1)
@@ -177,10 +181,10 @@ def _wait_for_publishers(ctx, locks, programs, CALL: tl.constexpr):
                       tl.program_id(0), ctx.heap_bases, record + EPOCH)
 
 
-@triton.jit(do_not_specialize=["n_src_rows", "capacity", "expert_capacity", "programs"])
+@triton.jit(do_not_specialize=["n_src_rows", "capacity", "expert_capacity", "programs", "rank"])
 def pull_kernel(context, out, stage, n_src_rows, table, route_stage, weight_stage, row_weights, recv_counts,
-                recv_offsets, group_counts, group_offsets, capacity, expert_capacity, locks, programs,
-                rank: tl.constexpr, world_size: tl.constexpr, GROUPS: tl.constexpr, TOPK: tl.constexpr,
+                recv_offsets, group_counts, group_offsets, capacity, expert_capacity, locks, programs, rank,
+                world_size: tl.constexpr, GROUPS: tl.constexpr, TOPK: tl.constexpr,
                 ROW: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, PADDED: tl.constexpr,
                 WRITE_LAYOUT: tl.constexpr, CALL: tl.constexpr):
     """Receive this rank's rows of an exchange into ``out``, grouped by group, then by source rank.
@@ -199,7 +203,7 @@ def pull_kernel(context, out, stage, n_src_rows, table, route_stage, weight_stag
     every peer's "ready", weak remote loads (``iris.device.load``), then a CTA barrier and a release
     at system scope on every peer's ``DONE`` counter.
     """
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     p = tl.program_id(0)
     P = tl.num_programs(0)
     _wait_for_publishers(ctx, locks, programs, CALL)
@@ -344,9 +348,9 @@ def _zero_rows(out, rows, mask, ROW: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK:
         tl.store(out + z + cols, tl.zeros([BLOCK_R, BLOCK], out.dtype.element_ty), mask=m)
 
 
-@triton.jit(do_not_specialize=["n_tokens", "capacity", "expert_capacity", "programs"])
+@triton.jit(do_not_specialize=["n_tokens", "capacity", "expert_capacity", "programs", "rank"])
 def combine_kernel(context, out, stage, table, topk_idx, weights, slots, send_offsets, scratch, n_tokens, capacity,
-                   expert_capacity, locks, programs, rank: tl.constexpr, world_size: tl.constexpr,
+                   expert_capacity, locks, programs, rank, world_size: tl.constexpr,
                    GROUPS: tl.constexpr, TOPK: tl.constexpr, ROW: tl.constexpr, BLOCK: tl.constexpr,
                    REDUCE: tl.constexpr, PADDED: tl.constexpr, CALL: tl.constexpr):
     """Bring every token's ``TOPK`` rows back from the ranks that hold them (the reverse of a MoE
@@ -366,7 +370,7 @@ def combine_kernel(context, out, stage, table, topk_idx, weights, slots, send_of
     Granularity: per program: tokens ``p, p + P, ...``, ``BLOCK`` columns at a time, the ``TOPK``
     rows of a token loaded side by side. Memory semantics: as :func:`pull_kernel`.
     """
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     p = tl.program_id(0)
     P = tl.num_programs(0)
     _wait_for_publishers(ctx, locks, programs, CALL)

@@ -22,6 +22,14 @@ Every kernel takes ``call_fp``, the fingerprint of its agreed call (``iris.runti
 and runs the device side of the call agreement around its work (``iris.device._calls``): program 0
 publishes the call on entry and compares every peer's call after its waits. ``call_fp`` is not
 specialised on (any value, one compiled kernel).
+
+``rank`` is a run-time argument too, not specialised on (``do_not_specialize``), and the kernels
+build a :class:`~iris.collectives._context.RuntimeRankContext`: every rank of a job runs one
+compiled kernel instead of one per rank. Compiling is most of what a GPU test suite spends (a
+4-rank job compiled each of these kernels four times), and a host call's first use on a rank
+then finds its kernel compiled by a peer. ``world_size`` stays a compile-time constant (loops
+over the ranks unroll). Where a kernel branches on a peer being this rank, the branch is taken at
+run time; loops that skip this rank start at the next one instead.
 """
 
 # No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
@@ -32,7 +40,7 @@ from iris.device import DEBUG, load
 from iris.device._calls import call_begin, call_check, call_enter, call_peek, call_publish, call_unpeeked, call_verify
 
 from .._all_reduce import all_reduce_one_shot_op, all_reduce_two_shot_op, own_share_rows, reduce_range_in_rank_order
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._sync import ARRIVE, DONE, device_barrier, enter_range, signal_and_wait_all
 from .._views import INDEX_TYPE, TileRange
 from ._flat import FlatView
@@ -75,9 +83,8 @@ def _tile_offsets(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     return t * (BLOCK_M * BLOCK_N) + within
 
 
-@triton.jit(do_not_specialize=["call_fp"])
-def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, n, chunk, half, call_fp,
-                      rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp", "rank"])
+def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, n, chunk, half, call_fp, rank,
                       world_size: tl.constexpr, OP: tl.constexpr, TWO_SHOT: tl.constexpr, STAGE_IN: tl.constexpr,
                       COPY_OUT: tl.constexpr, BUFFERED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)``, ``n`` elements, through ``all_reduce_one_shot`` or
@@ -95,7 +102,7 @@ def all_reduce_kernel(context, inp, src, dst, out, locks, src_bases, dst_bases, 
 
     ``BUFFERED`` (one-shot, ``STAGE_IN``): :func:`_buffered_one_shot_round`, whose staging buffer
     has two halves ``half`` elements apart."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     # The call check's entry (iris.device._calls): its loads now; the buffered round publishes the
     # fingerprint after its lock record's atomic and peeks at the peers' right after its wait, so
     # that neither round trip adds to the call. The tile ops' rounds publish at once and check last.
@@ -242,9 +249,8 @@ def _all_reduce_round(ctx, inp, src, dst, out, locks, src_bases, dst_bases, n, O
         all_reduce_one_shot_op(ctx, tiles, s, o, locks, OP, None, src_bases)
 
 
-@triton.jit(do_not_specialize=["call_fp"])
-def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, call_fp,
-                          rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp", "rank"])
+def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, call_fp, rank,
                           world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce over ranks of chunk rank of inp`` (chunks of ``m`` elements). It is
@@ -256,7 +262,7 @@ def reduce_scatter_kernel(context, inp, src, out, locks, src_bases, m, src_strid
     In rounds of ``chunk`` elements of each chunk, as :func:`all_reduce_kernel`. ``BUFFERED``
     (``STAGE_IN``): the one-shot with one flag round trip, as the all-reduce's (see
     :func:`_buffered_one_shot_round`), the staging buffer's halves ``half`` elements apart."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     pending = call_begin(ctx.heap_bases, rank, world_size)  # see all_reduce_kernel
     count, row, theirs = _call_started(ctx, pending, call_fp, BUFFERED)
     for base in range(0, m, chunk):
@@ -283,9 +289,9 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride
         for t in range(tiles.first, tiles.stop, tiles.step):
             offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
             mask = offsets < n
-            for j in tl.static_range(ctx.world_size):
-                if j != ctx.rank:
-                    tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
+            for i in tl.static_range(1, ctx.world_size):  # every chunk but this rank's (a run-time rank)
+                j = (ctx.rank + i) % ctx.world_size
+                tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
     peers_read = FlatView(src + ctx.rank * src_stride, n, rows, BLOCK_N)
     mine = FlatView(inp + ctx.rank * m, n, rows, BLOCK_N)
     if BUFFERED:
@@ -296,10 +302,9 @@ def _reduce_scatter_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride
     return count, row, theirs
 
 
-@triton.jit(do_not_specialize=["call_fp", "root"])
-def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, call_fp, root, rank: tl.constexpr,
-                  world_size: tl.constexpr, OP: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr):
+@triton.jit(do_not_specialize=["call_fp", "rank", "root"])
+def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, call_fp, rank, root, world_size: tl.constexpr,
+                  OP: tl.constexpr, STAGE_IN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``out = reduce(inp over ranks)`` on rank ``root`` alone, ``n`` elements: the one-shot
     protocol of :func:`all_reduce_kernel` (every rank's "ready", then "done"), in which only the
     root reads and reduces, in rank order (so its result is bit-identical to an all-reduce's).
@@ -307,7 +312,7 @@ def reduce_kernel(context, inp, src, out, locks, src_bases, n, chunk, call_fp, r
     this kernel fills; ``src_bases`` translates it). ``out`` is only written on the root (another
     rank passes any tensor of ``inp``'s dtype). ``root`` is a run-time argument: any rank may be
     the root, call after call. In rounds of ``chunk`` elements, as :func:`all_reduce_kernel`."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     for base in range(0, n, chunk):
         if STAGE_IN:
@@ -372,17 +377,16 @@ def _pull_from_every_rank(ctx, mine, ptrs, out, src_bases, m, mask):
     # Every rank's tile at ptrs (this rank's own at mine) into out, rank p's m elements after p - 1's.
     for i in tl.static_range(ctx.world_size):
         # starting with this rank, then the next: the ranks spread their reads over the peers
-        p = (ctx.rank + i) % ctx.world_size  # a compile-time value: rank and i are
-        if p == ctx.rank:
+        p = (ctx.rank + i) % ctx.world_size
+        if i == 0:  # this rank (a compile-time test: the rank is a run-time value)
             data = tl.load(mine, mask=mask)
         else:
             data = load(ptrs, ctx.rank, p, src_bases, mask=mask)
         tl.store(out + p * m, data, mask=mask)
 
 
-@triton.jit(do_not_specialize=["call_fp", "root"])
-def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, call_fp, root,
-                rank: tl.constexpr,
+@triton.jit(do_not_specialize=["call_fp", "rank", "root"])
+def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, half, call_fp, rank, root,
                 world_size: tl.constexpr, MODE: tl.constexpr, STAGE_IN: tl.constexpr, BUFFERED: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """all_gather (``MODE`` GATHER), all_to_all, broadcast from ``root``, gather to ``root``
@@ -400,7 +404,7 @@ def pull_kernel(context, inp, src, out, locks, src_bases, m, src_stride, chunk, 
 
     ``BUFFERED`` (``STAGE_IN``): no "done" wait; the staging buffer's halves (``half`` elements
     apart) are used by turns, as in :func:`_buffered_one_shot_round`."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     # the call check's entry and end around the rounds' own protocol (see all_reduce_kernel)
     pending = call_begin(ctx.heap_bases, rank, world_size)
     count, row, theirs = _call_started(ctx, pending, call_fp, True)
@@ -433,19 +437,18 @@ def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, ro
             offsets = _tile_offsets(t, BLOCK_M, BLOCK_N)
             mask = offsets < n
             if MODE == ALL_TO_ALL:
-                for j in tl.static_range(ctx.world_size):
-                    if j != ctx.rank:
-                        tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask),
-                                 mask=mask)
+                for i in tl.static_range(1, ctx.world_size):  # every chunk but this rank's
+                    j = (ctx.rank + i) % ctx.world_size
+                    tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask), mask=mask)
             elif MODE == BROADCAST:
                 if ctx.rank == root:
                     tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
             elif MODE == SCATTER:  # the root stages every chunk but its own
                 if ctx.rank == root:
-                    for j in tl.static_range(ctx.world_size):
-                        if j != ctx.rank:
-                            tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask),
-                                     mask=mask)
+                    for i in tl.static_range(1, ctx.world_size):
+                        j = (ctx.rank + i) % ctx.world_size
+                        tl.store(src + j * src_stride + offsets, tl.load(inp + j * m + offsets, mask=mask),
+                                 mask=mask)
             elif MODE == GATHER_TO_ROOT:
                 if ctx.rank != root:  # the root reads its own part from inp
                     tl.store(src + offsets, tl.load(inp + offsets, mask=mask), mask=mask)
@@ -466,10 +469,10 @@ def _pull_round(ctx, inp, src, out, locks, src_bases, m, n, src_stride, half, ro
     return count, row, theirs
 
 
-@triton.jit(do_not_specialize=["call_fp"])
-def barrier_kernel(context, flags, call_fp, rank: tl.constexpr, world_size: tl.constexpr):
+@triton.jit(do_not_specialize=["call_fp", "rank"])
+def barrier_kernel(context, flags, call_fp, rank, world_size: tl.constexpr):
     """One program: :func:`iris.collectives.device_barrier` on ``flags`` (two int32 words)."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     call = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     device_barrier(ctx, flags)
     call_check(ctx.heap_bases, call_fp, call, rank, world_size)

@@ -60,16 +60,18 @@ def _plan_pull(ctx, key, name: str, out, inp, m: int, config, reach=None, nbytes
     ws = _launch.workspace(ctx, ws_key, make)
     context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
     stride = cap * block if stage_in else m
-    constexprs = dict(rank=ctx.rank, world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered,
-                      BLOCK_M=block // width, BLOCK_N=width)
+    constexprs = dict(world_size=W, MODE=_MODES[name], STAGE_IN=stage_in, BUFFERED=buffered, BLOCK_M=block // width,
+                      BLOCK_N=width)
+    rank = ctx.rank  # a run-time argument: one compiled kernel for every rank
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, 0)
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, rank, 0)
     # root is each call's own (broadcast): the last argument of the fast launch
     run = _launch.launcher(ctx, ws, pull_kernel, cap if buffered else tiles, cap, cfg, args, constexprs,
                            root_last=True)
 
     def plan(out, inp, root=0):
-        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, root)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, rank,
+            root)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -194,7 +196,7 @@ def barrier(ctx, group=None) -> None:
         rank, W = ctx.rank, ctx.world_size
 
         def plan():
-            run(context, flags, fp, rank, W)
+            run(context, flags, fp, rank, world_size=W)
 
         _launch.remember(ctx, "barrier", plan)
     plan()

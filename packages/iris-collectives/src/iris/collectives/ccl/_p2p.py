@@ -280,10 +280,10 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
 
     def args(t, first, stop):
         return (context, t, inbox, headers, ready, credit, counted, n, header, chunk, s.slots, s.grid, first, stop,
-                peer, tag)
+                peer, tag, me)
 
     run = _launch.launcher(ctx, ws, kernel, grid, grid, Config(num_warps=s.num_warps), args(tensor, 0, chunks),
-                           dict(rank=me, BLOCK=block), fixed_grid=grid)
+                           dict(BLOCK=block), fixed_grid=grid)
 
     def plan(t, first=0, stop=chunks):
         fast = run.fast

@@ -23,6 +23,10 @@ So a sender runs up to ``slots`` chunks ahead of its receiver and a message larg
 flows through it; either side may start first, from any stream; no host takes part. Each program
 waits only for the program with the same id on the peer, never for one of its own launch.
 Every wait is bounded by the watchdog and names the call, the peer and the tag.
+
+``rank`` (this rank), like ``peer`` and ``tag``, is a run-time argument that is not specialised on:
+every rank of a job runs the same compiled send and recv, for any peer and tag (a compile-time
+rank compiled them once per rank: compile time is most of what a GPU test suite spends).
 """
 
 # No "from __future__ import annotations": Triton resolves jit globals by name at compile time.
@@ -43,9 +47,9 @@ RECV_CALL: tl.constexpr = tl.constexpr("iris.collectives.ccl.recv")
 P2P_CALLS = (SEND_CALL.value, RECV_CALL.value)
 
 
-@triton.jit(do_not_specialize=["first", "stop", "peer", "tag"])
+@triton.jit(do_not_specialize=["first", "stop", "peer", "tag", "rank"])
 def send_kernel(context, inp, inbox, headers, ready, credit, sent, n, header, chunk, slots, programs, first, stop,
-                peer, tag, rank: tl.constexpr, BLOCK: tl.constexpr):
+                peer, tag, rank, BLOCK: tl.constexpr):
     """Send chunks ``first .. stop - 1`` of ``inp`` (``n`` elements, ``chunk`` per chunk) to rank
     ``peer`` on the channel of ``tag``.
 
@@ -73,9 +77,9 @@ def send_kernel(context, inp, inbox, headers, ready, credit, sent, n, header, ch
         c += 1
 
 
-@triton.jit(do_not_specialize=["first", "stop", "peer", "tag"])
+@triton.jit(do_not_specialize=["first", "stop", "peer", "tag", "rank"])
 def recv_kernel(context, out, inbox, headers, ready, credit, received, n, header, chunk, slots, programs, first, stop,
-                peer, tag, rank: tl.constexpr, BLOCK: tl.constexpr):
+                peer, tag, rank, BLOCK: tl.constexpr):
     """Receive chunks ``first .. stop - 1`` of a message of ``n`` elements from rank ``peer`` on the
     channel of ``tag`` into ``out``.
 

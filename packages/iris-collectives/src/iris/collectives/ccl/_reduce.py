@@ -110,18 +110,19 @@ def _plan_all_reduce(ctx, key, out, inp, op, config, reach=None):
     ws = _launch.workspace(ctx, ws_key, make)
     context, locks = ctx.get_device_context(), ws.buffers["locks"]
     stage, result = ws.buffers.get("stage"), ws.buffers.get("result")
-    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in,
-                      COPY_OUT=copy_out, BUFFERED=buffered, BLOCK_M=block // width, BLOCK_N=width)
+    constexprs = dict(world_size=W, OP=code, TWO_SHOT=two_shot, STAGE_IN=stage_in, COPY_OUT=copy_out,
+                      BUFFERED=buffered, BLOCK_M=block // width, BLOCK_N=width)
+    rank = ctx.rank  # a run-time argument: one compiled kernel for every rank
     heap = ctx.get_heap_bases()  # the staging and result buffers' table
     src_bases = heap if stage_in else in_bases
     dst_bases = heap if copy_out or not two_shot else out_bases
     args = (context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
-            dst_bases, n, chunk, half, fp)
+            dst_bases, n, chunk, half, fp, rank)
     run = _launch.launcher(ctx, ws, all_reduce_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
         run(context, inp, inp if stage is None else stage, out if result is None else result, out, locks, src_bases,
-            dst_bases, n, chunk, half, fp)
+            dst_bases, n, chunk, half, fp, rank)
         _launch.promote(ctx, key, run)
 
     return plan
@@ -182,14 +183,15 @@ def _plan_reduce_scatter(ctx, key, out, inp, op, config, reach=None):
     ws = _launch.workspace(ctx, ws_key, make)
     context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
     stride = cap * block if stage_in else m
-    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered,
-                      BLOCK_M=block // width, BLOCK_N=width)
+    constexprs = dict(world_size=W, OP=code, STAGE_IN=stage_in, BUFFERED=buffered, BLOCK_M=block // width,
+                      BLOCK_N=width)
+    rank = ctx.rank  # a run-time argument: one compiled kernel for every rank
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp)
+    args = (context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, rank)
     run = _launch.launcher(ctx, ws, reduce_scatter_kernel, cap if buffered else tiles, cap, cfg, args, constexprs)
 
     def plan(out, inp):
-        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp)
+        run(context, inp, inp if stage is None else stage, out, locks, src_bases, m, stride, chunk, half, fp, rank)
         _launch.promote(ctx, key, run)
 
     return plan

@@ -95,13 +95,13 @@ def _plan_reduce(ctx, key, out, inp, root, op, config, reach=None):
     context, locks, stage = ctx.get_device_context(), ws.buffers["locks"], ws.buffers.get("stage")
     src = inp if stage is None else stage
     src_bases = ctx.get_heap_bases() if stage_in else in_bases
-    constexprs = dict(rank=ctx.rank, world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width,
-                      BLOCK_N=width)
-    args = (context, inp, src, out, locks, src_bases, n, chunk, fp, root)
+    constexprs = dict(world_size=W, OP=code, STAGE_IN=stage_in, BLOCK_M=block // width, BLOCK_N=width)
+    rank = ctx.rank  # a run-time argument: one compiled kernel for every rank
+    args = (context, inp, src, out, locks, src_bases, n, chunk, fp, rank, root)
     run = _launch.launcher(ctx, ws, reduce_kernel, tiles, cap, cfg, args, constexprs, root_last=True)
 
     def plan(out, inp, root):
-        run(context, inp, src, out, locks, src_bases, n, chunk, fp, root)
+        run(context, inp, src, out, locks, src_bases, n, chunk, fp, rank, root)
         _launch.promote(ctx, key, run)
 
     return plan
