@@ -434,13 +434,18 @@ def run_groups(args) -> dict:
 
     G = args.group_size
     heap = args.heap_size or max(1 << 26, 8 * max(args.sizes) + (1 << 26))
-    ctx = iris.runtime.iris(heap_size=heap)
-    W, backend = ctx.world_size, ctx.device.type
+    W = MPI.COMM_WORLD.Get_size()
     if G < 2 or W % G:
         raise SystemExit(f"benchmarks/ccl.py --group-size {G}: a group size of at least 2 that divides the "
                          f"world of {W} ranks (e.g. --group-size 2 with 4 or 8 ranks)")
+    # Each group's workspaces: what a context of G ranks may use of its heap for the same calls (a
+    # staging buffer per operand of the largest size, and flags), out of the world context's heap,
+    # which every rank reserves for every group; the tensors themselves are the same on both sides.
+    workspace = 2 * max(args.sizes) + (1 << 24)
+    ctx = iris.runtime.iris(heap_size=heap + (W // G) * workspace)
+    backend = ctx.device.type
     index = ctx.rank // G
-    groups = [ctx.new_group(list(range(g * G, (g + 1) * G))) for g in range(W // G)]
+    groups = [ctx.new_group(list(range(g * G, (g + 1) * G)), workspace_size=workspace) for g in range(W // G)]
     group = groups[index]
     alone = iris.runtime.iris(heap_size=heap, comm=MPI.COMM_WORLD.Split(index, ctx.rank))
     timer = Timer(ctx, args.time_per_point, args.quick)
