@@ -887,19 +887,22 @@ def scenario_all_to_all_v(ctx):
                          split_dtype=(torch.int32, torch.int64)[i % 2], with_offsets=i != 2,
                          silent=(W - 1,) if i == 3 else ())
     run_all_to_all_v(ctx, 6, (16,), torch.float32, 20, config=ccl.Config())  # the default blocks and grid
-    # back to back: the same tensors, new splits and rows each call, no barrier in between
-    inp = torch.empty(8, 4, device=dev)
-    out = torch.empty(8 * W, 4, device=dev)
+    # back to back: the same tensors, new splits and rows each call, no barrier in between; up to 2
+    # rows to each rank, so inp holds 2 x W rows (8 rows sent up to 16 at 8 ranks: rows that are not
+    # there, which the GPU reports and ends the job for)
+    R = 2 * W
+    inp = torch.empty(R, 4, device=dev)
+    out = torch.empty(R * W, 4, device=dev)
     send = torch.empty(W, dtype=torch.int64, device=dev)
     got = torch.empty(W, dtype=torch.int64, device=dev)
     for k in range(12):
-        inp.copy_(data(32, torch.float32, 300 + 10 * k + r).reshape(8, 4))
+        inp.copy_(data(4 * R, torch.float32, 300 + 10 * k + r).reshape(R, 4))
         send.copy_(splits_of(r, W, 300 + k, high=3))
         ccl.all_to_all_v(ctx, out, inp, send, got, config=SMALL_V)
         counts = [int(splits_of(q, W, 300 + k, high=3)[r]) for q in range(W)]
         starts = [int(splits_of(q, W, 300 + k, high=3)[:r].sum()) for q in range(W)]
-        expected = torch.cat([data(32, torch.float32, 300 + 10 * k + q).reshape(8, 4)[starts[q]:starts[q] + counts[q]]
-                              for q in range(W)])
+        rows_of_q = [data(4 * R, torch.float32, 300 + 10 * k + q).reshape(R, 4) for q in range(W)]
+        expected = torch.cat([rows_of_q[q][starts[q]:starts[q] + counts[q]] for q in range(W)])
         assert got.tolist() == counts, (k, got.tolist(), counts)
         check(out[:len(expected)], expected, f"back-to-back all_to_all_v call {k}")
     call = "iris.collectives.ccl.all_to_all_v"
