@@ -525,13 +525,16 @@ def test_a_job_about_to_reach_the_launchers_limit_prints_every_threads_stack():
     import subprocess
     import sys
 
-    code = ("import threading, time\n"
-            "from iris.runtime.testing import dump_stacks_before_the_launchers_limit\n"
+    # The launcher's limit as the process sees it once its imports are done (slow on a loaded
+    # machine: a fixed MPIEXEC_TIMEOUT of 25 s left no time to arm the dump when they took 5 s):
+    # the dump fires 5 s later, both threads asleep.
+    code = ("import os, threading, time\n"
+            "from iris.runtime.testing import dump_stacks_before_the_launchers_limit, process_age_s\n"
+            "os.environ['MPIEXEC_TIMEOUT'] = str(process_age_s() + 25)\n"
             "dump_stacks_before_the_launchers_limit(margin_s=20)\n"
             "threading.Thread(target=time.sleep, args=(7,), name='watchdog-like').start()\n"
             "time.sleep(7)\n")
-    env = dict(os.environ, MPIEXEC_TIMEOUT="25")  # fires 5 s after the process started, both threads asleep
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("most recent call first") >= 2, proc.stderr  # the main thread and the other
 
