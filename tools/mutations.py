@@ -163,9 +163,10 @@ MUTATIONS = [
              [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
     Mutation("one-shot-range-no-final-wait", "one-shot (per TileRange, as ccl runs it) returns once no peer reads "
              "this rank's source tiles",
-             [(f"{COLL}/_all_reduce.py", "    if ctx.world_size > 1:\n"
-               "        signal_and_wait_all(ctx, record, DONE, epoch, call, \"done\", slot)\n",
-               "    if ctx.world_size > 1:\n        signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
+             [(f"{COLL}/_all_reduce.py", "        if ctx.world_size > 1:\n"
+               "            signal_and_wait_all(ctx, record, DONE, epoch, call, \"done\", slot)\n",
+               "        if ctx.world_size > 1:\n"
+               "            signal_all(record + DONE, ctx.rank, ctx.world_size, ctx.heap_bases)\n", 1)],
              [("worker", "3", "promises_worker.py", "back_to_back_in_one_kernel")], expect="summed data of another call"),
     Mutation("buffered-one-half", "one_shot_buffered stages each call into the other half of its staging buffer",
              [(f"{COLL}/ccl/_kernels.py", "    return slot, record, epoch, src + (epoch % 2) * half\n",
