@@ -114,12 +114,12 @@ INPUT_PARTIALS: list[tuple[tuple[str, str, str, int], str]] = [
     # "unfused": torch's GEMM into a heap buffer, then ccl's collective in place. One H200, ranks
     # under MPS, bf16, M = 4096, 8192, 16384, N = K = 8192 and the MLP shapes (K split), both
     # strategies with partials in bf16 side by side in one run (2026-12-05,
-    # benchmarks/results/fused_ops_{2,4}ranks_1gpu_input.md): "unfused" took 0.90-0.995x the time of
+    # runs tagged input; docs/performance.md, "Partials in the inputs' dtype"): "unfused" took 0.90-0.995x the time of
     # "rotated" at 4 ranks (12 of 12 cases) and 0.92-1.02x at 2 ranks (10 of 12 faster). Ranks that
     # share a GPU share its SMs and memory, so the fused kernel cannot hide the partials' traffic
     # behind the GEMM; cuBLAS's GEMM beats the fused kernel's. With fp32 partials (the default)
     # "rotated" stays: "unfused" moves twice the bytes in a separate pass (1.04-1.15x "rotated" at
-    # 4 ranks, square shapes: fused_ops_4ranks_1gpu_unfused.md).
+    # 4 ranks, square shapes; docs/performance.md, "Strategies").
     (("cuda", "*", "*", 0), "unfused"),
     # the interpreter: the fused strategy, which runs this library's kernels (the tests' subject)
     (("*", "*", "*", 0), "rotated"),
@@ -139,11 +139,11 @@ FP32_INPUTS: list[tuple[tuple[str, str, str, int], str]] = [
     # against 3.641 at 4; all_gather_matmul 2.884 against 3.904, 5.978 against 8.254). The GEMM
     # core is the cause: in tf32 it takes 1.15-2.9x cuBLAS's time ("our GEMM" against "GEMM alone"
     # there), where in bf16 it is within 10 % of cuBLAS. After the switch (2026-12-05,
-    # fused_ops_{2,4}ranks_1gpu_fp32.md) the default took 0.67-0.85x the fused strategies' time at
+    # runs tagged fp32, docs/performance.md) the default took 0.67-0.85x the fused strategies' time at
     # 2 ranks and 0.50-0.88x at 4. In full precision the fused kernels' tl.dot runs on the FMA
     # units, and cuBLAS's SGEMM is faster: at 2 ranks "unfused" took 10.83 ms against 26.32 for
     # "rotated" (matmul_all_reduce) and 21.49 against 47.23 for "pull" (all_gather_matmul;
-    # fused_ops_2ranks_1gpu_fp32ieee.md).
+    # a run tagged fp32ieee).
     (("cuda", "*", "*", 0), "unfused"),
 ]
 
