@@ -1375,6 +1375,9 @@ def scenario_cuda_graph(ctx):
     u = torch.empty(n, device=dev)  # plain tensors registered on the fly in the warm-up
     p, q = torch.empty(n, device=dev), torch.empty(n, device=dev)  # received point to point
     ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 16)  # 4 MiB or less of the heap at 8 ranks
+    big = 1 << 16  # 256 KiB of fp32, more than an inbox: copied once, pulled from and pushed into the heap
+    big_x, big_p = ctx.zeros(big), ctx.zeros(big)
+    big_y, big_q = torch.empty(big, device=dev), torch.empty(big, device=dev)
     nxt, prev = (r + 1) % W, (r - 1) % W
     stream = torch.cuda.Stream(dev)
 
@@ -1397,10 +1400,15 @@ def scenario_cuda_graph(ctx):
                 ccl.send(ctx, x, nxt)
             for work in (ccl.isend(ctx, x, nxt, tag=1), ccl.irecv(ctx, q, prev, tag=1)):
                 work.wait()
+            for work in (ccl.isend(ctx, big_x, nxt, tag=0), ccl.irecv(ctx, big_q, prev, tag=0),  # pulled
+                         ccl.isend(ctx, big_y, nxt, tag=1), ccl.irecv(ctx, big_p, prev, tag=1)):  # pushed
+                work.wait()
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
         b.fill_(float(k + r))
+        big_x.copy_(torch.arange(big, device=dev, dtype=torch.float32) + k + r)
+        big_y.copy_(torch.arange(big, device=dev, dtype=torch.float32) - k - r)
 
     fill(0)
     with torch.cuda.stream(stream):
@@ -1427,6 +1435,8 @@ def scenario_cuda_graph(ctx):
             sent = torch.arange(n, dtype=torch.float32) + k + prev
             check(p, sent, f"graph replay {k}: recv")
             check(q, sent, f"graph replay {k}: irecv")
+            check(big_q, torch.arange(big, dtype=torch.float32) + k + prev, f"graph replay {k}: pulled from the heap")
+            check(big_p, torch.arange(big, dtype=torch.float32) - k - prev, f"graph replay {k}: pushed into the heap")
 
 
 def scenario_exchanges_in_cuda_graph(ctx):
@@ -1762,6 +1772,21 @@ def scenario_p2p_groups(ctx):
             work.wait()
         for g, seed, peer, _, rcv in pairs:
             check(rcv.tensor, message(m, torch.float32, seed + g.ranks[peer]), f"batch on group {g.ranks}")
+    # large messages on each ring, copied once: a heap tensor sent (the receiver pulls it) and one
+    # received (the sender pushes into it), in a batch (heap tensors allocated alike on every rank)
+    big = 900  # 3600 B of fp32: more than an inbox
+    heap_send, heap_recv = ctx.zeros(big), ctx.zeros(big)
+    for g in rings.values():
+        nxt, prev = (g.rank + 1) % g.size, (g.rank - 1) % g.size
+        for k, (src_heap, dst_heap) in enumerate(((True, False), (False, True))):
+            x = heap_send if src_heap else torch.empty(big, device=dev)
+            x.copy_(message(big, torch.float32, 3800 + k + r).to(dev))
+            out = poison(heap_recv if dst_heap else torch.empty(big, device=dev))
+            for work in ccl.batch_isend_irecv(ctx, [ccl.P2POp(ccl.isend, x, nxt, tag=3, group=g),
+                                                    ccl.P2POp(ccl.irecv, out, prev, tag=3, group=g)]):
+                work.wait()
+            check(out, message(big, torch.float32, 3800 + k + g.ranks[prev]),
+                  f"a large message on group {g.ranks}, heap {src_heap}/{dst_heap}")
     # errors: a peer outside the group (group ranks), this rank, a group of another context
     for g in rings.values():
         expect_error(lambda: ccl.send(ctx, x, g.size, group=g), RankError, f"{send}(dst=...)",
