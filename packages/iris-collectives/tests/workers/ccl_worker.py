@@ -794,6 +794,7 @@ def scenario_p2p_single_copy(ctx):
     heap_y = ctx.zeros(n)
     heap_b = ctx.zeros(700, dtype=torch.bfloat16)
     heap_z = ctx.zeros(900, dtype=torch.int64)
+    heap_outs = {1: ctx.zeros(700, dtype=torch.bfloat16), 3: ctx.zeros(900, dtype=torch.int64)}
     if W == 1 or r > 1:
         return
     peer = 1 - r
@@ -828,8 +829,8 @@ def scenario_p2p_single_copy(ctx):
             t.copy_(message(m, dtype, 4100 + tag).to(dev))
             ops.append(ccl.P2POp(ccl.isend, t, 1, tag=tag))
     else:
-        outs = {tag: poison(torch.empty(m, dtype=dtype, device=dev) if tag % 2 == 0 else
-                            ctx.zeros(m, dtype=dtype)) for tag, (_, m, dtype) in tensors.items()}
+        outs = {tag: poison(heap_outs.get(tag, torch.empty(m, dtype=dtype, device=dev)))
+                for tag, (_, m, dtype) in tensors.items()}
         ops = [ccl.P2POp(ccl.irecv, outs[tag], 0, tag=tag) for tag in (2, 0, 3, 1)]
     for work in ccl.batch_isend_irecv(ctx, ops):
         work.wait()
