@@ -682,6 +682,17 @@ def scenario_p2p_order_and_tags(ctx):
     if ctx.world_size == 1 or r > 1:
         return
     peer = 1 - r
+    # three small messages back to back, the receiver late: the inbox holds two, so the third send
+    # waits for the first one's credit before it writes that slot again
+    if r == 0:
+        for j in range(3):
+            ccl.send(ctx, message(200, torch.float32, 90 + j).to(ctx.device), 1, tag=2)
+    else:
+        iris.runtime.testing.busy_stream(ctx, 0.3)
+        for j in range(3):
+            out = poison(torch.empty(200, device=ctx.device))
+            ccl.recv(ctx, out, 0, tag=2)
+            check(out, message(200, torch.float32, 90 + j), f"message {j} of three back to back past the inbox")
     for late, n in ((0, 40), (1, 40), (1, 1500)):
         if r == late:
             iris.runtime.testing.busy_stream(ctx, 0.3)

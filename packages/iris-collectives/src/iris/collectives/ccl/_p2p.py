@@ -442,8 +442,10 @@ def send(ctx, tensor: torch.Tensor, dst: int, tag: int = 0, group=None) -> None:
     ``tag`` takes it; enqueued on torch's current stream.
 
     ``tensor``: contiguous, on the context's device, fp32, fp64, fp16, bf16, int32 or int64, any
-    size (a message larger than an inbox flows through it in chunks: the sender's kernel then
-    waits for the receiver's). It need not be on the heap. The receiver's tensor must have as many
+    size (a message larger than an inbox waits for its receiver: the sender's kernel meets the
+    receiver's, then the message is copied once, straight from ``tensor`` or into the receiver's,
+    where either is on the symmetric heap, else it flows through the inbox in chunks). It need not
+    be on the heap. The receiver's tensor must have as many
     elements and the same dtype, else the receiver fails with :class:`IrisMessageSizeError` (the
     watchdog's report on the GPU). The send and its recv may be called in either order, from any
     stream; sends of one ``dst`` and ``tag`` pair up with that rank's recvs in the order made.
