@@ -5,7 +5,9 @@
     mpirun -n 2 python3 -m mpi4py benchmarks/p2p.py --quick                  # cpu backend, tiny sizes
 
 Rank 0 and rank 1 exchange messages (other ranks only keep step). Microseconds, the slowest rank's
-(the median of three timed loops), fp32 tensors that are not on the heap (the user's case):
+(the median of three timed loops), fp32 tensors that are not on the heap (the user's case, column
+``ccl``) and, beside them, tensors on the symmetric heap on both ends (column ``heap``: a message
+larger than an inbox is then copied once, pulled from the sender's tensor; ``--no-heap`` skips it):
 
 - latency (``--latency-sizes``, default 4 B .. 1 MiB): a ping-pong, rank 0 sends and receives the
   answer, rank 1 receives and answers; half a round trip per message, eager and in a CUDA graph of
@@ -60,6 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--block-bytes", type=parse_size, default=None, help="ccl.init_p2p(block_bytes=...)")
     p.add_argument("--num-warps", type=int, default=None, help="ccl.init_p2p(num_warps=...)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
+    p.add_argument("--no-heap", action="store_true", help="skip the heap-tensor column")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
     if args.latency_sizes is None:
@@ -81,11 +84,12 @@ def empty_kernel(x):
 
 class Pair:
     """The tensors of one size on ranks 0 and 1 and the calls on them: ``pingpong[label]`` (one
-    round trip) and ``stream[label]`` (one message from rank 0 to rank 1), for ``ccl``, the
-    ``bcast`` column and the peer's; other ranks call nothing (``ccl.broadcast`` excepted: a
-    collective)."""
+    round trip) and ``stream[label]`` (one message from rank 0 to rank 1), for ``ccl`` (plain
+    tensors), ``heap`` (heap tensors, with ``heap``), the ``bcast`` column and the peer's; other
+    ranks call nothing (``ccl.broadcast`` excepted: a collective). Call :meth:`close` on every rank
+    (it frees the heap tensors, which every rank allocates alike)."""
 
-    def __init__(self, ctx, nbytes: int, peer):
+    def __init__(self, ctx, nbytes: int, peer, heap: bool = True):
         self.ctx, self.nbytes = ctx, nbytes
         r, dev = ctx.rank, ctx.device
         n = max(1, nbytes // 4)
@@ -95,19 +99,23 @@ class Pair:
         other = 1 - r
         nothing = lambda: None
 
-        def ccl_pingpong():
-            if r == 0:
-                ccl.send(ctx, self.x, 1)
-                ccl.recv(ctx, self.y, 1)
-            elif r == 1:
-                ccl.recv(ctx, self.y, 0)
-                ccl.send(ctx, self.x, 0)
+        def pingpong(x, y):
+            def run():
+                if r == 0:
+                    ccl.send(ctx, x, 1)
+                    ccl.recv(ctx, y, 1)
+                elif r == 1:
+                    ccl.recv(ctx, y, 0)
+                    ccl.send(ctx, x, 0)
+            return run if active else nothing
 
-        def ccl_stream():
-            if r == 0:
-                ccl.send(ctx, self.x, 1)
-            elif r == 1:
-                ccl.recv(ctx, self.y, 0)
+        def stream(x, y):
+            def run():
+                if r == 0:
+                    ccl.send(ctx, x, 1)
+                elif r == 1:
+                    ccl.recv(ctx, y, 0)
+            return run if active else nothing
 
         self.b = self.x.clone()
 
@@ -115,8 +123,14 @@ class Pair:
             ccl.broadcast(ctx, self.b, 0)
             ccl.broadcast(ctx, self.b, 1)
 
-        self.pingpong = {"ccl": ccl_pingpong if active else nothing, "bcast": bcast_pingpong}
-        self.stream = {"ccl": ccl_stream if active else nothing, "bcast": lambda: ccl.broadcast(ctx, self.b, 0)}
+        self.pingpong = {"ccl": pingpong(self.x, self.y), "bcast": bcast_pingpong}
+        self.stream = {"ccl": stream(self.x, self.y), "bcast": lambda: ccl.broadcast(ctx, self.b, 0)}
+        self.heap = None
+        if heap:  # the same message between heap tensors (ctx.zeros: every rank alike)
+            self.heap = (ctx.zeros(n), ctx.zeros(n))
+            self.heap[0].copy_(self.x)
+            self.pingpong["heap"] = pingpong(*self.heap)
+            self.stream["heap"] = stream(*self.heap)
         if peer.kind == "torch symm_mem":
             self.symm = peer.symmetric(self)  # collective: every rank of the group takes part
         if peer.kind is not None and active:
@@ -127,13 +141,23 @@ class Pair:
             self.stream.update({peer.kind: nothing})
 
     def check(self) -> bool:
-        """One ping-pong with ccl: each of ranks 0 and 1 got the other's tensor."""
-        r = self.ctx.rank
-        self.y.fill_(-1)
-        self.pingpong["ccl"]()
-        ok = r > 1 or torch.equal(self.y, (torch.arange(self.y.numel(), device=self.y.device) % 251
-                                           + 1000 * (1 - r)).float())
+        """One ping-pong with ccl (plain tensors, and heap tensors): each of ranks 0 and 1 got the
+        other's tensor."""
+        r, ok = self.ctx.rank, True
+        expected = (torch.arange(self.y.numel(), device=self.y.device) % 251 + 1000 * (1 - r)).float()
+        for label, y in (("ccl", self.y), ("heap", None if self.heap is None else self.heap[1])):
+            if y is not None:
+                y.fill_(-1)
+                self.pingpong[label]()
+                ok = ok and (r > 1 or torch.equal(y, expected))
         return self.ctx.comm.allreduce(int(not ok)) == 0
+
+    def close(self) -> None:
+        """Free the heap tensors (every rank, in the same order)."""
+        if self.heap is not None:
+            for t in reversed(self.heap):
+                self.ctx.free(t)
+            self.heap = None
 
 
 class Peer(TorchPeer):
@@ -237,7 +261,8 @@ def mailboxes(ctx, args):
 
 def run(args) -> dict:
     largest = max(args.latency_sizes + args.bandwidth_sizes)
-    ctx = iris.runtime.iris(heap_size=max(1 << 26, 2 * largest + (1 << 26)))
+    # the broadcast's workspace and, for the heap column, two heap tensors of the largest message
+    ctx = iris.runtime.iris(heap_size=max(1 << 26, (2 if args.no_heap else 4) * largest + (1 << 26)))
     backend, W = ctx.device.type, ctx.world_size
     if W < 2:
         raise SystemExit("benchmarks/p2p.py needs at least 2 ranks (mpirun -n 2 ...)")
@@ -257,15 +282,17 @@ def run(args) -> dict:
               "notes": notes}
     for kind, sizes in (("latency", args.latency_sizes), ("bandwidth", args.bandwidth_sizes)):
         for size in sizes:
-            pair = Pair(ctx, size, peer)
+            pair = Pair(ctx, size, peer, heap=not args.no_heap)
             point = {"bytes": size, "eager_us": {}, "graph_us": {}, "correct": pair.check()}
             if kind == "bandwidth":
                 point["floor_us"] = copy_seconds(ctx, timer, size) * 1e6
             time_point(timer, args, point, pair.pingpong if kind == "latency" else pair.stream, kind == "latency")
             result[kind].append(point)
             if ctx.rank == 0:
-                print(f"{kind:>9} {human(size):>9} ccl {point['eager_us'].get('ccl', float('nan')):10.1f} us "
-                      f"(graph {point['graph_us'].get('ccl', float('nan')):.1f})", flush=True)
+                e, g, nan = point["eager_us"], point["graph_us"], float("nan")
+                print(f"{kind:>9} {human(size):>9} ccl {e.get('ccl', nan):10.1f} us (graph {g.get('ccl', nan):.1f}), "
+                      f"heap {e.get('heap', nan):.1f} us (graph {g.get('heap', nan):.1f})", flush=True)
+            pair.close()
             del pair
             ctx.barrier()
             ccl.clear_workspaces(ctx)  # the broadcast's workspaces, one size at a time
@@ -296,26 +323,31 @@ def table(result: dict) -> str:
              f"{human(mb['block_bytes'])}, grid {mb['grid']}, {mb.get('num_warps', 4)} warps", "",
              "latency: half a ping-pong round trip" + ("" if empty is None else f"; an empty kernel in a graph: "
                                                        f"{empty:.1f} us"),
-             f"{'size':>9} {'ccl':>8} {'graph':>8} {'peer':>8} {'p.graph':>8} {'bcast':>8} {'b.graph':>8}"
-             f" {'ccl/peer':>8} {'grph/pg':>8} {'grph/mty':>8}"]
+             f"{'size':>9} {'ccl':>8} {'graph':>8} {'heap':>8} {'h.graph':>8} {'peer':>8} {'p.graph':>8}"
+             f" {'bcast':>8} {'b.graph':>8} {'ccl/peer':>8} {'grph/pg':>8} {'grph/mty':>8} {'hgr/mty':>8}"]
     for p in result["latency"]:
         e, g = p["eager_us"], p["graph_us"]
         lines.append(f"{human(p['bytes']):>9} {_timed(e.get('ccl'), p['correct'])} "
-                     + " ".join(_cell(v) for v in (g.get("ccl"), e.get(peer), g.get(peer), e.get("bcast"),
-                                                   g.get("bcast")))
+                     + " ".join(_cell(v) for v in (g.get("ccl"), e.get("heap"), g.get("heap"), e.get(peer),
+                                                   g.get(peer), e.get("bcast"), g.get("bcast")))
                      + " " + " ".join(_cell(v, digits=2) for v in (_div(e.get("ccl"), e.get(peer)),
                                                                    _div(g.get("ccl"), g.get(peer)),
-                                                                   _div(g.get("ccl"), empty))))
-    lines += ["", "bandwidth: messages back to back; floor = one copy of the message on one rank",
-              f"{'size':>9} {'ccl':>8} {'graph':>8} {'GB/s':>8} {'peer':>8} {'bcast':>8} {'floor':>8}"
-              f" {'ccl/flr':>8} {'grph/flr':>8} {'ccl/peer':>8}"]
+                                                                   _div(g.get("ccl"), empty),
+                                                                   _div(g.get("heap"), empty))))
+    lines += ["", "bandwidth: messages back to back; floor = one copy of the message on one rank; heap = "
+              "heap tensors on both ends (copied once from more than an inbox)",
+              f"{'size':>9} {'ccl':>8} {'graph':>8} {'GB/s':>8} {'heap':>8} {'h.graph':>8} {'peer':>8} {'bcast':>8}"
+              f" {'floor':>8} {'ccl/flr':>8} {'grph/flr':>8} {'heap/flr':>8} {'hgr/flr':>8} {'ccl/peer':>8}"]
     for p in result["bandwidth"]:
         e, g = p["eager_us"], p["graph_us"]
         gbps = _div(p["bytes"] / 1e3, e.get("ccl"))
         lines.append(f"{human(p['bytes']):>9} {_timed(e.get('ccl'), p['correct'])} "
-                     + " ".join(_cell(v) for v in (g.get("ccl"), gbps, e.get(peer), e.get("bcast"), p["floor_us"]))
+                     + " ".join(_cell(v) for v in (g.get("ccl"), gbps, e.get("heap"), g.get("heap"), e.get(peer),
+                                                   e.get("bcast"), p["floor_us"]))
                      + " " + " ".join(_cell(v, digits=2) for v in (_div(e.get("ccl"), p["floor_us"]),
                                                                    _div(g.get("ccl"), p["floor_us"]),
+                                                                   _div(e.get("heap"), p["floor_us"]),
+                                                                   _div(g.get("heap"), p["floor_us"]),
                                                                    _div(e.get("ccl"), e.get(peer)))))
     notes = list(result["notes"]) + [f"{human(p['bytes'])}: {n}" for k in ("latency", "bandwidth")
                                      for p in result[k] for n in p.get("notes", [])]

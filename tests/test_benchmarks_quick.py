@@ -98,19 +98,22 @@ def test_ccl_quick_writes_results_and_a_table(tmp_path):
 @pytest.mark.multirank
 def test_p2p_quick_writes_latency_and_bandwidth(tmp_path):
     # send/recv as a ping-pong and back to back (the bandwidth message flows through the inbox in
-    # chunks), checked, with ccl.broadcast of the same bytes beside it; the peers need CUDA and say so
+    # chunks between plain tensors, and is copied once between heap tensors), checked, with
+    # ccl.broadcast of the same bytes beside it; the peers need CUDA and say so
     proc = run_ranks(2, os.path.join(BENCH, "p2p.py"), "--quick", "--out", str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "p2p_2ranks*_quick.json").with_suffix("")
     result = json.loads(stem.with_suffix(".json").read_text())
     assert [p["bytes"] for p in result["latency"]] == [4, 4096] and [p["bytes"] for p in result["bandwidth"]] == [65536]
     for point in result["latency"] + result["bandwidth"]:
         assert point["correct"] and point["eager_us"]["ccl"] > 0 and point["eager_us"]["bcast"] > 0, point
+        assert point["eager_us"]["heap"] > 0, point  # heap tensors: the large message is copied once
     assert all(p["floor_us"] > 0 for p in result["bandwidth"]), result
     assert result["mailboxes"]["chunk_bytes"] < 65536, result  # chunked through the inbox
     if result["backend"] != "cuda":
         assert result["peer"] is None and any("peer columns skipped" in n for n in result["notes"]), result
     text = stem.with_suffix(".md").read_text()
     assert "latency: half a ping-pong round trip" in text and "ccl/flr" in text and "grph/mty" in text, text
+    assert "heap/flr" in text, text
     assert "ccl/flr" in proc.stdout, proc.stdout
 
 

@@ -81,12 +81,28 @@ def cases():
                    dict(world_size=4, OP=OPS[op], STAGE_IN=stage, **TILE),
                    ("inp", "src", "out", "src_bases", "n", "chunk"))
     for dt in ("fp32", "bf16", "int64"):
+        block = 4096 if dt == "bf16" else 2048
         for name, kernel, data, counted in (("send", P.send_kernel, "inp", "sent"),
                                             ("recv", P.recv_kernel, "out", "received")):
             signature = {"context": "*i64", data: PTR[dt], "inbox": PTR[dt], "headers": "*i64", "ready": "*i32",
-                         "credit": "*i32", counted: "*i32", "n": "i32", "header": "i64"}
+                         "credit": "*i32", counted: "*i32"}
+            if name == "recv":
+                signature.update(requests="*i64", posted="*i32")
+            signature.update(n="i32", header="i64")
             signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop", "peer", "tag", "rank")})
-            yield (f"{name}/{dt}", kernel, signature, dict(BLOCK=4096 if dt == "bf16" else 2048),
+            yield (f"{name}/{dt}", kernel, signature, dict(BLOCK=block), (data, "inbox", "n", "chunk"))
+        # large messages: the rendezvous, then a push, a pull or the chunks (one kernel per side)
+        for name, kernel, data, counted in (("send_large", P.send_large_kernel, "inp", "sent"),
+                                            ("recv_large", P.recv_large_kernel, "out", "received")):
+            signature = {"context": "*i64", data: PTR[dt], "inbox": PTR[dt], "headers": "*i64", "ready": "*i32",
+                         "credit": "*i32", counted: "*i32", "requests": "*i64", "posted": "*i32", "mode": "*i32",
+                         "n": "i32", "header": "i64", "units": "i32"}
+            signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop")})
+            if name == "recv_large":
+                signature["post"] = "i32"
+            signature.update({"src_offset" if name == "send_large" else "dst_offset": "i64", "inbox_offset": "i64"})
+            signature.update({k: "i32" for k in ("peer", "tag", "rank")})
+            yield (f"{name}/{dt}", kernel, signature, dict(BLOCK=block, DIRECT_BLOCK=4 * block),
                    (data, "inbox", "n", "chunk"))
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp rank"), dict(world_size=2), ())
     yield from norm_cases()

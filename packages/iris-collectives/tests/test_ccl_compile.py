@@ -43,7 +43,8 @@ def test_every_ccl_kernel_takes_the_rank_at_run_time_unspecialised(report):
     ranks = report["rank_parameters"]
     assert set(ranks) == {"_kernels.all_reduce_kernel", "_kernels.reduce_scatter_kernel", "_kernels.reduce_kernel",
                           "_kernels.pull_kernel", "_kernels.barrier_kernel", "_p2p_kernels.send_kernel",
-                          "_p2p_kernels.recv_kernel", "_exchange_kernels.publish_kernel",
+                          "_p2p_kernels.recv_kernel", "_p2p_kernels.send_large_kernel",
+                          "_p2p_kernels.recv_large_kernel", "_exchange_kernels.publish_kernel",
                           "_exchange_kernels.pull_kernel", "_exchange_kernels.combine_kernel"}, ranks
     for kernel, how in ranks.items():
         assert how == {"constexpr": False, "specialised": False}, (kernel, how)
@@ -54,8 +55,8 @@ def test_every_ccl_kernel_compiles_for_sm90(compiled):
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
     assert {k.split("/")[0] for k in compiled} == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                                                    "broadcast", "reduce", "gather", "scatter", "send", "recv",
-                                                   "barrier", "all_reduce_rmsnorm", "all_to_all_v",
-                                                   "moe_dispatch", "moe_combine", "moe_routing"}
+                                                   "send_large", "recv_large", "barrier", "all_reduce_rmsnorm",
+                                                   "all_to_all_v", "moe_dispatch", "moe_combine", "moe_routing"}
 
 
 def test_flags_are_acquired_and_released_at_system_scope(compiled):
@@ -67,8 +68,9 @@ def test_flags_are_acquired_and_released_at_system_scope(compiled):
 
 def test_messages_signal_after_a_barrier_and_wait_with_acquire(compiled):
     # point to point: the sender's remote stores, then a CTA barrier and one release add at system
-    # scope per chunk (signal); the receiver's acquire polls, then its copy, then its release
-    for key in ("send/fp32", "recv/fp32"):
+    # scope per chunk (signal); the receiver's acquire polls, then its copy, then its release; the
+    # same for a large message's request, offer, direct copy and credits
+    for key in ("send/fp32", "recv/fp32", "send_large/fp32", "recv_large/fp32"):
         r = compiled[key]
         assert r["bar_sync"] > 0 and r["release_sys"] > 0 and r["acquire_sys_loads"] > 0, (key, r)
 

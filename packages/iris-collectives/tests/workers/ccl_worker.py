@@ -682,6 +682,17 @@ def scenario_p2p_order_and_tags(ctx):
     if ctx.world_size == 1 or r > 1:
         return
     peer = 1 - r
+    # three small messages back to back, the receiver late: the inbox holds two, so the third send
+    # waits for the first one's credit before it writes that slot again
+    if r == 0:
+        for j in range(3):
+            ccl.send(ctx, message(200, torch.float32, 90 + j).to(ctx.device), 1, tag=2)
+    else:
+        iris.runtime.testing.busy_stream(ctx, 0.3)
+        for j in range(3):
+            out = poison(torch.empty(200, device=ctx.device))
+            ccl.recv(ctx, out, 0, tag=2)
+            check(out, message(200, torch.float32, 90 + j), f"message {j} of three back to back past the inbox")
     for late, n in ((0, 40), (1, 40), (1, 1500)):
         if r == late:
             iris.runtime.testing.busy_stream(ctx, 0.3)
@@ -743,7 +754,8 @@ def scenario_p2p_errors(ctx):
         expect_error(lambda: ccl.init_p2p(ctx, **dict(P2P, tags=2 + (r == W - 1))), iris.runtime.IrisCallMismatchError,
                      init, f"rank {W - 1} called {init}(tags=3, slots=2", "Every rank must make the same collective")
     settings = ccl.init_p2p(ctx, **P2P)
-    assert settings.heap_bytes(W) == (W - 1) * 4 * (2 * 1024 + 8 * 2 * settings.grid + 16 * settings.grid)
+    # per channel: the inbox, 2 slot records and a request of 4 int64 per program, 8 int32 counters per program
+    assert settings.heap_bytes(W) == (W - 1) * 4 * (2 * 1024 + 32 * 3 * settings.grid + 32 * settings.grid)
     send, recv = "iris.collectives.ccl.send", "iris.collectives.ccl.recv"
     expect_error(lambda: ccl.send(ctx, x, r), IrisUsageError, send, f"dst={r} is this rank", "another rank")
     expect_error(lambda: ccl.recv(ctx, x, W), RankError, recv, f"rank {W} is outside", f"0 .. {W - 1}")
@@ -772,6 +784,102 @@ def scenario_p2p_errors(ctx):
                          "expects 12 x float32", "same number of elements and dtype")
             ccl.recv(ctx, out, 0, tag=3)
             check(out, message(12, torch.float32, 61), "the channel after a mismatch")
+
+
+def scenario_p2p_single_copy(ctx):
+    # Large messages (more than an inbox: 2 KiB here) with a heap tensor on one side or both are
+    # copied once: pulled from the sender's heap tensor, or pushed into the receiver's. Between ranks
+    # 0 and 1 (the others only allocate alike): each way of placing the tensors, with the receive
+    # posted first and the send late and the other way round, back to back on one channel with
+    # small messages between (the counters pair units across protocols); several tags in flight
+    # and an exchange in both directions at once (batches); a heap tensor sent twice in a row
+    # (the sender waits for the pull before it returns, so it may change the tensor at once);
+    # size mismatches between heap and plain tensors (both ways, and a large message against a
+    # small receive and the other way round): the receiver raises, the sender returns, and the
+    # channel goes on.
+    ccl.init_p2p(ctx, **P2P)
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    n = 1500  # 6000 B of fp32: 6 chunks, more than the inbox
+    # heap tensors allocated alike on every rank (the heap's allocations stay in step)
+    heap_x = ctx.zeros(n)
+    heap_y = ctx.zeros(n)
+    heap_b = ctx.zeros(700, dtype=torch.bfloat16)
+    heap_z = ctx.zeros(900, dtype=torch.int64)
+    heap_outs = {1: ctx.zeros(700, dtype=torch.bfloat16), 3: ctx.zeros(900, dtype=torch.int64)}
+    if W == 1 or r > 1:
+        return
+    peer = 1 - r
+    ways = [(True, False), (False, True), (True, True), (False, False)]  # (sender on the heap, receiver on the heap)
+    for i, (heap_send, heap_recv) in enumerate(ways):
+        for late in (0, 1):
+            seed = 4000 + 10 * i + late
+            if r == late:
+                iris.runtime.testing.busy_stream(ctx, 0.2)
+            if r == 0:
+                x = heap_x if heap_send else torch.empty(n, device=dev)
+                x.copy_(message(n, torch.float32, seed).to(dev))
+                ccl.send(ctx, x, 1, tag=1)
+                x.fill_(-7)  # the send has returned: the tensor is the sender's again
+                ccl.send(ctx, message(9, torch.float32, seed + 500).to(dev), 1, tag=1)  # small, between
+            else:
+                out = poison(heap_y if heap_recv else torch.empty(n, device=dev))
+                ccl.recv(ctx, out, 0, tag=1)
+                check(out, message(n, torch.float32, seed), f"send on heap {heap_send}, recv on heap {heap_recv}, "
+                                                            f"late rank {late}")
+                small = poison(torch.empty(9, device=dev))
+                ccl.recv(ctx, small, 0, tag=1)
+                check(small, message(9, torch.float32, seed + 500), "a small message after a large one")
+    # several tags in flight, received in another order: a batch on each rank (a large send waits
+    # for its receive, so one at a time each would wait for ever)
+    tensors = {0: (heap_x, n, torch.float32), 1: (heap_b, 700, torch.bfloat16), 2: (None, 1000, torch.float32),
+               3: (heap_z, 900, torch.int64)}
+    if r == 0:
+        ops = []
+        for tag, (t, m, dtype) in tensors.items():
+            t = torch.empty(m, dtype=dtype, device=dev) if t is None else t
+            t.copy_(message(m, dtype, 4100 + tag).to(dev))
+            ops.append(ccl.P2POp(ccl.isend, t, 1, tag=tag))
+    else:
+        outs = {tag: poison(heap_outs.get(tag, torch.empty(m, dtype=dtype, device=dev)))
+                for tag, (_, m, dtype) in tensors.items()}
+        ops = [ccl.P2POp(ccl.irecv, outs[tag], 0, tag=tag) for tag in (2, 0, 3, 1)]
+    for work in ccl.batch_isend_irecv(ctx, ops):
+        work.wait()
+    if r == 1:
+        for tag, (_, m, dtype) in tensors.items():
+            check(outs[tag], message(m, dtype, 4100 + tag), f"tag {tag} of a batch, received in another order")
+    # both directions at once, each way of placing the tensors, the two ranks listing their ops in
+    # different orders
+    for i, (heap_send, heap_recv) in enumerate(ways):
+        mine = heap_x if heap_send else torch.empty(n, device=dev)
+        mine.copy_(message(n, torch.float32, 4200 + 10 * i + r).to(dev))
+        theirs = poison(heap_y if heap_recv else torch.empty(n, device=dev))
+        ops = [ccl.P2POp(ccl.isend, mine, peer, tag=2), ccl.P2POp(ccl.irecv, theirs, peer, tag=2)]
+        for work in ccl.batch_isend_irecv(ctx, ops if r == 0 else ops[::-1]):
+            work.wait()
+        check(theirs, message(n, torch.float32, 4200 + 10 * i + peer), f"exchange, heap {heap_send}/{heap_recv}")
+    if ctx.device.type == "cuda":
+        return  # on the GPU a size mismatch ends the job (the watchdog's report; fault_worker.py message_size)
+    recv = "iris.collectives.ccl.recv"
+    # (sender's elements, on its heap; receiver's elements, on its heap): large against large both
+    # ways, a large offer against a small receive (1200 B: two chunks, the same grid) and a small
+    # message (one chunk, the same grid) against a large receive
+    for sent, heap_send, wanted, heap_recv in ((n, True, n - 100, False), (n - 100, False, n, True),
+                                               (n, True, 300, False), (n, False, 300, False),
+                                               (100, False, n, True)):
+        if r == 0:
+            x = heap_x[:sent] if heap_send else torch.empty(sent, device=dev)
+            x.copy_(message(sent, torch.float32, 4300).to(dev))
+            ccl.send(ctx, x, 1, tag=3)
+            ccl.send(ctx, message(n, torch.float32, 4301).to(dev), 1, tag=3)
+        else:
+            out = poison(heap_y[:wanted] if heap_recv else torch.empty(wanted, device=dev))
+            expect_error(lambda: ccl.recv(ctx, out, 0, tag=3), IrisMessageSizeError, recv,
+                         f"rank 1 received a message from rank 0 with tag 3 of {sent} x float32",
+                         f"expects {wanted} x float32")
+            after = poison(torch.empty(n, device=dev))
+            ccl.recv(ctx, after, 0, tag=3)
+            check(after, message(n, torch.float32, 4301), f"the channel after {sent} sent, {wanted} expected")
 
 
 def scenario_rooted_collectives(ctx):
@@ -1279,6 +1387,9 @@ def scenario_cuda_graph(ctx):
     u = torch.empty(n, device=dev)  # plain tensors registered on the fly in the warm-up
     p, q = torch.empty(n, device=dev), torch.empty(n, device=dev)  # received point to point
     ccl.init_p2p(ctx, tags=2, slots=2, chunk_bytes=1 << 16)  # 4 MiB or less of the heap at 8 ranks
+    big = 1 << 16  # 256 KiB of fp32, more than an inbox: copied once, pulled from and pushed into the heap
+    big_x, big_p = ctx.zeros(big), ctx.zeros(big)
+    big_y, big_q = torch.empty(big, device=dev), torch.empty(big, device=dev)
     nxt, prev = (r + 1) % W, (r - 1) % W
     stream = torch.cuda.Stream(dev)
 
@@ -1301,10 +1412,15 @@ def scenario_cuda_graph(ctx):
                 ccl.send(ctx, x, nxt)
             for work in (ccl.isend(ctx, x, nxt, tag=1), ccl.irecv(ctx, q, prev, tag=1)):
                 work.wait()
+            for work in (ccl.isend(ctx, big_x, nxt, tag=0), ccl.irecv(ctx, big_q, prev, tag=0),  # pulled
+                         ccl.isend(ctx, big_y, nxt, tag=1), ccl.irecv(ctx, big_p, prev, tag=1)):  # pushed
+                work.wait()
 
     def fill(k):
         x.copy_(torch.arange(n, device=dev, dtype=torch.float32) + k + r)
         b.fill_(float(k + r))
+        big_x.copy_(torch.arange(big, device=dev, dtype=torch.float32) + k + r)
+        big_y.copy_(torch.arange(big, device=dev, dtype=torch.float32) - k - r)
 
     fill(0)
     with torch.cuda.stream(stream):
@@ -1331,6 +1447,8 @@ def scenario_cuda_graph(ctx):
             sent = torch.arange(n, dtype=torch.float32) + k + prev
             check(p, sent, f"graph replay {k}: recv")
             check(q, sent, f"graph replay {k}: irecv")
+            check(big_q, torch.arange(big, dtype=torch.float32) + k + prev, f"graph replay {k}: pulled from the heap")
+            check(big_p, torch.arange(big, dtype=torch.float32) - k - prev, f"graph replay {k}: pushed into the heap")
 
 
 def scenario_exchanges_in_cuda_graph(ctx):
@@ -1666,6 +1784,21 @@ def scenario_p2p_groups(ctx):
             work.wait()
         for g, seed, peer, _, rcv in pairs:
             check(rcv.tensor, message(m, torch.float32, seed + g.ranks[peer]), f"batch on group {g.ranks}")
+    # large messages on each ring, copied once: a heap tensor sent (the receiver pulls it) and one
+    # received (the sender pushes into it), in a batch (heap tensors allocated alike on every rank)
+    big = 900  # 3600 B of fp32: more than an inbox
+    heap_send, heap_recv = ctx.zeros(big), ctx.zeros(big)
+    for g in rings.values():
+        nxt, prev = (g.rank + 1) % g.size, (g.rank - 1) % g.size
+        for k, (src_heap, dst_heap) in enumerate(((True, False), (False, True))):
+            x = heap_send if src_heap else torch.empty(big, device=dev)
+            x.copy_(message(big, torch.float32, 3800 + k + r).to(dev))
+            out = poison(heap_recv if dst_heap else torch.empty(big, device=dev))
+            for work in ccl.batch_isend_irecv(ctx, [ccl.P2POp(ccl.isend, x, nxt, tag=3, group=g),
+                                                    ccl.P2POp(ccl.irecv, out, prev, tag=3, group=g)]):
+                work.wait()
+            check(out, message(big, torch.float32, 3800 + k + g.ranks[prev]),
+                  f"a large message on group {g.ranks}, heap {src_heap}/{dst_heap}")
     # errors: a peer outside the group (group ranks), this rank, a group of another context
     for g in rings.values():
         expect_error(lambda: ccl.send(ctx, x, g.size, group=g), RankError, f"{send}(dst=...)",

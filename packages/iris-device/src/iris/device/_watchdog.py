@@ -145,7 +145,7 @@ WAIT_CALLS = ("an iris wait", "iris.collectives.wait_at_least", "iris.collective
               "iris.collectives.all_reduce_rmsnorm", "iris.collectives.ccl.all_to_all_v",
               "iris.collectives.moe.dispatch", "iris.collectives.moe.combine")
 WAIT_FLAGS = ("flag", "arrivals", "ready", "done", "entered", "mutex", "credit", "partial", "result",
-              "done reading", "signal", "message size", "out rows", "expert rows", "inp rows")
+              "done reading", "signal", "message size", "out rows", "expert rows", "inp rows", "request")
 #: Calls whose report's ``index`` is a message tag (point to point), not a tile or slot.
 TAGGED_CALLS = ("iris.collectives.ccl.send", "iris.collectives.ccl.recv")
 

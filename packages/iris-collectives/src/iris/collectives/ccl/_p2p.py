@@ -1,7 +1,8 @@
 """Point to point from the host: ``send``, ``recv``, ``isend``, ``irecv``, ``batch_isend_irecv``.
 
-A message moves in chunks through the receiver's *inbox* for the (sender, tag) pair, on the
-symmetric heap (the protocol is in :mod:`._p2p_kernels`). The inboxes and their counters are the
+A small message moves in chunks through the receiver's *inbox* for the (sender, tag) pair, on the
+symmetric heap; a large one (more than an inbox holds) is copied once, straight between the two
+tensors, when either is on the heap (the protocol is in :mod:`._p2p_kernels`). The inboxes and their counters are the
 context's *mailboxes*, which :func:`init_p2p` allocates on every rank at once: a point-to-point
 call involves two ranks only, so it cannot allocate symmetric memory itself (every rank's heap
 must see the same allocations in the same order).
@@ -57,15 +58,19 @@ from .._compiling import is_compiling, traced
 from . import _checks, _launch, _ranks
 from ._config import Config
 from ._groups import on_group
-from ._p2p_kernels import recv_kernel, send_kernel
+from ._p2p_kernels import RECORD_WORDS, recv_kernel, recv_large_kernel, send_kernel, send_large_kernel
 
 #: The mailboxes' key in the context's workspace cache.
 MAILBOXES = ("ccl.p2p",)
 #: int32 counter arrays per channel (each one word per program): the receiver's "ready" (signalled
-#: by the sender) and its count of chunks taken, the sender's "credit" (signalled by the receiver)
-#: and its count of chunks sent.
-READY, RECEIVED, CREDIT, SENT = 0, 1, 2, 3
-COUNTERS = 4
+#: by the sender) and its count of units taken, the sender's "credit" (signalled by the receiver)
+#: and its count of units sent, the sender's "posted" (raised by the receiver's requests for large
+#: messages), and each side's private mode of the large message in flight (the last word is spare).
+READY, RECEIVED, CREDIT, SENT, POSTED, SEND_MODE, RECV_MODE = 0, 1, 2, 3, 4, 5, 6
+COUNTERS = 8
+#: A large message's direct copy moves this many mailbox tiles per step of a program: more bytes in
+#: flight per program than the mailbox's tile, for the copy that only one side makes.
+DIRECT_TILES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +95,8 @@ class P2PSettings:
     def heap_bytes(self, world_size: int) -> int:
         """Bytes of heap the mailboxes take on each rank."""
         channels = (world_size - 1) * self.tags
-        return channels * (self.slots * self.chunk_bytes + 8 * self.slots * self.grid + 4 * COUNTERS * self.grid)
+        records = 8 * RECORD_WORDS * (self.slots + 1) * self.grid  # the slots' records and the requests
+        return channels * (self.slots * self.chunk_bytes + records + 4 * COUNTERS * self.grid)
 
 
 #: Defaults per backend. On the GPU a channel's inbox of 4 x 1 MiB stays in L2 while the receiver
@@ -183,7 +189,8 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
         made = {}
         try:
             made["inbox"] = ctx.zeros(channels * slots * chunk_bytes, dtype=torch.uint8)
-            made["headers"] = ctx.zeros(channels * slots * settings.grid, dtype=torch.int64)
+            made["headers"] = ctx.zeros(channels * slots * settings.grid * RECORD_WORDS, dtype=torch.int64)
+            made["requests"] = ctx.zeros(channels * settings.grid * RECORD_WORDS, dtype=torch.int64)
             made["counters"] = ctx.zeros(channels * COUNTERS * settings.grid, dtype=torch.int32)
         except HeapExhaustedError as exc:
             if group is None:
@@ -232,15 +239,17 @@ def peer_index(rank: int, owner: int) -> int:
 
 
 def _channel(ws, s: P2PSettings, index: int, tag: int, dtype: torch.dtype):
-    """The inbox (as ``dtype``), headers and counter arrays of channel ``(index, tag)`` of ``ws``'s
-    layout: per channel ``slots * chunk_bytes`` of inbox, ``slots * grid`` headers, ``COUNTERS *
-    grid`` counters."""
+    """The inbox (as ``dtype``), slot records, request records and counter arrays of channel
+    ``(index, tag)`` of ``ws``'s layout: per channel ``slots * chunk_bytes`` of inbox, ``slots *
+    grid`` records and ``grid`` requests of ``RECORD_WORDS`` int64, ``COUNTERS * grid`` counters."""
     c = index * s.tags + tag
     span = s.slots * s.chunk_bytes
     inbox = ws.buffers["inbox"][c * span:(c + 1) * span].view(dtype)
-    headers = ws.buffers["headers"][c * s.slots * s.grid:(c + 1) * s.slots * s.grid]
+    records = s.slots * s.grid * RECORD_WORDS
+    headers = ws.buffers["headers"][c * records:(c + 1) * records]
+    requests = ws.buffers["requests"][c * s.grid * RECORD_WORDS:(c + 1) * s.grid * RECORD_WORDS]
     counters = ws.buffers["counters"][c * COUNTERS * s.grid:(c + 1) * COUNTERS * s.grid].view(COUNTERS, s.grid)
-    return inbox, headers, counters
+    return inbox, headers, requests, counters
 
 
 # --- one call's plan ---------------------------------------------------------------------------------
@@ -265,38 +274,66 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
     chunks = -(-n // chunk)
     grid = min(s.grid, -(-min(chunk, n) // block))  # a function of the message: the same on both ends
     header = message_header(n, str(tensor.dtype).removeprefix("torch."))
+    # large: more than an inbox holds, decided by each end from its own size (the same when the
+    # sizes agree; when they do not, the headers differ and the offer is refused)
+    large = n * esize > s.slots * s.chunk_bytes
+    units = chunks + 1 if large else chunks  # a large message's offer, then its chunks
     me, dtype = ctx.rank, tensor.dtype
     if direction == "send":
-        # the receiver's inbox, headers and ready (this rank's addresses of them); this rank's credit and count
-        inbox, headers, receiver = _channel(ws, s, peer_index(me, peer), tag, dtype)
-        mine = _channel(ws, s, peer_index(peer, me), tag, dtype)[2]
+        # the receiver's inbox, records and ready (this rank's addresses of them); this rank's credit,
+        # count, requests, posted word and mode
+        inbox, headers, _, receiver = _channel(ws, s, peer_index(me, peer), tag, dtype)
+        _, _, requests, mine = _channel(ws, s, peer_index(peer, me), tag, dtype)
         ready, credit, counted, kernel = receiver[READY], mine[CREDIT], mine[SENT], send_kernel
+        posted, mode = mine[POSTED], mine[SEND_MODE]
     else:
-        # this rank's inbox, headers, ready and count; the sender's credit
-        inbox, headers, mine = _channel(ws, s, peer_index(peer, me), tag, dtype)
-        sender = _channel(ws, s, peer_index(me, peer), tag, dtype)[2]
+        # this rank's inbox, records, ready, count and mode; the sender's credit, requests and posted word
+        inbox, headers, _, mine = _channel(ws, s, peer_index(peer, me), tag, dtype)
+        _, _, requests, sender = _channel(ws, s, peer_index(me, peer), tag, dtype)
         ready, credit, counted, kernel = mine[READY], sender[CREDIT], mine[RECEIVED], recv_kernel
+        posted, mode = sender[POSTED], mine[RECV_MODE]
     context = ctx.get_device_context()
+    constexprs = dict(BLOCK=block)
+    if large:
+        # heap offsets in elements (tensors and the inbox are aligned to their dtype): -1 off the heap
+        offset = ctx.offset_of(tensor) // esize if ctx.is_symmetric(tensor) else -1
+        inbox_offset = ctx.offset_of(inbox) // esize
+        kernel = send_large_kernel if direction == "send" else recv_large_kernel
+        constexprs["DIRECT_BLOCK"] = block * DIRECT_TILES
 
-    def args(t, first, stop):
-        return (context, t, inbox, headers, ready, credit, counted, n, header, chunk, s.slots, s.grid, first, stop,
-                peer, tag, me)
+    def args(t, first, stop, post=1):
+        if not large:
+            extra = () if direction == "send" else (requests, posted)
+            return (context, t, inbox, headers, ready, credit, counted, *extra, n, header, chunk, s.slots, s.grid,
+                    first, stop, peer, tag, me)
+        head = (context, t, inbox, headers, ready, credit, counted, requests, posted, mode, n, header, units, chunk,
+                s.slots, s.grid, first, stop)
+        return (*head, offset, inbox_offset, peer, tag, me) if direction == "send" else \
+            (*head, post, offset, inbox_offset, peer, tag, me)
 
-    run = _launch.launcher(ctx, ws, kernel, grid, grid, Config(num_warps=s.num_warps), args(tensor, 0, chunks),
-                           dict(BLOCK=block), fixed_grid=grid)
+    run = _launch.launcher(ctx, ws, kernel, grid, grid, Config(num_warps=s.num_warps), args(tensor, 0, units),
+                           constexprs, fixed_grid=grid)
 
-    def plan(t, first=0, stop=chunks):
-        fast = run.fast
-        if fast is not None and first == 0 and stop == chunks:
-            fast(t, t)  # the whole message: every argument fixed by the key
-            return
+    def launch(t, first, stop, post=1):
         try:
-            run(*args(t, first, stop))
+            run(*args(t, first, stop, post))
         except Exception as exc:
             _raise_iris_error_within(exc)
             raise
 
-    plan.chunks, plan.slots = chunks, s.slots
+    def plan(t, first=0, stop=units):
+        fast = run.fast
+        if fast is not None and first == 0 and stop == units:
+            fast(t, t)  # the whole message: every argument fixed by the key
+            return
+        # a large receive's steps of a batch (cpu backend) post no request: plan.post did, before them
+        launch(t, first, stop, 1 if first == 0 and stop == units else 0)
+
+    def post(t):
+        """A large receive's request alone (its steps follow with ``plan(t, first, stop)``)."""
+        launch(t, 0, 0, 1)
+
+    plan.chunks, plan.slots, plan.post = units, s.slots, post if large and direction == "recv" else None
     return plan
 
 
@@ -405,8 +442,10 @@ def send(ctx, tensor: torch.Tensor, dst: int, tag: int = 0, group=None) -> None:
     ``tag`` takes it; enqueued on torch's current stream.
 
     ``tensor``: contiguous, on the context's device, fp32, fp64, fp16, bf16, int32 or int64, any
-    size (a message larger than an inbox flows through it in chunks: the sender's kernel then
-    waits for the receiver's). It need not be on the heap. The receiver's tensor must have as many
+    size (a message larger than an inbox waits for its receiver: the sender's kernel meets the
+    receiver's, then the message is copied once, straight from ``tensor`` or into the receiver's,
+    where either is on the symmetric heap, else it flows through the inbox in chunks). It need not
+    be on the heap. The receiver's tensor must have as many
     elements and the same dtype, else the receiver fails with :class:`IrisMessageSizeError` (the
     watchdog's report on the GPU). The send and its recv may be called in either order, from any
     stream; sends of one ``dst`` and ``tag`` pair up with that rank's recvs in the order made.
@@ -506,23 +545,32 @@ def batch_isend_irecv(ctx, ops) -> list[Work]:
 
 def _interleave(planned) -> None:
     # The cpu backend: each channel's operations in list order, every channel moving up to an
-    # inbox's worth of chunks per turn. A send of a turn only waits for credits that the peer gave
-    # in its previous turn, and a receive for chunks the peer sends in this turn before its own
-    # receives, so two ranks exchanging messages of any size in batches never wait on each other.
+    # inbox's worth of units per turn; in a turn, first the requests of the large receives that
+    # start, then the sends, then the receives. A send of a turn only waits for credits that the
+    # peer gave in its previous turns, for requests it posted at the start of this turn, and (a
+    # pulled large message's last step) for the pull it made in an earlier turn; a receive waits
+    # for what the peer sends in this turn. Every wait is for a step the peer makes before the
+    # waiting one, so two ranks exchanging messages of any size in batches never wait on each
+    # other. Both ends of a message take the same turns: the units follow from the size alone.
     queues: dict[tuple, list] = {}
     for direction, op, plan, on in planned:  # a channel: the group (or context), direction, peer and tag
         queues.setdefault((id(on), direction, op.peer, op.tag), []).append([plan, op.tensor, 0])
     while queues:
-        for channel in list(queues):
-            head = queues[channel][0]
-            plan, tensor, first = head
-            stop = min(first + plan.slots, plan.chunks)
-            plan(tensor, first, stop)
-            head[2] = stop
-            if stop == plan.chunks:
-                queues[channel].pop(0)
-                if not queues[channel]:
-                    del queues[channel]
+        for queue in queues.values():
+            plan, tensor, first = queue[0]
+            if plan.post is not None and first == 0:
+                plan.post(tensor)
+        for direction in ("send", "recv"):
+            for channel in [c for c in queues if c[1] == direction]:
+                head = queues[channel][0]
+                plan, tensor, first = head
+                stop = min(first + plan.slots, plan.chunks)
+                plan(tensor, first, stop)
+                head[2] = stop
+                if stop == plan.chunks:
+                    queues[channel].pop(0)
+                    if not queues[channel]:
+                        del queues[channel]
 
 
 __all__ = ["MESSAGE_DTYPES", "P2POp", "P2PSettings", "Work", "batch_isend_irecv", "init_p2p", "irecv", "isend",

@@ -1,11 +1,15 @@
-"""The device side of ``ccl.send`` and ``ccl.recv``: a message in chunks through the receiver's inbox.
+"""The device side of ``ccl.send`` and ``ccl.recv``: a small message in chunks through the receiver's
+inbox, a large one copied once where a heap tensor allows it.
 
 A *channel* is (sender, receiver, tag). For each, the mailboxes (``ccl.init_p2p``) hold, on the
-receiver's heap, an inbox of ``slots`` slots of ``chunk`` elements, one int64 header per slot and
+receiver's heap, an inbox of ``slots`` slots of ``chunk`` elements, a record per slot and
 program, and per program a *ready* counter that the sender signals; on the sender's heap, per
 program, a *credit* counter that the receiver signals. Each side also keeps, per program, a
-private count of the chunks it has moved on the channel. Every counter only grows: nothing is
-reset between messages, and a CUDA graph of sends and receives replays correctly.
+private count of the *units* (chunks, see below for large messages) it has moved on the channel.
+A slot's record is ``RECORD`` int64 words: the message's header, the heap offset of the sender's
+tensor (large messages) and the units of the message the record starts (1 for a chunk). Every
+counter only grows: nothing is reset between messages, and a CUDA graph of sends and receives
+replays correctly.
 
 Program ``p`` of both kernels moves tiles ``p, p + P, ...`` of every chunk (``P`` is the launch's
 grid, the same on both ends: a function of the message's size and the mailboxes' settings). Its
@@ -24,6 +28,33 @@ flows through it; either side may start first, from any stream; no host takes pa
 waits only for the program with the same id on the peer, never for one of its own launch.
 Every wait is bounded by the watchdog and names the call, the peer and the tag.
 
+A *large* message (more bytes than an inbox holds; both ends decide it from their own size, so
+they agree when the sizes agree) counts ``units = 1 + chunks`` units and starts with a
+rendezvous, whatever the tensors are:
+
+- the receiver first *posts a request* in its record on the sender's heap (its header and the
+  heap offset, in elements, of its tensor, or -1 when that is not on the heap) and raises the
+  sender's *posted* word to ``c + 1`` (release);
+- the sender *offers* the message as unit ``c``: the slot's record gets its header, its tensor's
+  heap offset (or -1) and ``units``, then ready is signalled.
+
+Then, the same choice on both ends from the two offsets: the sender's tensor on the heap: *pull*
+(the sender signals every unit at once with its offer and does not read the request; the
+receiver copies the tensor straight from the sender's heap, as ``ccl.broadcast`` reads, then
+credits every unit: the sender waits for that before it returns, its tensor may change after);
+else the receiver's on the heap: *push* (the sender waits for the request, stores the message
+straight into the receiver's tensor and signals the remaining units; the receiver waits for them);
+else the mailbox: the chunks follow the offer as units ``c + 1 ..``. One copy in the first two,
+no slot and no credit per chunk. Headers that differ (a size or dtype mismatch) are refused by
+both ends at the offer, with no copy: the receiver credits the sender's units (so a pulling
+sender returns), a sender that waits for a request finds the mismatch in it and signals its
+remaining units, and both counts end past the sender's message. A small receiver that finds a
+large offer posts the request itself for that. Nothing here waits for the host: the protocol is
+the same eager, on side streams and in a CUDA graph.
+
+Each large call can run in steps (``first .. stop - 1`` of its units; ``post`` for the receiver's
+request on its own): the cpu backend's ``batch_isend_irecv`` moves messages by turns that way.
+
 ``rank`` (this rank), like ``peer`` and ``tag``, is a run-time argument that is not specialised on:
 every rank of a job runs the same compiled send and recv, for any peer and tag (a compile-time
 rank compiled them once per rank: compile time is most of what a GPU test suite spends).
@@ -33,81 +64,270 @@ rank compiled them once per rank: compile time is most of what a GPU test suite 
 import triton
 import triton.language as tl
 
-from iris.device import INTERPRETER, put, store
+from iris.device import DEBUG, INTERPRETER, atomic_add, atomic_max, get, put, store
 from iris.device._debug import host_scalar
 from iris.device._layout import HEAP_BASES_C
 from iris.device._watchdog import WATCHDOG, mismatch_text, watchdog_report_size_mismatch, watchdog_reported
 
 from .._errors import IrisMessageSizeError
-from .._sync import advance, signal, wait_at_least
+from .._sync import advance, peer_flag, signal, wait_at_least
 
 #: Names the waits report (entries of iris.device._watchdog.WAIT_CALLS and its TAGGED_CALLS).
 SEND_CALL: tl.constexpr = tl.constexpr("iris.collectives.ccl.send")
 RECV_CALL: tl.constexpr = tl.constexpr("iris.collectives.ccl.recv")
 P2P_CALLS = (SEND_CALL.value, RECV_CALL.value)
 
+#: int64 words of a slot's record and of a request: the header, a heap offset (in elements; -1:
+#: not on the heap) and the units of the message the record starts.
+RECORD_WORDS = 4
+RECORD: tl.constexpr = tl.constexpr(RECORD_WORDS)
+HEADER: tl.constexpr = tl.constexpr(0)
+OFFSET: tl.constexpr = tl.constexpr(1)
+UNITS: tl.constexpr = tl.constexpr(2)
+#: How a large message moves (a program's private mode word, for the calls of its later steps).
+MAILBOX: tl.constexpr = tl.constexpr(0)
+PULL: tl.constexpr = tl.constexpr(1)
+PUSH: tl.constexpr = tl.constexpr(2)
+REFUSED: tl.constexpr = tl.constexpr(3)
+
+
+@triton.jit
+def _signal_by(flag, amount, rank, peer, heap_bases):
+    # signal (CTA barrier, then release at system scope), adding ``amount``: several units at once.
+    tl.debug_barrier()
+    if DEBUG:
+        atomic_add(flag, amount, rank, peer, heap_bases, sem="release", scope="sys")
+    else:
+        tl.atomic_add(peer_flag(flag, rank, peer, heap_bases), amount, sem="release", scope="sys")
+
+
+@triton.jit
+def _post(request, posted, header, offset, c, rank, peer, heap_bases):
+    # The receiver's request for the large message at unit ``c``, in its record on the sender's heap,
+    # then the sender's posted word raised to c + 1 (CTA barrier, release at system scope). Per program.
+    store(request + HEADER, header, rank, peer, heap_bases)
+    store(request + OFFSET, offset, rank, peer, heap_bases)
+    tl.debug_barrier()
+    if DEBUG:
+        atomic_max(posted, c + 1, rank, peer, heap_bases, sem="release", scope="sys")
+    else:
+        tl.atomic_max(peer_flag(posted, rank, peer, heap_bases), c + 1, sem="release", scope="sys")
+
+
+@triton.jit
+def _send_chunk(inp, inbox, headers, ready, credit, n, header, k, c, chunk, slots, programs, peer, tag, rank,
+                heap_bases, BLOCK: tl.constexpr):
+    # Chunk ``k`` of ``inp`` as this program's unit ``c`` on the channel: its tiles into slot c % slots
+    # once the slot's previous unit was credited, its record, then ready. Per program.
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    slot = c % slots
+    if c >= slots:  # the slot's previous chunk must have been taken out
+        wait_at_least(credit + p, c - slots + 1, SEND_CALL, "credit", rank, peer, tag, heap_bases)
+    base = k * chunk
+    m = tl.minimum(chunk, n - base)
+    staged = inbox + slot * chunk
+    for t in range(p, tl.cdiv(m, BLOCK), P):
+        offsets = t * BLOCK + tl.arange(0, BLOCK)
+        put(inp + base + offsets, staged + offsets, rank, peer, heap_bases, mask=offsets < m)
+    record = headers + (slot * programs + p) * RECORD
+    store(record + HEADER, header, rank, peer, heap_bases)
+    store(record + UNITS, 1, rank, peer, heap_bases)
+    signal(ready + p, rank, peer, heap_bases)  # CTA barrier, release at system scope
+
+
+@triton.jit
+def _take_chunk(out, inbox, ready, k, c, n, chunk, slots, peer, tag, rank, heap_bases, BLOCK: tl.constexpr):
+    # Chunk ``k`` of a large message that moves through the mailbox, unit ``c``: wait, copy out (the
+    # headers agreed at the offer), credit. Per program.
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    wait_at_least(ready + p, c + 1, RECV_CALL, "ready", rank, peer, tag, heap_bases)
+    base = k * chunk
+    m = tl.minimum(chunk, n - base)
+    staged = inbox + (c % slots) * chunk
+    for t in range(p, tl.cdiv(m, BLOCK), P):
+        offsets = t * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < m
+        tl.store(out + base + offsets, tl.load(staged + offsets, mask=mask), mask=mask)
+
 
 @triton.jit(do_not_specialize=["first", "stop", "peer", "tag", "rank"])
 def send_kernel(context, inp, inbox, headers, ready, credit, sent, n, header, chunk, slots, programs, first, stop,
                 peer, tag, rank, BLOCK: tl.constexpr):
-    """Send chunks ``first .. stop - 1`` of ``inp`` (``n`` elements, ``chunk`` per chunk) to rank
-    ``peer`` on the channel of ``tag``.
+    """Send chunks ``first .. stop - 1`` of a small message ``inp`` (``n`` elements, ``chunk`` per
+    chunk, at most an inbox's worth) to rank ``peer`` on the channel of ``tag``.
 
-    ``inbox`` (``slots * chunk`` elements), ``headers`` (``slots * programs`` int64: ``programs`` is
-    the mailboxes' largest grid) and ``ready`` (int32 per program) are the receiver's, given as
-    this rank's addresses of the same words; ``credit`` and ``sent`` (int32 per program) are this
-    rank's. ``header``: the message's (``iris.device._watchdog.message_header``). Tiles of ``BLOCK``
-    elements. Per program; see the module docstring for the protocol."""
+    ``inbox`` (``slots * chunk`` elements), ``headers`` (``slots * programs`` records of ``RECORD``
+    int64: ``programs`` is the mailboxes' largest grid) and ``ready`` (int32 per program) are the
+    receiver's, given as this rank's addresses of the same words; ``credit`` and ``sent`` (int32
+    per program) are this rank's. ``header``: the message's (``iris.device._watchdog.message_header``).
+    Tiles of ``BLOCK`` elements. Per program; see the module docstring for the protocol."""
     heap_bases = context + HEAP_BASES_C
     p = tl.program_id(0)
-    P = tl.num_programs(0)
-    c = advance(sent + p, stop - first)  # this program's chunks on the channel before these
+    c = advance(sent + p, stop - first)  # this program's units on the channel before these
     for k in range(first, stop):
-        slot = c % slots
-        if c >= slots:  # the slot's previous chunk must have been taken out
-            wait_at_least(credit + p, c - slots + 1, SEND_CALL, "credit", rank, peer, tag, heap_bases)
-        base = k * chunk
-        m = tl.minimum(chunk, n - base)
-        staged = inbox + slot * chunk
-        for t in range(p, tl.cdiv(m, BLOCK), P):
-            offsets = t * BLOCK + tl.arange(0, BLOCK)
-            put(inp + base + offsets, staged + offsets, rank, peer, heap_bases, mask=offsets < m)
-        store(headers + slot * programs + p, header, rank, peer, heap_bases)
-        signal(ready + p, rank, peer, heap_bases)  # CTA barrier, release at system scope
+        _send_chunk(inp, inbox, headers, ready, credit, n, header, k, c, chunk, slots, programs, peer, tag, rank,
+                    heap_bases, BLOCK)
         c += 1
 
 
 @triton.jit(do_not_specialize=["first", "stop", "peer", "tag", "rank"])
-def recv_kernel(context, out, inbox, headers, ready, credit, received, n, header, chunk, slots, programs, first, stop,
-                peer, tag, rank, BLOCK: tl.constexpr):
-    """Receive chunks ``first .. stop - 1`` of a message of ``n`` elements from rank ``peer`` on the
-    channel of ``tag`` into ``out``.
+def recv_kernel(context, out, inbox, headers, ready, credit, received, requests, posted, n, header, chunk, slots,
+                programs, first, stop, peer, tag, rank, BLOCK: tl.constexpr):
+    """Receive chunks ``first .. stop - 1`` of a small message of ``n`` elements from rank ``peer``
+    on the channel of ``tag`` into ``out``.
 
     ``inbox``, ``headers``, ``ready`` and ``received`` are this rank's (the channel from ``peer``);
-    ``credit`` is the sender's, given as this rank's address of the same word. ``header``: what
-    this call expects; a chunk whose header differs is not copied (an ``IrisMessageSizeError``
-    under the interpreter, a watchdog report that ends the job on the GPU), and is still credited,
-    so the sender does not hang. Per program; see the module docstring for the protocol."""
+    ``credit``, ``requests`` (a ``RECORD`` per program) and ``posted`` are the sender's, given as
+    this rank's addresses of the same words. ``header``: what this call expects; a chunk whose
+    header differs is not copied (an ``IrisMessageSizeError`` under the interpreter, a watchdog
+    report that ends the job on the GPU), and is still credited, so the sender does not hang; a
+    large message's offer is credited with all its units and answered with a request that refuses
+    it (see the module docstring), and the rest of this call is skipped. Per program."""
     heap_bases = context + HEAP_BASES_C
     p = tl.program_id(0)
     P = tl.num_programs(0)
     c = advance(received + p, stop - first)
+    end = c + stop - first
+    going = tl.full([], 1, tl.int32)
     for k in range(first, stop):
-        slot = c % slots
-        wait_at_least(ready + p, c + 1, RECV_CALL, "ready", rank, peer, tag, heap_bases)
-        sent = tl.load(headers + slot * programs + p)  # after the acquire: the sender's header
-        base = k * chunk
-        m = tl.minimum(chunk, n - base)
-        staged = inbox + slot * chunk
-        if sent == header:
-            for t in range(p, tl.cdiv(m, BLOCK), P):
-                offsets = t * BLOCK + tl.arange(0, BLOCK)
-                mask = offsets < m
-                tl.store(out + base + offsets, tl.load(staged + offsets, mask=mask), mask=mask)
-        signal(credit + p, rank, peer, heap_bases)  # this program's reads of the slot are done
-        if sent != header:
-            _report_mismatch(heap_bases, rank, peer, tag, sent, header)
-        c += 1
+        if going != 0:
+            slot = c % slots
+            wait_at_least(ready + p, c + 1, RECV_CALL, "ready", rank, peer, tag, heap_bases)
+            record = headers + (slot * programs + p) * RECORD
+            sent = tl.load(record + HEADER)  # after the acquire: the sender's record
+            base = k * chunk
+            m = tl.minimum(chunk, n - base)
+            staged = inbox + slot * chunk
+            if sent == header:
+                for t in range(p, tl.cdiv(m, BLOCK), P):
+                    offsets = t * BLOCK + tl.arange(0, BLOCK)
+                    mask = offsets < m
+                    tl.store(out + base + offsets, tl.load(staged + offsets, mask=mask), mask=mask)
+            theirs = tl.maximum(tl.load(record + UNITS), 1)
+            if sent != header:
+                if theirs > 1:  # a large message's offer: refuse it as a large receiver would
+                    _post(requests + p * RECORD, posted + p, header, -1, c, rank, peer, heap_bases)
+                    going = tl.full([], 0, tl.int32)
+                    tl.atomic_add(received + p, c + theirs - end, sem="relaxed", scope="gpu")
+            _signal_by(credit + p, theirs, rank, peer, heap_bases)  # this program's reads of the slot are done
+            if sent != header:
+                _report_mismatch(heap_bases, rank, peer, tag, sent, header, p == P - 1)
+            c += 1
+
+
+@triton.jit
+def _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, units, c, slots, programs, src_offset,
+           inbox_offset, peer, tag, rank, heap_bases, DIRECT_BLOCK: tl.constexpr):
+    # Step 0 of a large send, unit ``c``: the offer, then (the tensor not on the heap) the request,
+    # and the push where the receiver's tensor is on the heap. Returns the mode. Per program.
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    slot = c % slots
+    if c >= slots:  # the slot's previous unit must have been taken
+        wait_at_least(credit + p, c - slots + 1, SEND_CALL, "credit", rank, peer, tag, heap_bases)
+    record = headers + (slot * programs + p) * RECORD
+    store(record + HEADER, header, rank, peer, heap_bases)
+    store(record + OFFSET, src_offset, rank, peer, heap_bases)
+    store(record + UNITS, units, rank, peer, heap_bases)
+    pull = src_offset >= 0
+    if pull:  # the receiver reads the tensor where it is: every unit at once
+        _signal_by(ready + p, units, rank, peer, heap_bases)
+    else:
+        signal(ready + p, rank, peer, heap_bases)
+        wait_at_least(posted + p, c + 1, SEND_CALL, "request", rank, peer, tag, heap_bases)
+    request = requests + p * RECORD  # after the acquire: the receiver's request (unused when pulled)
+    wanted = tl.load(request + HEADER)
+    dst_offset = tl.load(request + OFFSET)
+    how = tl.where(pull, PULL, tl.where(wanted != header, REFUSED, tl.where(dst_offset >= 0, PUSH, MAILBOX)))
+    if how == PUSH:  # straight into the receiver's tensor: inbox's heap offset translated to its offset
+        dst = inbox + (dst_offset - inbox_offset)
+        for t in range(p, tl.cdiv(n, DIRECT_BLOCK), P):
+            offsets = t * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
+            put(inp + offsets, dst + offsets, rank, peer, heap_bases, mask=offsets < n)
+    if (how == PUSH) | (how == REFUSED):  # the message is there (or refused): its other units
+        _signal_by(ready + p, units - 1, rank, peer, heap_bases)
+    return how
+
+
+@triton.jit(do_not_specialize=["first", "stop", "src_offset", "inbox_offset", "peer", "tag", "rank"])
+def send_large_kernel(context, inp, inbox, headers, ready, credit, sent, requests, posted, mode, n, header, units,
+                      chunk, slots, programs, first, stop, src_offset, inbox_offset, peer, tag, rank,
+                      BLOCK: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+    """Steps ``first .. stop - 1`` of sending a large message ``inp`` (``n`` elements, ``units`` =
+    1 + its chunks) to rank ``peer`` on the channel of ``tag``: the rendezvous of the module
+    docstring, then a push, a pull or the chunks through the mailbox.
+
+    As :func:`send_kernel`, and: ``requests`` (a ``RECORD`` per program) and ``posted`` (int32 per
+    program), this rank's, where the receiver posts; ``mode`` (int32 per program), this rank's
+    private word for the mode; ``src_offset``: ``inp``'s heap offset in elements (-1: not on the
+    heap); ``inbox_offset``: ``inbox``'s. Direct copies in tiles of ``DIRECT_BLOCK`` elements. Per program."""
+    heap_bases = context + HEAP_BASES_C
+    p = tl.program_id(0)
+    c0 = advance(sent + p, stop - first) - first  # this program's unit of the offer
+    how = tl.load(mode + p)  # the mode step 0 chose (a call of later steps)
+    if first == 0:
+        how = _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, units, c0, slots, programs,
+                     src_offset, inbox_offset, peer, tag, rank, heap_bases, DIRECT_BLOCK)
+        tl.store(mode + p, how)
+    if how == MAILBOX:
+        for k in range(tl.maximum(first, 1), stop):
+            _send_chunk(inp, inbox, headers, ready, credit, n, header, k - 1, c0 + k, chunk, slots, programs, peer,
+                        tag, rank, heap_bases, BLOCK)
+    if how == PULL:
+        if stop == units:  # the receiver has read the tensor: it may change once this returns
+            wait_at_least(credit + p, c0 + units, SEND_CALL, "done", rank, peer, tag, heap_bases)
+
+
+@triton.jit(do_not_specialize=["first", "stop", "post", "dst_offset", "inbox_offset", "peer", "tag", "rank"])
+def recv_large_kernel(context, out, inbox, headers, ready, credit, received, requests, posted, mode, n, header, units,
+                      chunk, slots, programs, first, stop, post, dst_offset, inbox_offset, peer, tag, rank,
+                      BLOCK: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+    """Steps ``first .. stop - 1`` of receiving a large message of ``n`` elements (``units`` = 1 +
+    its chunks) from rank ``peer`` on the channel of ``tag`` into ``out``; with ``post`` (nonzero)
+    the request first (see the module docstring).
+
+    As :func:`recv_kernel`, and: ``mode`` (int32 per program), this rank's private word for the
+    mode; ``dst_offset``: ``out``'s heap offset in elements (-1: not on the heap); ``inbox_offset``:
+    ``inbox``'s. A refused offer (headers that differ) is credited with the sender's units, this
+    program's count moved past the sender's message, and reported as :func:`recv_kernel` does. Per
+    program."""
+    heap_bases = context + HEAP_BASES_C
+    p = tl.program_id(0)
+    P = tl.num_programs(0)
+    c0 = advance(received + p, stop - first) - first  # this program's unit of the offer
+    if post != 0:  # where the message goes, before this program waits for the offer
+        _post(requests + p * RECORD, posted + p, header, dst_offset, c0, rank, peer, heap_bases)
+    how = tl.load(mode + p)
+    if (first == 0) & (stop > 0):
+        wait_at_least(ready + p, c0 + 1, RECV_CALL, "ready", rank, peer, tag, heap_bases)
+        record = headers + ((c0 % slots) * programs + p) * RECORD
+        offered = tl.load(record + HEADER)  # after the acquire: the sender's offer
+        src_offset = tl.load(record + OFFSET)
+        how = tl.where(offered != header, REFUSED, tl.where(src_offset >= 0, PULL,
+                                                            tl.where(dst_offset >= 0, PUSH, MAILBOX)))
+        tl.store(mode + p, how)
+        if how == PULL:  # straight from the sender's tensor: inbox's heap offset translated to its offset
+            src = inbox + (src_offset - inbox_offset)
+            for t in range(p, tl.cdiv(n, DIRECT_BLOCK), P):
+                offsets = t * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
+                get(src + offsets, out + offsets, peer, rank, heap_bases, mask=offsets < n)
+            _signal_by(credit + p, units, rank, peer, heap_bases)  # read: the sender's tensor is free again
+        if how == PUSH:  # the sender stores into out: wait for its other units
+            wait_at_least(ready + p, c0 + units, RECV_CALL, "ready", rank, peer, tag, heap_bases)
+            _signal_by(credit + p, units, rank, peer, heap_bases)
+        if how == MAILBOX:
+            signal(credit + p, rank, peer, heap_bases)  # the offer's slot
+        if how == REFUSED:
+            theirs = tl.maximum(tl.load(record + UNITS), 1)
+            _signal_by(credit + p, theirs, rank, peer, heap_bases)
+            tl.atomic_add(received + p, theirs - stop, sem="relaxed", scope="gpu")  # past the sender's message
+            _report_mismatch(heap_bases, rank, peer, tag, offered, header, p == P - 1)
+    if how == MAILBOX:
+        for k in range(tl.maximum(first, 1), stop):
+            _take_chunk(out, inbox, ready, k - 1, c0 + k, n, chunk, slots, peer, tag, rank, heap_bases, BLOCK)
+            signal(credit + p, rank, peer, heap_bases)
 
 
 @triton.constexpr_function
@@ -117,13 +337,16 @@ def _raise_mismatch(rank, peer, tag, sent, expected):
 
 
 @triton.jit
-def _report_mismatch(heap_bases, rank, peer, tag, sent, expected):
+def _report_mismatch(heap_bases, rank, peer, tag, sent, expected, last):
     # A message of another size or dtype: raise under the interpreter; on the GPU the watchdog's
     # report (the runtime prints it and ends the job), or a printed line where it is compiled out.
     # Not after a wait of this process gave up (its report says why; the header is stale then).
+    # Under the interpreter only the launch's last program raises (``last``): the programs run in
+    # turn, and every one before it has credited the sender by then.
     if INTERPRETER:
-        if watchdog_reported(heap_bases) == 0:
-            _raise_mismatch(rank, peer, tag, sent, expected)
+        if last:
+            if watchdog_reported(heap_bases) == 0:
+                _raise_mismatch(rank, peer, tag, sent, expected)
     else:
         if WATCHDOG:
             watchdog_report_size_mismatch(heap_bases, RECV_CALL, "message size", peer, tag, sent, expected)
