@@ -255,6 +255,12 @@ CALL_CASES = {
     "calls_hit_workspaces": (10, 30, [
         re.escape("float32[1000], inp=out (in place)"), re.escape("float64[1000], inp=out (in place)"),
         "made different collective calls" if not CUDA else "kernels' latest collective call: #3"]),
+    # the same with the heap's words unreadable from the host: the kernels' reports name the calls
+    "calls_hit_unread": (10, 30, [
+        re.escape("Rank 0's kernels' latest collective call: #3, iris.collectives.ccl.all_reduce(out=float32[1000], "
+                  "inp=out (in place)"),
+        r"Rank \d's kernels' latest collective call: #3, iris\.collectives\.ccl\.all_reduce\(out=float64\[1000\], "
+        r"inp=out \(in place\)"]),
 }
 
 

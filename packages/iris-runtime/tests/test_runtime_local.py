@@ -257,7 +257,7 @@ def test_watchdog_report_names_rank_call_flag_tile_values_and_peer():
 
     def words(state, call, flag, rank, peer, index, seen, target, waited_ns, calls=0):
         return [state, device_watchdog.WAIT_CALLS.index(call), device_watchdog.WAIT_FLAGS.index(flag), rank, peer,
-                index, seen, target, waited_ns, calls, 0]
+                index, seen, target, waited_ns, calls, 0, 0]
 
     timed_out = describe(words(1, "iris.collectives.all_reduce_one_shot", "arrivals", 2, -1, 7, 3, 4, 5_200_000_000),
                          world_size=4, timeout_s=5)

@@ -9,7 +9,7 @@
     ... mismatch_collective | mismatch_tiles | mismatch_shape | mismatch_grid
                         # IRIS_DEBUG=1: the last rank makes another call on the same lock array
     mpiexec -n 2 python -m mpi4py fault_worker.py matched  # IRIS_DEBUG=1: matched calls pass
-    ... calls_skip_first | calls_skip_warm | calls_late | calls_hit | calls_hit_workspaces
+    ... calls_skip_first | calls_skip_warm | calls_late | calls_hit | calls_hit_workspaces | calls_hit_unread
                         # the call agreement (iris.collectives.ccl): a rank skips the first or the
                         # second all-reduce, or comes late; ranks whose cached calls differ
 
@@ -403,6 +403,15 @@ def scenario_calls_hit(ctx):
 def scenario_calls_hit_workspaces(ctx):
     """Cached calls that differ in dtype (fp32 and fp64: different workspaces, so the kernels never
     meet): the watchdog sees the ranks' kernels in different calls and ends the job."""
+    _cached_calls(ctx, torch.ones(1000, device=ctx.device),
+                  torch.ones(1000, dtype=torch.float64, device=ctx.device))
+
+
+def scenario_calls_hit_unread(ctx):
+    """calls_hit_workspaces with the host unable to read the heap's words (as on the GPU, where a
+    host copy sits in the driver while the main thread waits for a spinning kernel): the kernels'
+    reports carry each rank's latest call, which the watchdog names."""
+    ctx._watchdog.device_calls = lambda: None
     _cached_calls(ctx, torch.ones(1000, device=ctx.device),
                   torch.ones(1000, dtype=torch.float64, device=ctx.device))
 

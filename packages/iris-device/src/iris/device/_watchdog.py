@@ -45,7 +45,15 @@ import triton.language as tl
 
 from . import _layout
 from ._interpreter import INTERPRETER
-from ._layout import CUR_RANK_AT_C, HEAP_SIZE_C, WATCHDOG_NS_C, WATCHDOG_RECORD_C
+from ._layout import (
+    CALL_CHECK_MAX_RANKS,
+    CALL_SLOTS_AT,
+    CALL_WORDS_OFFSET_C,
+    CUR_RANK_AT_C,
+    HEAP_SIZE_C,
+    WATCHDOG_NS_C,
+    WATCHDOG_RECORD_C,
+)
 from ._tracing import device_clock_ns
 from ._vote import cta_any
 
@@ -88,7 +96,13 @@ CHECK_POLLS: tl.constexpr = tl.constexpr(4 if INTERPRETER else 1024)
 #: (``STATE_CALL_MISMATCH``, see ``iris.device._calls``) has ``peer`` the rank whose call differs,
 #: ``index`` the call's number, ``seen`` the peer's fingerprint and ``target`` this rank's.
 #: ``ack`` is the host's: 1 once it lets the stopped waits go (see the module docstring).
-RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "calls", "ack")
+#: ``latest`` (a stopped wait's report only): this rank's latest collective call as its kernels
+#: published it for the call agreement (``(n << 32) | fingerprint``, ``iris.device._calls``; 0
+#: where there is none), read by the kernel, so that the host names the call without reading the
+#: heap: a host copy of a heap word can sit in the driver while the main thread waits for the very
+#: kernel that spins here.
+RECORD_FIELDS = ("state", "call", "flag", "rank", "peer", "index", "seen", "target", "waited_ns", "calls", "ack",
+                 "latest")
 RECORD_WORDS = len(RECORD_FIELDS)
 STATE_TIMED_OUT = 1  #: this rank's wait ran out of time
 STATE_DRAINED = 2    #: this rank stopped waiting because another wait (maybe a peer's) ran out of time
@@ -120,6 +134,9 @@ _WAITED: tl.constexpr = tl.constexpr(8)
 _CALLS: tl.constexpr = tl.constexpr(9)
 _ACK: tl.constexpr = tl.constexpr(10)
 ACK_INDEX = _ACK.value
+_LATEST: tl.constexpr = tl.constexpr(11)
+_CALL_SLOTS_C: tl.constexpr = tl.constexpr(CALL_SLOTS_AT)
+_CALL_CHECK_MAX_C: tl.constexpr = tl.constexpr(CALL_CHECK_MAX_RANKS)
 _TIMED_OUT: tl.constexpr = tl.constexpr(STATE_TIMED_OUT)
 _CALL_MISMATCH: tl.constexpr = tl.constexpr(STATE_CALL_MISMATCH)
 _SIZE_MISMATCH: tl.constexpr = tl.constexpr(STATE_SIZE_MISMATCH)
@@ -279,10 +296,13 @@ def _fence_sys():
 
 
 @triton.jit
-def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, target, waited, calls):
-    # The first thread of this process to stop writes the report; the rest only stop.
+def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, target, waited, calls, heap_bases=None):
+    # The first thread of this process to stop writes the report; the rest only stop. With
+    # ``heap_bases`` (a stopped wait), also this rank's latest published call.
     if _claim(drain + 1) == 0:
         record = tl.cast(tl.load(trailer + WATCHDOG_RECORD_C), tl.pointer_type(tl.int64))
+        if heap_bases is not None:
+            _put(record + _LATEST, _latest_call(heap_bases, trailer, rank))
         _put(record + _CALL, call_id)
         _put(record + _FLAG, flag_id)
         _put(record + _RANK, rank)
@@ -294,6 +314,17 @@ def _report(trailer, drain, state, call_id, flag_id, rank, peer, index, seen, ta
         _put(record + _CALLS, calls)
         _fence_sys()
         _put(record + _STATE, state)
+
+
+@triton.jit
+def _latest_call(heap_bases, trailer, me):
+    # The larger of this rank's two slots in its own call words (the newer call: the count is the
+    # high half), 0 where the world has no call words (more ranks than CALL_CHECK_MAX_RANKS).
+    num_ranks = tl.load(heap_bases + _NUM_RANKS_AT)
+    slot = tl.load(heap_bases + me) + tl.load(trailer + CALL_WORDS_OFFSET_C) + _CALL_SLOTS_C + 8 * me
+    first = tl.cast(slot, tl.pointer_type(tl.int64))
+    latest = tl.maximum(tl.load(first, volatile=True), tl.load(first + num_ranks, volatile=True))
+    return tl.where(num_ranks <= _CALL_CHECK_MAX_C, latest, 0)
 
 
 @triton.jit
@@ -393,7 +424,8 @@ def watchdog_thread_stop(heap_bases, start, call_id, flag_id, peer, index, seen,
     drain = _drain_word(heap_bases, me, trailer)
     reason = _peek(drain)
     state = tl.where(reason != 0, 1 + reason, _TIMED_OUT)
-    _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, _now() - start, calls)
+    _report(trailer, drain, state, call_id, flag_id, me, peer, index, seen, target, _now() - start, calls,
+            heap_bases)
     _await_ack(trailer)
 
 

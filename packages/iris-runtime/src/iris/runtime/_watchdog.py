@@ -199,7 +199,7 @@ class Watchdog:
         # host, not from the word a kernel read out of whatever table it was passed
         message = describe(words, self.world_size, self.timeout_s, self.ranks_behind(r["calls"]),
                            rank=self.rank)
-        latest = self.latest_call()
+        latest = self.latest_call(r["latest"])
         return message if latest is None else f"{message} {latest}"
 
     def device_calls(self) -> list[tuple[int, int] | None] | None:
@@ -253,13 +253,22 @@ class Watchdog:
         text = self.describe_call(call[1]) if self.describe_call is not None else None
         return f"#{call[0]}, {text or f'a call with fingerprint {call[1]:#x}'}"
 
-    def latest_call(self) -> str | None:
+    def latest_call(self, reported: int = 0) -> str | None:
         """Where this rank's collective calls are: "Rank r's kernels' latest collective call: #n,
-        ...", or None where it cannot be read."""
-        calls = self.device_calls()
-        if calls is None or calls[self.rank] is None or calls[self.rank][0] == 0:
+        ...", or None where it cannot be read. ``reported``: the word a stopped wait's report
+        carries (the record's ``latest``, ``(n << 32) | fingerprint``), read by the kernel itself;
+        without it (0), the heap's words, whose host copies can fail while the main thread waits
+        for a spinning kernel (``HostWordAccess``)."""
+        if not device_calls.CHECK_CALLS.value:
             return None
-        return f"Rank {self.rank}'s kernels' latest collective call: {self.call_text(calls[self.rank])}."
+        if reported > 0:
+            call = (reported >> 32, reported & device_calls.FINGERPRINT_MASK)
+        else:
+            calls = self.device_calls()
+            call = None if calls is None else calls[self.rank]
+        if call is None or call[0] == 0:
+            return None
+        return f"Rank {self.rank}'s kernels' latest collective call: {self.call_text(call)}."
 
     def calls_differ(self) -> str | None:
         """The cpu backend's host-side view of the device check, for calls whose kernels never meet
