@@ -377,7 +377,7 @@ MUTATIONS = [
     # result gets printed only when the call returns before that (most runs, not every one).
     Mutation("stopped-wait-returns", "a wait that gave up holds its kernel until the job ends: no rank prints a "
              "result",
-             [(f"{DEVICE}/_watchdog.py", "calls)\n    _await_ack(trailer)\n", "calls)\n", 1)],
+             [(f"{DEVICE}/_watchdog.py", "            heap_bases)\n    _await_ack(trailer)\n", "            heap_bases)\n", 1)],
              [("pytest", "packages/iris-collectives/tests/test_collectives_faults.py", "-k", "calls_skip_warm and 2")],
              expect="printed the result of a call that went wrong"),
     Mutation("deadline-names-no-rank", "a host wait that runs out names the rank that did not come",
