@@ -48,6 +48,7 @@ def signature(names: str, dt: str, ints: str) -> dict:
                                                           else PTR[dt])
     sig.update({n: "i32" for n in ints.split()})
     sig["call_fp"] = "i32"  # the agreed call's fingerprint (iris.device._calls), after the shapes
+    sig["rank"] = "i32"  # a run-time value, not specialised on: one compiled kernel for every rank
     return sig
 
 
@@ -81,7 +82,7 @@ def cases():
         precision = "tf32" if dt == "fp32" else "ieee"
         for tma in paths[dt]:
             if (dt, tma) == ("bf16", 2):  # the column-major B of the shared core and of all_gather_matmul's own
-                common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+                common = dict(world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
                 yield ("matmul_all_reduce/bf16/tma_columns", MAR._matmul_all_reduce_kernel,
                        signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=2),
                        ("a", "b", "out", "partial"), None)
@@ -89,7 +90,7 @@ def cases():
                        signature("a_shard staged b bias out flags", dt, RS), dict(common, USE_TMA=2),
                        ("a_shard", "staged", "b", "out"), None)
                 continue
-            common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+            common = dict(world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
             path = {0: "ptr", 1: "tma", 2: "tma_columns"}[tma]
             yield (f"matmul_all_reduce/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=tma),
@@ -130,7 +131,7 @@ def cases():
     # fp32 in full precision (torch's default fp32 matmul precision, which the ops follow): the
     # default strategy of the ops that reduce, B row-major through descriptors (no transposing copy:
     # only tf32's MMAs need B column-major). Its tl.dot must not touch the tensor cores.
-    common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION="ieee", **TILES)
+    common = dict(world_size=2, HAS_BIAS=True, PRECISION="ieee", **TILES)
     yield ("matmul_all_reduce_rotated/fp32_ieee/tma", ROT.rotated_kernel,
            signature("a b bias partial gathered out flags", "fp32", RS),
            dict(common, call="matmul_all_reduce_rotated", RECORD=ROT.record_words(2), GATHER=True, USE_TMA=1),
