@@ -181,11 +181,11 @@ def norm_cases():
         signature.update({n: "*i32" if n == "locks" else "*fp32" if n.startswith("scale") or n == "weight"
                           else PTR[out] if n.startswith("out") else PTR[dt] for n in names.split()})
         signature.update({n: "*i64" for n in ("src_bases", "out_bases", "res_bases", "scale_bases")})
-        signature.update(M="i32", N="i32", eps="fp32", half="i32", call_fp="i32")
+        signature.update(M="i32", N="i32", eps="fp32", half="i32", call_fp="i32", rank="i32")
         two_shot = variant == "two_shot"
         yield (f"all_reduce_rmsnorm/{variant}/{dt}/{out}/stage{int(stage)}copy{int(copy)}/{world}ranks",
                NORM._all_reduce_rmsnorm_kernel, signature,
-               dict(rank=1, world_size=world, TWO_SHOT=two_shot, BUFFERED=variant == "one_shot_buffered",
+               dict(world_size=world, TWO_SHOT=two_shot, BUFFERED=variant == "one_shot_buffered",
                     STAGE_IN=stage, COPY_OUT=copy, HAS_RESIDUAL=True, WRITE_RESIDUAL=True, QUANT=quant,
                     BLOCK_M=4 if two_shot else 1, BLOCK_N=4096),
                ("partial", "src", "residual", "weight", "out", "out_dst", "res_out", "res_dst", "N", "half"))

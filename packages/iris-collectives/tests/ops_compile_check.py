@@ -4,8 +4,8 @@ Run with ``TRITON_INTERPRET`` unset and ``IRIS_BACKEND=cuda`` (``test_ops_compil
 Per kernel, dtype (bf16, fp32, and fp64 on the pointer path only) and load path (tensor descriptors
 or pointers): whether it compiled, the error if not, and counts the test judges: TMA loads
 (``cp.async.bulk.tensor``), tensor-core MMAs (``wgmma`` / ``mma``), device-side descriptor creation
-(``tensormap``), system-scope acquire loads and release operations of the flags. Prints one JSON
-object as its last line.
+(``tensormap``), system-scope acquire loads and release operations of the flags; and per kernel,
+how it takes the rank (:func:`rank_parameters`). Prints one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ os.environ.setdefault("IRIS_BACKEND", "cuda")
 import triton  # noqa: E402
 
 from iris.collectives.ops import _all_gather_matmul as AGM  # noqa: E402
+from iris.collectives.ops import _all_reduce_rmsnorm as NORM  # noqa: E402
 from iris.collectives.ops import _matmul as CORE  # noqa: E402
 from iris.collectives.ops import _matmul_all_gather as MAG  # noqa: E402
 from iris.collectives.ops import _matmul_all_reduce as MAR  # noqa: E402
@@ -48,6 +49,7 @@ def signature(names: str, dt: str, ints: str) -> dict:
                                                           else PTR[dt])
     sig.update({n: "i32" for n in ints.split()})
     sig["call_fp"] = "i32"  # the agreed call's fingerprint (iris.device._calls), after the shapes
+    sig["rank"] = "i32"  # a run-time value, not specialised on: one compiled kernel for every rank
     return sig
 
 
@@ -81,7 +83,7 @@ def cases():
         precision = "tf32" if dt == "fp32" else "ieee"
         for tma in paths[dt]:
             if (dt, tma) == ("bf16", 2):  # the column-major B of the shared core and of all_gather_matmul's own
-                common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+                common = dict(world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
                 yield ("matmul_all_reduce/bf16/tma_columns", MAR._matmul_all_reduce_kernel,
                        signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=2),
                        ("a", "b", "out", "partial"), None)
@@ -89,7 +91,7 @@ def cases():
                        signature("a_shard staged b bias out flags", dt, RS), dict(common, USE_TMA=2),
                        ("a_shard", "staged", "b", "out"), None)
                 continue
-            common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
+            common = dict(world_size=2, HAS_BIAS=True, PRECISION=precision, **TILES)
             path = {0: "ptr", 1: "tma", 2: "tma_columns"}[tma]
             yield (f"matmul_all_reduce/{dt}/{path}", MAR._matmul_all_reduce_kernel,
                    signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=tma),
@@ -130,7 +132,7 @@ def cases():
     # fp32 in full precision (torch's default fp32 matmul precision, which the ops follow): the
     # default strategy of the ops that reduce, B row-major through descriptors (no transposing copy:
     # only tf32's MMAs need B column-major). Its tl.dot must not touch the tensor cores.
-    common = dict(rank=0, world_size=2, HAS_BIAS=True, PRECISION="ieee", **TILES)
+    common = dict(world_size=2, HAS_BIAS=True, PRECISION="ieee", **TILES)
     yield ("matmul_all_reduce_rotated/fp32_ieee/tma", ROT.rotated_kernel,
            signature("a b bias partial gathered out flags", "fp32", RS),
            dict(common, call="matmul_all_reduce_rotated", RECORD=ROT.record_words(2), GATHER=True, USE_TMA=1),
@@ -165,13 +167,31 @@ def run_case(index: int) -> tuple[str, dict]:
         return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
 
 
+def rank_parameters() -> dict:
+    """Per kernel of the fused ops' modules (``module.name``): whether its ``rank`` parameter is a
+    compile-time constant and whether Triton specialises on its value (ints equal to 1 or divisible
+    by 16 get kernels of their own unless ``do_not_specialize`` names them). A rank that is neither
+    gives every rank of a job the same compiled kernel. The all-reduce-rmsnorm kernel, which
+    ``ccl_compile_check.py`` compiles, is among them; the GEMM core has no rank."""
+    out = {}
+    for module in (MAR, MRS, ROT, MAG, AGM, NORM, CORE):
+        for name, fn in vars(module).items():
+            if (isinstance(fn, triton.runtime.jit.JITFunction) and name.endswith("_kernel")
+                    and fn.fn.__module__ == module.__name__):  # defined there, not imported
+                for param in fn.params:
+                    if param.name == "rank":
+                        out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = dict(
+                            constexpr=bool(param.is_constexpr), specialised=not param.do_not_specialize)
+    return out
+
+
 def main() -> int:
     only = set(sys.argv[1:])
     todo = [i for i, case in enumerate(all_cases()) if not only or case[0].split("/")[0] in only]
     # one compile per core: each is one process's work for seconds (LLVM and ptxas)
     with ProcessPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
         results = dict(pool.map(run_case, todo))
-    print(json.dumps({"triton": triton.__version__, "results": results}))
+    print(json.dumps({"triton": triton.__version__, "results": results, "rank_parameters": rank_parameters()}))
     return 0
 
 

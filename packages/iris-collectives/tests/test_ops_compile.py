@@ -3,7 +3,9 @@
 descriptors and with pointer loads, fp64 (pointer loads), and fp32 in full precision (one
 kernel). They catch what the interpreter never sees: compile errors of the GPU paths, a
 descriptor path that lost its TMA loads, a GEMM that lost its wgmma (or, in full precision, one
-that uses the tensor cores), and flags that are not acquired and released at system scope."""
+that uses the tensor cores), and flags that are not acquired and released at system scope; and that
+every op's kernel takes the rank at run time, unspecialised (one compiled kernel for every rank of
+a job)."""
 
 from __future__ import annotations
 
@@ -23,12 +25,30 @@ CORE = {"matmul_core", "matmul_core_ws"}  # the GEMM core alone, plain and warp-
 
 
 @pytest.fixture(scope="module")
-def compiled() -> dict:
+def report() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_DEBUG", "TRITON_DEBUG")}
     env.update(IRIS_BACKEND="cuda", TRITON_DEFAULT_FP_FUSION="1")  # compile for the GPU; nothing is launched
     proc = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=900, env=env, cwd=HERE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])["results"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def compiled(report) -> dict:
+    return report["results"]
+
+
+def test_every_op_kernel_takes_the_rank_at_run_time_unspecialised(report):
+    # One compiled kernel for every rank of a job, as ccl's (test_ccl_compile): the rank is neither
+    # a compile-time constant nor a value Triton specialises on.
+    ranks = report["rank_parameters"]
+    assert set(ranks) == {"_matmul_all_reduce._matmul_all_reduce_kernel",
+                          "_matmul_reduce_scatter._matmul_reduce_scatter_kernel", "_rotated.rotated_kernel",
+                          "_matmul_all_gather._matmul_all_gather_kernel",
+                          "_all_gather_matmul._all_gather_matmul_kernel", "_all_gather_matmul._arrival_kernel",
+                          "_all_reduce_rmsnorm._all_reduce_rmsnorm_kernel"}, ranks
+    for kernel, how in ranks.items():
+        assert how == {"constexpr": False, "specialised": False}, (kernel, how)
 
 
 def test_every_op_compiles_for_sm90(compiled):

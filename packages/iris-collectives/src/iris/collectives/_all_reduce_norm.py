@@ -125,8 +125,10 @@ def _store_everywhere(ctx, ptrs, value, mask, bases, local_ptrs=None):
     # translates ptrs (None: the heap's). Weak stores; the caller's "done" signal releases them.
     targets = ctx.heap_bases if bases is None else bases
     for i in tl.static_range(ctx.world_size):
-        target = (ctx.rank + i + 1) % ctx.world_size  # a compile-time value: rank and i are
-        if target == ctx.rank and local_ptrs is not None:
+        target = (ctx.rank + i + 1) % ctx.world_size
+        # this rank comes last (i == W - 1): a compile-time test where the rank is a run-time value
+        # (the fused ops' RuntimeRankContext)
+        if i == ctx.world_size - 1 and local_ptrs is not None:
             tl.store(local_ptrs, value, mask=mask)
         else:
             store(ptrs, value, ctx.rank, target, targets, mask=mask)

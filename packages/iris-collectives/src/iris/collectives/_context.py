@@ -6,7 +6,7 @@ dst_view, locks)``, and this library's ``ctx.all_reduce_rmsnorm(...)``. Each bou
 free function of the same name with ``ctx`` first.
 
 :class:`RuntimeRankContext` is the same context with the rank as a run-time value, for this
-library's own kernels (``ccl``, the exchanges): a kernel's ranks then share one compiled kernel
+library's own kernels (``ccl``, the exchanges, the fused ops): a kernel's ranks then share one compiled kernel
 instead of compiling one per rank (a 4-rank job compiled each kernel four times). User kernels
 keep :class:`DeviceContext` and the spec's compile-time rank.
 """
@@ -124,9 +124,10 @@ def runtime_rank_fields(self, rank, world_size, heap_bases, tracing):
 @aggregate
 class RuntimeRankContext(DeviceContextMethods, CollectiveMethods):
     """:class:`DeviceContext` with a run-time ``rank`` (a scalar int32 kernel argument, listed in
-    the kernel's ``do_not_specialize``): internal, for the kernels of ``iris.collectives.ccl``,
-    which every rank of a job then runs as one compiled kernel (compile time is what a GPU test
-    suite spends most, and a constexpr rank multiplies it by the world size).
+    the kernel's ``do_not_specialize``): internal, for the kernels of ``iris.collectives.ccl`` and
+    ``iris.collectives.ops``, which every rank of a job then runs as one compiled kernel (compile
+    time is what a GPU test suite spends most, and a constexpr rank multiplies it by the world
+    size).
 
     The same fields and methods as :class:`DeviceContext`, and the tile collectives take it: where
     they branch on ``peer == ctx.rank`` the branch is taken at run time, loops over the ranks stay

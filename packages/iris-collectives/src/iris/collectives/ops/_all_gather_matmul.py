@@ -32,7 +32,7 @@ from iris.runtime import IrisUsageError
 from .. import _host
 from .._agree import agree_fused
 from .._compiling import is_compiling, traced
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch, pause, signal_all, wait_at_least
 from .._workspace import workspace
 from ..ccl._groups import on_group
@@ -60,20 +60,21 @@ SPIN_POLLS: tl.constexpr = tl.constexpr(64)
 
 
 @triton.jit
-def _dot_rows_of(ctx, acc, p: tl.constexpr, a_shard, staged, row0, rows, M_LOCAL, stride_am, stride_ak, K, b, cols, N,
+def _dot_rows_of(ctx, acc, i: tl.constexpr, a_shard, staged, row0, rows, M_LOCAL, stride_am, stride_ak, K, b, cols, N,
                  stride_bk, stride_bn, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WAIT: tl.constexpr = False,
                  flags=None, epoch=0, ready=0):
-    """``acc + A_p[rows] @ B`` over the rows of ``rows`` that rank ``p``'s shard holds (the others
-    add zeros), skipped when the tile has none. Rank ``p`` = this rank reads ``a_shard``; a peer's
-    shard is read from its staging (weak loads through translated pointers), which the caller
-    acquired (entry barrier), or, with ``WAIT``, this function does unless bit ``p`` of ``ready``
-    is set: it waits for ``p``'s ``ENTER`` count at ``flags + p`` to reach ``epoch`` (acquire,
-    system scope). Per program."""
+    """``acc + A_p[rows] @ B`` over the rows of ``rows`` that rank ``p = (rank + i) % W``'s shard
+    holds (the others add zeros), skipped when the tile has none. ``i == 0`` (this rank) reads
+    ``a_shard``; a peer's shard is read from its staging (weak loads through translated pointers),
+    which the caller acquired (entry barrier), or, with ``WAIT``, this function does unless bit
+    ``p`` of ``ready`` is set: it waits for ``p``'s ``ENTER`` count at ``flags + p`` to reach
+    ``epoch`` (acquire, system scope). Per program."""
+    p = (ctx.rank + i) % ctx.world_size
     first = p * M_LOCAL
     local = rows - first
     holds = (local >= 0) & (local < M_LOCAL)
     if (row0 < first + M_LOCAL) & (row0 + rows.shape[0] > first):
-        if p == ctx.rank:
+        if i == 0:  # this rank (a compile-time test: the rank is a run-time value)
             acc = dot_k(acc, a_shard, local, holds, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
                         PRECISION)
         else:
@@ -100,19 +101,19 @@ def _shard_descriptor(ctx, p, a_shard, staged, M_LOCAL, stride_am, K, BLOCK_M: t
     return row_major_descriptor(base, M_LOCAL, K, row_stride, BLOCK_M, BLOCK_K)
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
-                              stride_bk, stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr,
-                              world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
-                              PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              stride_bk, stride_bn, stride_om, stride_on, call_fp, rank, world_size: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr):
     """Persistent: program ``p`` computes tiles ``p, p + P, ...`` of ``out`` (grouped order,
     rotated so that each rank starts with the rows of its own shard). ``staged``: this rank's
     shard on the heap, ``M_LOCAL x K`` contiguous. ``flags``: two barrier slots per program.
     ``USE_TMA`` (the host asks only when ``M_LOCAL`` is a multiple of ``BLOCK_M``, so that every
     tile lies in one shard): A and B through tensor descriptors, one of the tile's shard per
     tile."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     pid = tl.program_id(0)
     entry = flags + (2 * pid) * BARRIER_WORDS_C
@@ -135,10 +136,9 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
             acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
                             PRECISION, B_COLUMNS=USE_TMA == TMA_B_COLUMNS)
         else:
-            for i in tl.static_range(world_size):
-                acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
-                                   M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K,
-                                   PRECISION)
+            for i in tl.static_range(world_size):  # this rank's shard first, then the next rank's, ...
+                acc = _dot_rows_of(ctx, acc, i, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am, stride_ak,
+                                   K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),
@@ -149,7 +149,7 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
 
 
 @triton.jit
-def _next_arrived(flags, epoch, done, rank: tl.constexpr, world_size: tl.constexpr):
+def _next_arrived(flags, epoch, done, rank, world_size: tl.constexpr):
     """The next peer whose shard to consume: the first (from ``rank + 1`` on) not yet in the bit
     mask ``done`` whose ``ENTER`` count at ``flags + peer`` has reached ``epoch``. Polls (one
     acquire atomic at system scope per peer and round, the same value in every thread) up to
@@ -186,9 +186,9 @@ def _rows_of_rank(p, M_LOCAL, BLOCK_M: tl.constexpr):
     return (p * M_LOCAL + BLOCK_M - 1) // BLOCK_M, ((p + 1) * M_LOCAL + BLOCK_M - 1) // BLOCK_M
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak, stride_bk,
-                    stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr, world_size: tl.constexpr,
+                    stride_bn, stride_om, stride_on, call_fp, rank, world_size: tl.constexpr,
                     HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Strategy ``arrival``: consume the shards in the order they arrive, own shard first.
@@ -204,7 +204,7 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
     next call's copy may overwrite it). Each program publishes before it waits for anything, so
     the interpreter, which runs programs in turn, cannot deadlock. ``USE_TMA``: as in the pull
     kernel (every tile in one shard), one descriptor of A per shard."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -237,9 +237,9 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
                                 PRECISION, B_COLUMNS=USE_TMA == TMA_B_COLUMNS)
             else:
                 for i in tl.static_range(world_size):
-                    acc = _dot_rows_of(ctx, acc, (rank + i) % world_size, a_shard, staged, pid_m * BLOCK_M, rows,
-                                       M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K,
-                                       PRECISION, True, flags, epoch, done)
+                    acc = _dot_rows_of(ctx, acc, i, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am,
+                                       stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION, True, flags,
+                                       epoch, done)
             acc = add_bias(acc, bias, cols, N, HAS_BIAS)
             mask = (rows[:, None] < M) & (cols[None, :] < N)
             tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on,
@@ -331,8 +331,8 @@ def all_gather_matmul(ctx, out: torch.Tensor, a_shard: torch.Tensor, b: torch.Te
     use_tma = use_tma if m_local % cfg.block_m == 0 else TMA_OFF
     args = (ctx.get_device_context(), a_shard, staged, b, bias if bias is not None else b, out, ws.buffers["flags"],
             M, N, K, m_local, a_shard.stride(0), a_shard.stride(1), b.stride(0), b.stride(1), out.stride(0),
-            out.stride(1), fp)
-    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None, USE_TMA=use_tma,
+            out.stride(1), fp, ctx.rank)
+    constexprs = dict(world_size=ctx.world_size, HAS_BIAS=bias is not None, USE_TMA=use_tma,
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                       GROUP_M=cfg.group_m)
     launch(ctx, ws, _arrival_kernel if arrival else _all_gather_matmul_kernel, num_tiles, cfg, args, constexprs)

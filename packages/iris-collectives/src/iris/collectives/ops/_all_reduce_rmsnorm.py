@@ -27,7 +27,7 @@ from .._all_reduce import own_share_rows
 from .._all_reduce_norm import CALL as DEVICE_CALL
 from .._all_reduce_norm import ROW_SCALES, all_reduce_rmsnorm_op, norm_tiles
 from .._compiling import is_compiling, traced
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._sync import ARRIVE, DONE, LOCK_WORDS, enter_range, signal_and_wait_all
 from .._views import INDEX_TYPE, TensorView, TileRange
 from ..ccl import _launch
@@ -39,7 +39,7 @@ CALL = "iris.collectives.ops.all_reduce_residual_rmsnorm"
 
 
 @triton.jit
-def _stage(inp, src, tiles, M, N, TWO_SHOT: tl.constexpr, rank: tl.constexpr, world_size: tl.constexpr,
+def _stage(inp, src, tiles, M, N, TWO_SHOT: tl.constexpr, rank, world_size: tl.constexpr,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # This program's rows of inp that peers read, into the heap staging src (two-shot: only the
     # other ranks' shares; this rank's own share is reduced from inp).
@@ -56,7 +56,7 @@ def _stage(inp, src, tiles, M, N, TWO_SHOT: tl.constexpr, rank: tl.constexpr, wo
 
 @triton.jit
 def _copy_out(tiles, out, out_dst, res_out, res_dst, scale, scale_dst, M, N, WRITE_RESIDUAL: tl.constexpr,
-              QUANT: tl.constexpr, rank: tl.constexpr, world_size: tl.constexpr, BLOCK_M: tl.constexpr,
+              QUANT: tl.constexpr, rank, world_size: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr):
     # After two-shot's "done": every peer's share of this program's tiles is in the heap result
     # buffers; copy those rows into the caller's outputs (this rank's share went there directly).
@@ -73,10 +73,10 @@ def _copy_out(tiles, out, out_dst, res_out, res_dst, scale, scale_dst, M, N, WRI
             tl.store(scale + rows, tl.load(scale_dst + rows, mask=keep), mask=keep)
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out_dst, res_out, res_dst, scale,
                                scale_dst, locks, src_bases, out_bases, res_bases, scale_bases, M, N, eps, half,
-                               call_fp, rank: tl.constexpr, world_size: tl.constexpr, TWO_SHOT: tl.constexpr,
+                               call_fp, rank, world_size: tl.constexpr, TWO_SHOT: tl.constexpr,
                                BUFFERED: tl.constexpr, STAGE_IN: tl.constexpr, COPY_OUT: tl.constexpr,
                                HAS_RESIDUAL: tl.constexpr, WRITE_RESIDUAL: tl.constexpr, QUANT: tl.constexpr,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -100,7 +100,7 @@ def _all_reduce_rmsnorm_kernel(context, partial, src, residual, weight, out, out
     (``iris.device._calls``: published on entry, compared after the waits; the buffered strategy,
     whose protocol is this kernel's own, publishes after its lock record's atomic and staging and
     loads the peers' fingerprints right after its wait, so that the check adds no round trip)."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     pending = call_begin(ctx.heap_bases, rank, world_size)
     tiles = TileRange(tl.program_id(0), (M + BLOCK_M - 1) // BLOCK_M, tl.num_programs(0), 1, BLOCK_M, BLOCK_N)
     dst = TensorView(out_dst, M, N, N, 1)
@@ -293,6 +293,8 @@ def _plan(ctx, key, out, residual_out, partial, residual, weight, eps, scale, co
 
     out_bases, res_bases, scale_bases = bases("out"), bases("residual_out"), bases("scale")
 
+    rank = ctx.rank  # a run-time argument: one compiled kernel for every rank
+
     def arguments(out, residual_out, partial, residual, weight, scale):
         # the kernel's run-time arguments; a pointer the kernel does not use is a stand-in (partial)
         res_out = partial if residual_out is None else residual_out
@@ -300,9 +302,9 @@ def _plan(ctx, key, out, residual_out, partial, residual, weight, eps, scale, co
         return (context, partial, partial if stage is None else stage, partial if residual is None else residual,
                 weight, out, out if out_buf is None else out_buf, res_out, res_out if res_buf is None else res_buf,
                 scale, scale if scale_buf is None else scale_buf, locks, src_bases, out_bases, res_bases, scale_bases,
-                M, N, float(eps), half, fp)
+                M, N, float(eps), half, fp, rank)
 
-    constexprs = dict(rank=ctx.rank, world_size=W, TWO_SHOT=two_shot, BUFFERED=buffered, STAGE_IN=stage_in,
+    constexprs = dict(world_size=W, TWO_SHOT=two_shot, BUFFERED=buffered, STAGE_IN=stage_in,
                       COPY_OUT=copy_out, HAS_RESIDUAL=residual is not None, WRITE_RESIDUAL=write_residual,
                       QUANT=quant, BLOCK_M=block_m, BLOCK_N=width)
     args = arguments(out, residual_out, partial, residual, weight, scale)

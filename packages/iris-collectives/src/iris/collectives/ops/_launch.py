@@ -1,4 +1,13 @@
-"""Launching an op's kernel: the persistent grid, the tensor-descriptor decision, Triton options."""
+"""Launching an op's kernel: the persistent grid, the tensor-descriptor decision, Triton options.
+
+Every op's kernel (those launched here, and ``all_reduce_residual_rmsnorm``'s, which ``ccl``'s
+launcher runs) takes ``rank`` as its last run-time argument, after ``call_fp``, not specialised
+on (``do_not_specialize``), and builds a :class:`~iris.collectives._context.RuntimeRankContext`,
+as ``ccl``'s kernels do: the ranks of a job share one compiled kernel instead of compiling one each
+(compiling is most of what a GPU test suite spends). ``world_size`` stays compile-time (loops over
+the ranks unroll). Where a kernel tells this rank from a peer, the test is a run-time one, or a
+compile-time one on the loop's step (``i == 0``: this rank); sums keep their rank order.
+"""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from iris.device._calls import call_check, call_enter
 from .. import _host
 from .._agree import agree_fused
 from .._compiling import is_compiling, traced
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._gather import all_gather
 from .._sync import BARRIER_WORDS_C, device_barrier, next_epoch
 from .._views import TensorView, Tile
@@ -51,17 +51,17 @@ def _copy_peer_rows(ctx, staged, out, local_rows, cols, M_LOCAL, N, stride_om, s
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, values, mask=mask)
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def _matmul_all_gather_kernel(context, a, b, bias, staging, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
-                              stride_bk, stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr,
-                              world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
-                              PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              stride_bk, stride_bn, stride_om, stride_on, call_fp, rank, world_size: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr):
     """Persistent: program ``p`` computes tiles ``p, p + P, ...`` of this rank's ``M_LOCAL x N``
     block (grouped order, the same on every rank) and gathers each at once. ``staging``: two
     halves of ``M x N`` (``out``'s dtype, contiguous) on the heap; ``flags``: one barrier slot per
     tile."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
@@ -123,8 +123,8 @@ def matmul_all_gather(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["staging"], out,
             ws.buffers["flags"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-            out.stride(1), fp)
-    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
+            out.stride(1), fp, ctx.rank)
+    constexprs = dict(world_size=ctx.world_size, HAS_BIAS=bias is not None,
                       USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     launch(ctx, ws, _matmul_all_gather_kernel, num_tiles, cfg, args, constexprs)

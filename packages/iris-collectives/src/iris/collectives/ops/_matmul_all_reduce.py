@@ -24,7 +24,7 @@ from .. import _host
 from .._agree import agree_fused, out_place
 from .._all_reduce import all_reduce_one_shot, all_reduce_two_shot
 from .._compiling import is_compiling, traced
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._views import TensorView, Tile
 from .._workspace import workspace
 from ..ccl._groups import on_group
@@ -38,16 +38,16 @@ from ._unfused import unfused
 CALL = "iris.collectives.ops.matmul_all_reduce"
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K, stride_am, stride_ak, stride_bk,
-                              stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr, world_size: tl.constexpr,
+                              stride_bn, stride_om, stride_on, call_fp, rank, world_size: tl.constexpr,
                               TWO_SHOT: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
                               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Persistent: program ``p`` computes tiles ``p, p + P, ...`` (grouped order, the same on every
     rank) of ``a @ b`` and all-reduces each one at once. ``partial`` (fp32, M x N, contiguous) is
     the heap staging the peers read; ``out`` is where the sum goes (on the heap for two-shot)."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     src = TensorView(partial, M, N, N, 1)
     dst = TensorView(out, M, N, stride_om, stride_on)
@@ -60,7 +60,7 @@ def _matmul_all_reduce_kernel(context, a, b, bias, partial, out, locks, M, N, K,
         cols = tile_cols(pid_n, BLOCK_N)
         acc = tile_product(a_op, b_op, pid_m * BLOCK_M, pid_n * BLOCK_N, rows, rows < M, cols, N, K, stride_am,
                            stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K)
-        if rank == 0:
+        if rank == 0:  # a run-time branch (ops._gemm.add_bias_if spilled more here, not less)
             # The bias joins the sum once, in fp32, before the single rounding.
             acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         tile = Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, acc)
@@ -132,8 +132,8 @@ def matmul_all_reduce(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, 
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"], dst,
             ws.buffers["locks"], M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), dst.stride(0),
-            dst.stride(1), fp)
-    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, TWO_SHOT=two_shot, HAS_BIAS=bias is not None,
+            dst.stride(1), fp, ctx.rank)
+    constexprs = dict(world_size=ctx.world_size, TWO_SHOT=two_shot, HAS_BIAS=bias is not None,
                       USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     launch(ctx, ws, _matmul_all_reduce_kernel, _host.num_tiles(M, N, cfg.block_m, cfg.block_n), cfg, args,

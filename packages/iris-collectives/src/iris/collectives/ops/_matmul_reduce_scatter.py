@@ -30,7 +30,7 @@ from .. import _host
 from .._agree import agree_fused
 from .._all_reduce import _sum_in_rank_order
 from .._compiling import is_compiling, traced
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._sync import ARRIVE, DONE, EPOCH, LOCK_WORDS_C, next_epoch, signal, signal_all, wait_at_least
 from .._views import Tile
 from .._workspace import workspace
@@ -57,16 +57,16 @@ def _hand_to_owner(ctx, tile, owner, record, epoch, partial_ptrs, mask):
     signal(record + ARRIVE, ctx.rank, owner, ctx.heap_bases)
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N, K, M_LOCAL, stride_am, stride_ak,
-                                  stride_bk, stride_bn, stride_om, stride_on, call_fp, rank: tl.constexpr,
+                                  stride_bk, stride_bn, stride_om, stride_on, call_fp, rank,
                                   world_size: tl.constexpr, HAS_BIAS: tl.constexpr, USE_TMA: tl.constexpr,
                                   PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                   BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     """Persistent: program ``p`` handles tiles ``p, p + P, ...`` of the chunked tiling (chunk
     ``c`` = tiles ``[c * T_c, (c + 1) * T_c)``, grouped order inside a chunk; the same on every
     rank). ``partial`` is fp32 ``M x N`` contiguous on the heap; ``out`` is ``M_LOCAL x N``."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
@@ -92,7 +92,7 @@ def _matmul_reduce_scatter_kernel(context, a, b, bias, partial, out, locks, M, N
             epoch = next_epoch(record + EPOCH)
             partial_ptrs = partial + rows[:, None] * N + cols[None, :]
             tile = Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, acc)
-            if owner == rank:
+            if owner == rank:  # a run-time branch: owner and rank are run-time values
                 wait_at_least(record + ARRIVE, epoch * (world_size - 1), CALL_C, "ready", rank, -1, t,
                               ctx.heap_bases, record + EPOCH)
                 total = _sum_in_rank_order(ctx, tile, partial_ptrs, mask, partial.dtype.element_ty)
@@ -144,8 +144,8 @@ def matmul_reduce_scatter(ctx, out: torch.Tensor, a: torch.Tensor, b: torch.Tens
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"], out,
             ws.buffers["locks"], M, N, K, m_local, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            out.stride(0), out.stride(1), fp)
-    constexprs = dict(rank=ctx.rank, world_size=ctx.world_size, HAS_BIAS=bias is not None,
+            out.stride(0), out.stride(1), fp, ctx.rank)
+    constexprs = dict(world_size=ctx.world_size, HAS_BIAS=bias is not None,
                       USE_TMA=use_tma, PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
     launch(ctx, ws, _matmul_reduce_scatter_kernel, num_tiles, cfg, args, constexprs)
@@ -165,8 +165,8 @@ def rotated(call: str, ctx, key: tuple, out: torch.Tensor, a: torch.Tensor, b: t
     b, use_tma = b_operand(cfg, b, a)
     args = (ctx.get_device_context(), a, b, bias if bias is not None else a, ws.buffers["partial"],
             ws.buffers.get("gathered", ws.buffers["partial"]), out, ws.buffers["flags"], M, N, K, m_local, a.stride(0),
-            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), fp)
-    constexprs = dict(call=call, rank=ctx.rank, world_size=ctx.world_size, RECORD=record_words(ctx.world_size),
+            a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), fp, ctx.rank)
+    constexprs = dict(call=call, world_size=ctx.world_size, RECORD=record_words(ctx.world_size),
                       GATHER=gather, HAS_BIAS=bias is not None, USE_TMA=use_tma,
                       PRECISION=cfg.input_precision, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                       GROUP_M=cfg.group_m)

@@ -41,9 +41,9 @@ import triton.language as tl
 from iris.device import round_to, translate
 from iris.device._calls import call_check, call_enter
 
-from .._context import DeviceContext
+from .._context import RuntimeRankContext
 from .._sync import advance, signal, wait_at_least
-from ._gemm import add_bias, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
+from ._gemm import add_bias, add_bias_if, gemm_operands, grouped_tile, tile_cols, tile_product, tile_rows
 
 #: Words of a program's record: its call count, then the counters below, then one arrival and one
 #: release counter per source rank (see :func:`record_words`).
@@ -84,8 +84,7 @@ def _push_partials(ctx, a_op, b_op, bias, partial, owner, parity, M_LOCAL, N, K,
         acc = tile_product(a_op, b_op, owner * M_LOCAL + pid_m * BLOCK_M, pid_n * BLOCK_N, owner * M_LOCAL + local_rows,
                            row_mask, cols, N, K, stride_am, stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION,
                            BLOCK_M, BLOCK_N, BLOCK_K)
-        if ctx.rank == 0:
-            acc = add_bias(acc, bias, cols, N, BIAS_FIRST)
+        acc = add_bias_if(acc, bias, cols, N, BIAS_FIRST, ctx.rank == 0)  # rank 0's partial only
         tl.store(remote + local_rows[:, None] * N + cols[None, :], round_to(acc, partial.dtype.element_ty),
                  mask=row_mask[:, None] & (cols[None, :] < N))
 
@@ -109,7 +108,8 @@ def _reduce_own(ctx, a_op, b_op, bias, partial, out, gathered, parity, M_LOCAL, 
     into this rank's ``gathered`` buffer. Per program."""
     rank = ctx.rank
     SLICE: tl.constexpr = _slice_rows(BLOCK_M)
-    own_slot = partial + tl.full([], 2 * (ctx.world_size - 1), tl.int64) * M_LOCAL * N
+    OWN_SLOT: tl.constexpr = 2 * (ctx.world_size - 1)  # after the peers' slots, two per peer
+    own_slot = partial + tl.full([], OWN_SLOT, tl.int64) * M_LOCAL * N
     for j in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         pid_m, pid_n = grouped_tile(j, tiles_m, tiles_n, GROUP_M)
         local_rows = tile_rows(pid_m, BLOCK_M)
@@ -118,8 +118,8 @@ def _reduce_own(ctx, a_op, b_op, bias, partial, out, gathered, parity, M_LOCAL, 
         acc = tile_product(a_op, b_op, rank * M_LOCAL + pid_m * BLOCK_M, pid_n * BLOCK_N, rank * M_LOCAL + local_rows,
                            row_mask, cols, N, K, stride_am, stride_ak, stride_bk, stride_bn, USE_TMA, PRECISION,
                            BLOCK_M, BLOCK_N, BLOCK_K)
-        if rank == 0:
-            acc = add_bias(acc, bias, cols, N, HAS_BIAS and GATHER)  # the all-reduce's bias joins rank 0's part
+        # the all-reduce's bias joins rank 0's part
+        acc = add_bias_if(acc, bias, cols, N, HAS_BIAS and GATHER, rank == 0)
         # rounded like the peers' partials (Config.partial_dtype), so every rank sums the same values
         tl.store(own_slot + local_rows[:, None] * N + cols[None, :], round_to(acc, partial.dtype.element_ty),
                  mask=row_mask[:, None] & (cols[None, :] < N))
@@ -130,11 +130,10 @@ def _reduce_own(ctx, a_op, b_op, bias, partial, out, gathered, parity, M_LOCAL, 
             offsets = rows[:, None] * N + cols[None, :]
             total = tl.zeros([SLICE, BLOCK_N], dtype=acc.dtype)  # fp32 (fp64) whatever the slots hold
             for p in tl.static_range(ctx.world_size):  # rank order on every rank: the same sum everywhere
-                if p == rank:
-                    total = total + tl.load(own_slot + offsets, mask=mask, other=0)
-                else:
-                    slot = (parity * (ctx.world_size - 1) + _slot(rank, p, ctx.world_size)).to(tl.int64)
-                    total = total + tl.load(partial + slot * M_LOCAL * N + offsets, mask=mask, other=0)
+                # p's slot, or this rank's own (a run-time choice, the rank being a run-time value):
+                # one load either way, no branch around it
+                slot = tl.where(rank == p, OWN_SLOT, parity * (ctx.world_size - 1) + _slot(rank, p, ctx.world_size))
+                total = total + tl.load(partial + slot.to(tl.int64) * M_LOCAL * N + offsets, mask=mask, other=0)
             result = round_to(add_bias(total, bias, cols, N, HAS_BIAS and not GATHER), out.dtype.element_ty)
             tl.store(out + (OUT_ROW0 + rows)[:, None] * stride_om + cols[None, :] * stride_on, result, mask=mask)
             if GATHER:
@@ -157,9 +156,9 @@ def _copy_chunk(ctx, gathered, owner, parity, out, M_LOCAL, N, tiles_m, tiles_n,
         tl.store(out + (owner * M_LOCAL + local_rows)[:, None] * stride_om + cols[None, :] * stride_on, x, mask=mask)
 
 
-@triton.jit(do_not_specialize=["call_fp"])
+@triton.jit(do_not_specialize=["call_fp", "rank"])
 def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, M_LOCAL, stride_am, stride_ak,
-                   stride_bk, stride_bn, stride_om, stride_on, call_fp, call: tl.constexpr, rank: tl.constexpr,
+                   stride_bk, stride_bn, stride_om, stride_on, call_fp, rank, call: tl.constexpr,
                    world_size: tl.constexpr, RECORD: tl.constexpr, GATHER: tl.constexpr, HAS_BIAS: tl.constexpr,
                    USE_TMA: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -168,7 +167,7 @@ def rotated_kernel(context, a, b, bias, partial, gathered, out, flags, M, N, K, 
     ``[2 * M_LOCAL, N]`` in ``out``'s dtype on the heap (``GATHER`` only); ``out``: ``[M, N]``
     with ``GATHER``, else ``[M_LOCAL, N]``; ``flags``: ``RECORD`` int32 words per program on the
     heap, zeroed once."""
-    ctx = DeviceContext.initialize(context, rank, world_size)
+    ctx = RuntimeRankContext.initialize(context, rank, world_size)
     entered = call_enter(ctx.heap_bases, call_fp, rank, world_size)
     tiles_m = (M_LOCAL + BLOCK_M - 1) // BLOCK_M
     tiles_n = (N + BLOCK_N - 1) // BLOCK_N
