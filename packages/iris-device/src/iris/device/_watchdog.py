@@ -323,8 +323,9 @@ def _latest_call(heap_bases, trailer, me):
     num_ranks = tl.load(heap_bases + _NUM_RANKS_AT)
     slot = tl.load(heap_bases + me) + tl.load(trailer + CALL_WORDS_OFFSET_C) + _CALL_SLOTS_C + 8 * me
     first = tl.cast(slot, tl.pointer_type(tl.int64))
-    latest = tl.maximum(tl.load(first, volatile=True), tl.load(first + num_ranks, volatile=True))
-    return tl.where(num_ranks <= _CALL_CHECK_MAX_C, latest, 0)
+    words = num_ranks <= _CALL_CHECK_MAX_C  # else the slots would lie past the pad's reserved words
+    return tl.maximum(tl.load(first, mask=words, other=0, volatile=True),
+                      tl.load(first + num_ranks, mask=words, other=0, volatile=True))
 
 
 @triton.jit
