@@ -323,9 +323,11 @@ def _latest_call(heap_bases, trailer, me):
     num_ranks = tl.load(heap_bases + _NUM_RANKS_AT)
     slot = tl.load(heap_bases + me) + tl.load(trailer + CALL_WORDS_OFFSET_C) + _CALL_SLOTS_C + 8 * me
     first = tl.cast(slot, tl.pointer_type(tl.int64))
+    # plain loads (a wait's only volatile or acquire loads are its polls, which the compile tests
+    # count): this program never read these words before, so they come from L2, where the
+    # publishing program's stores are
     words = num_ranks <= _CALL_CHECK_MAX_C  # else the slots would lie past the pad's reserved words
-    return tl.maximum(tl.load(first, mask=words, other=0, volatile=True),
-                      tl.load(first + num_ranks, mask=words, other=0, volatile=True))
+    return tl.maximum(tl.load(first, mask=words, other=0), tl.load(first + num_ranks, mask=words, other=0))
 
 
 @triton.jit
