@@ -8,6 +8,10 @@ seconds and kernels compiled), its close, and the rest (launcher start and teard
 exit). Jobs that run no ``run_scenarios`` worker (examples, benchmarks, faults) have the job's
 seconds only.
 
+Jobs that never finished (cut by a deadline, or stuck) are listed after the table from the
+workers' progress lines: the scenario each was in when the records stop, since when, and the ones
+it had passed.
+
 Usage: ``python tools/suite_timings.py <folder> [--top 15]``
 """
 
@@ -69,7 +73,26 @@ def breakdown(folder: str, top: int = 15) -> str:
     lines += ["", f"Slowest {top} scenarios (seconds, of which compiling, kernels compiled):"]
     for seconds, compile_s, compiled, name in sorted(scenarios, reverse=True)[:top]:
         lines.append(f"  {seconds:7.1f} s  {compile_s:6.1f} s  {compiled:3d}  {name}")
+    lines += unfinished(read_lines(os.path.join(folder, "progress.jsonl")), {w.get("pid") for w in workers})
     return "\n".join(lines)
+
+
+def unfinished(progress: list[dict], finished: set) -> list[str]:
+    """Lines for the jobs whose progress lines have no finished worker row (same process id): the
+    scenario each was in at its last line, and the scenarios before it, which passed."""
+    started: dict[int, list[dict]] = defaultdict(list)
+    for line in progress:
+        if line["pid"] not in finished:
+            started[line["pid"]].append(line)
+    if not started:
+        return []
+    lines = ["", "Jobs that did not finish (cut by a deadline, or stuck), the scenario they were in:"]
+    for steps in started.values():
+        last = steps[-1]
+        passed = ", ".join(step["scenario"] for step in steps[:-1]) or "none"
+        lines.append(f"  {last['worker']}[{last['ranks']}]: in {last['scenario']} since {last['at_s']:.1f} s after "
+                     f"the job's start (passed: {passed})")
+    return lines
 
 
 def main() -> None:

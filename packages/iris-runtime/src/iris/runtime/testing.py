@@ -374,10 +374,15 @@ def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options
     clock = CompileClock() if timed else None
     ctx = iris.runtime.iris(**iris_options)
     row = {"worker": os.path.basename(sys.argv[0]), "ranks": ctx.world_size, "startup_s": round(process_age_s(), 2),
-           "scenarios": []}
+           "scenarios": [], "pid": os.getpid()}
     for name in names:
         start = time.monotonic()
         before = clock.reading() if clock else (0.0, 0, 0)
+        if timed and ctx.rank == 0:
+            # as it starts, not only at the job's end: a job cut by a deadline (or stuck) still
+            # tells which scenario it was in and since when (tools/suite_timings.py)
+            record_timing("progress", {"worker": row["worker"], "ranks": ctx.world_size, "pid": row["pid"],
+                                       "scenario": name, "at_s": round(process_age_s(), 2)})
         try:
             scenarios[name](ctx)
         except BaseException as exc:
