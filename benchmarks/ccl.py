@@ -48,6 +48,7 @@ import os
 import signal
 import statistics
 import sys
+import time
 
 import torch
 import triton
@@ -432,6 +433,7 @@ def run_groups(args) -> dict:
     the group's message, as in the plain run."""
     from mpi4py import MPI
 
+    started = time.monotonic()
     G = args.group_size
     heap = args.heap_size or max(1 << 26, 8 * max(args.sizes) + (1 << 26))
     W = MPI.COMM_WORLD.Get_size()
@@ -450,6 +452,9 @@ def run_groups(args) -> dict:
     alone = iris.runtime.iris(heap_size=heap, comm=MPI.COMM_WORLD.Split(index, ctx.rank))
     timer = Timer(ctx, args.time_per_point, args.quick)
     points = []
+    if ctx.rank == 0:  # as it goes (the table comes at the end): a run cut by a time limit still tells
+        print(f"{W // G} groups of {G} and {W // G} contexts of {G} ready ({time.monotonic() - started:.1f} s)",
+              flush=True)
     result = {"world_size": W, "group_size": G, "ranks_per_gpu": ctx.ranks_on_device, "backend": backend,
               "device": torch.cuda.get_device_name(ctx.device) if backend == "cuda" else "cpu (interpreter)",
               "date": datetime.date.today().isoformat(),
@@ -470,6 +475,12 @@ def run_groups(args) -> dict:
                 point["group_graph_us"] = _us(timer.graphed(on_group.call(), args.graph))
                 point["context_graph_us"] = _us(timer.graphed(on_alone.call(), args.graph))
                 points.append(point)
+                if ctx.rank == 0:
+                    graph = _div(point["group_graph_us"], point["context_graph_us"])
+                    print(f"  {name} {dname} {human(point['bytes'])}: group {point['group_us']:.1f} us, context "
+                          f"{point['context_us']:.1f} us ({point['group_us'] / point['context_us']:.3f}); graph "
+                          f"{'-' if graph is None else f'{graph:.3f}'} ({time.monotonic() - started:.1f} s)",
+                          flush=True)
                 del on_group, on_alone
                 ctx.barrier()
                 ccl.clear_workspaces(ctx)
