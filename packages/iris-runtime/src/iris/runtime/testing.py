@@ -386,6 +386,11 @@ def run_scenarios(namespace: dict, argv: list[str] | None = None, **iris_options
         try:
             scenarios[name](ctx)
         except BaseException as exc:
+            # Said on stdout first, and a moment given to the launcher: the job's abort that follows
+            # the traceback can end it before a rank's stderr is forwarded (seen with MPICH: a check's
+            # message lost, only "Abort(1)" left).
+            print(f"FAIL {name} on rank {ctx.rank}/{ctx.world_size}: {type(exc).__name__}: {exc}", flush=True)
+            time.sleep(0.2)
             raise RuntimeError(f"scenario {name!r} failed on rank {ctx.rank}/{ctx.world_size}: {exc}") from exc
         ctx.barrier()
         seconds = time.monotonic() - start
