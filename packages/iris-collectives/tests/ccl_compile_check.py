@@ -226,15 +226,17 @@ def run_case(index: int) -> tuple[str, dict]:
         return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
 
 
-def rank_parameters() -> dict:
-    """Per kernel of ccl's three kernel modules (``module.name``): whether its ``rank`` parameter is a
-    compile-time constant and whether Triton specialises on its value (ints equal to 1 or divisible
-    by 16 get kernels of their own unless ``do_not_specialize`` names them). A rank that is neither
-    gives every rank of a job the same compiled kernel."""
+def rank_parameters(modules=(K, P, X)) -> dict:
+    """Per kernel of ``modules`` (default ccl's three kernel modules; ``module.name``, kernels defined
+    there, not imported): whether its ``rank`` parameter is a compile-time constant and whether
+    Triton specialises on its value (ints equal to 1 or divisible by 16 get kernels of their own
+    unless ``do_not_specialize`` names them). A rank that is neither gives every rank of a job the
+    same compiled kernel."""
     out = {}
-    for module in (K, P, X):
+    for module in modules:
         for name, fn in vars(module).items():
-            if isinstance(fn, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+            if (isinstance(fn, triton.runtime.jit.JITFunction) and name.endswith("_kernel")
+                    and fn.fn.__module__ == module.__name__):
                 for param in fn.params:
                     if param.name == "rank":
                         out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = dict(

@@ -168,21 +168,11 @@ def run_case(index: int) -> tuple[str, dict]:
 
 
 def rank_parameters() -> dict:
-    """Per kernel of the fused ops' modules (``module.name``): whether its ``rank`` parameter is a
-    compile-time constant and whether Triton specialises on its value (ints equal to 1 or divisible
-    by 16 get kernels of their own unless ``do_not_specialize`` names them). A rank that is neither
-    gives every rank of a job the same compiled kernel. The all-reduce-rmsnorm kernel, which
-    ``ccl_compile_check.py`` compiles, is among them; the GEMM core has no rank."""
-    out = {}
-    for module in (MAR, MRS, ROT, MAG, AGM, NORM, CORE):
-        for name, fn in vars(module).items():
-            if (isinstance(fn, triton.runtime.jit.JITFunction) and name.endswith("_kernel")
-                    and fn.fn.__module__ == module.__name__):  # defined there, not imported
-                for param in fn.params:
-                    if param.name == "rank":
-                        out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = dict(
-                            constexpr=bool(param.is_constexpr), specialised=not param.do_not_specialize)
-    return out
+    """:func:`ccl_compile_check.rank_parameters` of the fused ops' modules. The all-reduce-rmsnorm
+    kernel, which ``ccl_compile_check.py`` compiles, is among them; the GEMM core has no rank."""
+    import ccl_compile_check
+
+    return ccl_compile_check.rank_parameters((MAR, MRS, ROT, MAG, AGM, NORM, CORE))
 
 
 def main() -> int:
