@@ -294,8 +294,9 @@ def peer_flag(flag, rank, peer, heap_bases):
 
 
 @triton.jit
-def signal(flag, from_rank, to_rank, heap_bases, CHECKED: tl.constexpr = True):
-    """Add 1 to the int32 counter at ``flag`` on ``to_rank`` (``flag`` is this rank's address).
+def signal(flag, from_rank, to_rank, heap_bases, CHECKED: tl.constexpr = True, amount=1):
+    """Add ``amount`` (1 unless given: several units at once) to the int32 counter at ``flag`` on
+    ``to_rank`` (``flag`` is this rank's address).
 
     Granularity: per program. Memory semantics: a CTA barrier, then release at system scope:
     every store (and load) the program's threads made before it is visible to (done before) a
@@ -304,9 +305,9 @@ def signal(flag, from_rank, to_rank, heap_bases, CHECKED: tl.constexpr = True):
     """
     tl.debug_barrier()
     if DEBUG and CHECKED:
-        atomic_add(flag, 1, from_rank, to_rank, heap_bases, sem="release", scope="sys")
+        atomic_add(flag, amount, from_rank, to_rank, heap_bases, sem="release", scope="sys")
     else:
-        tl.atomic_add(peer_flag(flag, from_rank, to_rank, heap_bases), 1, sem="release", scope="sys")
+        tl.atomic_add(peer_flag(flag, from_rank, to_rank, heap_bases), amount, sem="release", scope="sys")
 
 
 @triton.jit

@@ -64,7 +64,7 @@ rank compiled them once per rank: compile time is most of what a GPU test suite 
 import triton
 import triton.language as tl
 
-from iris.device import DEBUG, INTERPRETER, atomic_add, atomic_max, get, put, store
+from iris.device import DEBUG, INTERPRETER, atomic_max, get, put, store
 from iris.device._debug import host_scalar
 from iris.device._layout import HEAP_BASES_C
 from iris.device._watchdog import WATCHDOG, mismatch_text, watchdog_report_size_mismatch, watchdog_reported
@@ -89,16 +89,6 @@ MAILBOX: tl.constexpr = tl.constexpr(0)
 PULL: tl.constexpr = tl.constexpr(1)
 PUSH: tl.constexpr = tl.constexpr(2)
 REFUSED: tl.constexpr = tl.constexpr(3)
-
-
-@triton.jit
-def _signal_by(flag, amount, rank, peer, heap_bases):
-    # signal (CTA barrier, then release at system scope), adding ``amount``: several units at once.
-    tl.debug_barrier()
-    if DEBUG:
-        atomic_add(flag, amount, rank, peer, heap_bases, sem="release", scope="sys")
-    else:
-        tl.atomic_add(peer_flag(flag, rank, peer, heap_bases), amount, sem="release", scope="sys")
 
 
 @triton.jit
@@ -211,7 +201,7 @@ def recv_kernel(context, out, inbox, headers, ready, credit, received, requests,
                     _post(requests + p * RECORD, posted + p, header, -1, c, rank, peer, heap_bases)
                     going = tl.full([], 0, tl.int32)
                     tl.atomic_add(received + p, c + theirs - end, sem="relaxed", scope="gpu")
-            _signal_by(credit + p, theirs, rank, peer, heap_bases)  # this program's reads of the slot are done
+            signal(credit + p, rank, peer, heap_bases, amount=theirs)  # this program's reads of the slot are done
             if sent != header:
                 _report_mismatch(heap_bases, rank, peer, tag, sent, header, p == P - 1)
             c += 1
@@ -233,7 +223,7 @@ def _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, unit
     store(record + UNITS, units, rank, peer, heap_bases)
     pull = src_offset >= 0
     if pull:  # the receiver reads the tensor where it is: every unit at once
-        _signal_by(ready + p, units, rank, peer, heap_bases)
+        signal(ready + p, rank, peer, heap_bases, amount=units)
     else:
         signal(ready + p, rank, peer, heap_bases)
         wait_at_least(posted + p, c + 1, SEND_CALL, "request", rank, peer, tag, heap_bases)
@@ -247,7 +237,7 @@ def _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, unit
             offsets = t * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
             put(inp + offsets, dst + offsets, rank, peer, heap_bases, mask=offsets < n)
     if (how == PUSH) | (how == REFUSED):  # the message is there (or refused): its other units
-        _signal_by(ready + p, units - 1, rank, peer, heap_bases)
+        signal(ready + p, rank, peer, heap_bases, amount=units - 1)
     return how
 
 
@@ -313,15 +303,15 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
             for t in range(p, tl.cdiv(n, DIRECT_BLOCK), P):
                 offsets = t * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
                 get(src + offsets, out + offsets, peer, rank, heap_bases, mask=offsets < n)
-            _signal_by(credit + p, units, rank, peer, heap_bases)  # read: the sender's tensor is free again
+            signal(credit + p, rank, peer, heap_bases, amount=units)  # read: the sender's tensor is free again
         if how == PUSH:  # the sender stores into out: wait for its other units
             wait_at_least(ready + p, c0 + units, RECV_CALL, "ready", rank, peer, tag, heap_bases)
-            _signal_by(credit + p, units, rank, peer, heap_bases)
+            signal(credit + p, rank, peer, heap_bases, amount=units)
         if how == MAILBOX:
             signal(credit + p, rank, peer, heap_bases)  # the offer's slot
         if how == REFUSED:
             theirs = tl.maximum(tl.load(record + UNITS), 1)
-            _signal_by(credit + p, theirs, rank, peer, heap_bases)
+            signal(credit + p, rank, peer, heap_bases, amount=theirs)
             tl.atomic_add(received + p, theirs - stop, sem="relaxed", scope="gpu")  # past the sender's message
             _report_mismatch(heap_bases, rank, peer, tag, offered, header, p == P - 1)
     if how == MAILBOX:
