@@ -60,21 +60,26 @@ SPIN_POLLS: tl.constexpr = tl.constexpr(64)
 
 
 @triton.jit
-def _dot_rows_of(ctx, acc, i: tl.constexpr, a_shard, staged, row0, rows, M_LOCAL, stride_am, stride_ak, K, b, cols, N,
-                 stride_bk, stride_bn, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WAIT: tl.constexpr = False,
-                 flags=None, epoch=0, ready=0):
-    """``acc + A_p[rows] @ B`` over the rows of ``rows`` that rank ``p = (rank + i) % W``'s shard
-    holds (the others add zeros), skipped when the tile has none. ``i == 0`` (this rank) reads
-    ``a_shard``; a peer's shard is read from its staging (weak loads through translated pointers),
-    which the caller acquired (entry barrier), or, with ``WAIT``, this function does unless bit
-    ``p`` of ``ready`` is set: it waits for ``p``'s ``ENTER`` count at ``flags + p`` to reach
-    ``epoch`` (acquire, system scope). Per program."""
-    p = (ctx.rank + i) % ctx.world_size
-    first = p * M_LOCAL
-    local = rows - first
-    holds = (local >= 0) & (local < M_LOCAL)
-    if (row0 < first + M_LOCAL) & (row0 + rows.shape[0] > first):
-        if i == 0:  # this rank (a compile-time test: the rank is a run-time value)
+def _dot_tile(ctx, acc, a_shard, staged, row0, rows, M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn,
+              BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WAIT: tl.constexpr = False, flags=None, epoch=0,
+              ready=0):
+    """``acc + A[rows] @ B``, A's rows read from the shards they lie in: a run-time loop over the
+    ranks ``p`` whose shard holds some of the tile's rows (one, or a few when the shards are
+    shorter than a tile), each adding its rows' products (the others add exact zeros). This
+    rank's shard is read from ``a_shard``, a peer's from its staging (weak loads through
+    translated pointers), which the caller acquired (entry barrier), or, with ``WAIT``, this
+    function does unless bit ``p`` of ``ready`` is set: it waits for ``p``'s ``ENTER`` count at
+    ``flags + p`` to reach ``epoch`` (acquire, system scope). Per program.
+
+    The loop is not unrolled over the world size: the kernel holds two K loops (this rank's
+    strides, a peer's) whatever the world size, where one per rank made an 8-rank kernel's
+    compilation take minutes."""
+    first = row0 // M_LOCAL
+    last = tl.minimum((row0 + rows.shape[0] - 1) // M_LOCAL, ctx.world_size - 1)
+    for p in range(first, last + 1):
+        local = rows - p * M_LOCAL
+        holds = (local >= 0) & (local < M_LOCAL)
+        if p == ctx.rank:
             acc = dot_k(acc, a_shard, local, holds, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
                         PRECISION)
         else:
@@ -136,9 +141,8 @@ def _all_gather_matmul_kernel(context, a_shard, staged, b, bias, out, flags, M, 
             acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
                             PRECISION, B_COLUMNS=USE_TMA == TMA_B_COLUMNS)
         else:
-            for i in tl.static_range(world_size):  # this rank's shard first, then the next rank's, ...
-                acc = _dot_rows_of(ctx, acc, i, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am, stride_ak,
-                                   K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION)
+            acc = _dot_tile(ctx, acc, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am, stride_ak, K, b, cols,
+                            N, stride_bk, stride_bn, BLOCK_K, PRECISION)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on, round_to(acc, out.dtype.element_ty),
@@ -215,8 +219,9 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
             signal_all(flags + rank, rank, world_size, ctx.heap_bases)
     if USE_TMA:
         b_desc = b_descriptor(b, K, N, stride_bk, stride_bn, USE_TMA, BLOCK_N, BLOCK_K)
-    done = 0
-    for phase in tl.static_range(world_size):
+    done = rank * 0  # a bit per rank whose shard this program has consumed (an int32 the loop carries)
+    # A run-time loop (one body, whatever the world size), as in _dot_tile
+    for phase in range(world_size):
         if phase == 0:
             p = rank
         else:
@@ -236,10 +241,8 @@ def _arrival_kernel(context, a_shard, staged, b, bias, out, flags, M, N, K, M_LO
                 acc = dot_k_tma(acc, a_desc, pid_m * BLOCK_M - p * M_LOCAL, b_desc, pid_n * BLOCK_N, K, BLOCK_K,
                                 PRECISION, B_COLUMNS=USE_TMA == TMA_B_COLUMNS)
             else:
-                for i in tl.static_range(world_size):
-                    acc = _dot_rows_of(ctx, acc, i, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am,
-                                       stride_ak, K, b, cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION, True, flags,
-                                       epoch, done)
+                acc = _dot_tile(ctx, acc, a_shard, staged, pid_m * BLOCK_M, rows, M_LOCAL, stride_am, stride_ak, K, b,
+                                cols, N, stride_bk, stride_bn, BLOCK_K, PRECISION, True, flags, epoch, done)
             acc = add_bias(acc, bias, cols, N, HAS_BIAS)
             mask = (rows[:, None] < M) & (cols[None, :] < N)
             tl.store(out + rows[:, None] * stride_om + cols[None, :] * stride_on,
