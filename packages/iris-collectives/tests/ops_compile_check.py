@@ -35,12 +35,6 @@ PTR = {"fp32": "*fp32", "fp16": "*fp16", "bf16": "*bf16", "fp64": "*fp64"}
 TILES = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8)
 
 
-def compile_ptx(fn, signature: dict, constexprs: dict, aligned=(), options=None) -> str:
-    # the GEMM's launch options (by default the H200 config's warps and stages)
-    return testing.compile_ptx(fn, signature, constexprs, aligned,
-                              options=options or {"num_warps": 8, "num_stages": 3})
-
-
 def signature(names: str, dt: str, ints: str) -> dict:
     sig = {"context": "*i64"}
     for n in names.split():
@@ -139,6 +133,39 @@ def cases():
            ("a", "b", "out", "partial", "gathered"), None)
 
 
+#: What one program may hold in shared memory on an H100 or H200 (227 KiB, opted in); a launch
+#: of a kernel that needs more fails with Triton's OutOfResources.
+SHARED_LIMIT = 232448
+
+
+def default_cases():
+    """The ops' kernels with the tiles, warps and stages their table picks on the GPU for a large
+    shape, in each input dtype (what a launch without ``config`` compiles; ``cases()`` fixes its
+    own tiles): whether they fit in shared memory. The pointer path (ragged shards, fp64), and the
+    descriptors for bf16 and fp32. Sizes are multiples of 16, as a launch specialises them."""
+    from iris.collectives.ops._config import choose
+
+    sizes = ("K", "N", "M_LOCAL", "stride_am", "stride_bk", "stride_om")
+    for dt, itemsize, paths in (("bf16", 2, (0, 1)), ("fp32", 4, (0, 2)), ("fp64", 8, (0,))):
+        cfg = choose("all_gather_matmul", 8192, 8192, 8192, 4, "cuda", None, itemsize)
+        precision = cfg.input_precision if dt == "fp32" else "ieee"
+        label = "fp32_ieee" if precision == "ieee" and dt == "fp32" else dt
+        tiles = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m)
+        common = dict(world_size=4, HAS_BIAS=True, PRECISION=precision, **tiles)
+        options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        for tma in paths:
+            path = {0: "ptr", 1: "tma", 2: "tma_columns"}[tma] + "_defaults"
+            yield (f"all_gather_matmul/{label}/{path}", AGM._all_gather_matmul_kernel,
+                   signature("a_shard staged b bias out flags", dt, RS), dict(common, USE_TMA=tma),
+                   ("a_shard", "staged", "b", "out", *sizes), options)
+            yield (f"matmul_all_reduce/{label}/{path}", MAR._matmul_all_reduce_kernel,
+                   signature("a b bias partial out locks", dt, STRIDES), dict(common, TWO_SHOT=False, USE_TMA=tma),
+                   ("a", "b", "out", "partial", *(n for n in sizes if n != "M_LOCAL")), options)
+        yield (f"all_gather_matmul_arrival/{label}/ptr_defaults", AGM._arrival_kernel,
+               signature("a_shard staged b bias out flags", dt, RS), dict(common, USE_TMA=0),
+               ("a_shard", "staged", "b", "out", *sizes), options)
+
+
 def counts(ptx: str) -> dict:
     return {
         "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared", ptx)),
@@ -154,7 +181,7 @@ def counts(ptx: str) -> dict:
 
 
 def all_cases() -> list:
-    return [*cases(), *core_cases()]
+    return [*cases(), *core_cases(), *default_cases()]
 
 
 def run_case(index: int) -> tuple[str, dict]:
@@ -162,7 +189,9 @@ def run_case(index: int) -> tuple[str, dict]:
     which do not pickle, so each worker builds the list and takes its own)."""
     name, fn, sig, constexprs, aligned, options = all_cases()[index]
     try:
-        return name, dict(ok=True, **counts(compile_ptx(fn, sig, constexprs, aligned, options)))
+        # options None: the GEMM's launch options of the H200 config (8 warps, 3 stages)
+        kernel = testing.compile_for(fn, sig, constexprs, aligned, options or {"num_warps": 8, "num_stages": 3})
+        return name, dict(ok=True, shared=kernel.metadata.shared, **counts(kernel.asm["ptx"]))
     except Exception as exc:  # reported to the test
         return name, dict(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000], trace=traceback.format_exc()[-4000:])
 
@@ -181,7 +210,8 @@ def main() -> int:
     # one compile per core: each is one process's work for seconds (LLVM and ptxas)
     with ProcessPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
         results = dict(pool.map(run_case, todo))
-    print(json.dumps({"triton": triton.__version__, "results": results, "rank_parameters": rank_parameters()}))
+    print(json.dumps({"triton": triton.__version__, "results": results, "rank_parameters": rank_parameters(),
+                      "shared_limit": SHARED_LIMIT}))
     return 0
 
 

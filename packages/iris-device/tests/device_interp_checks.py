@@ -156,6 +156,10 @@ def debug_kernel(context, heap_bases, x, shift, n, peer, rank: tl.constexpr, wor
         ctx.atomic_cas(x + shift, 0.0, 1.0, peer)
     elif OP == "free_store":
         device.store(p, offs.to(tl.float32), rank, peer, heap_bases, mask=m)
+    elif OP == "translate_lanes":  # a block of peers: even lanes `peer`, odd lanes this rank
+        peers = tl.where(offs % 2 == 0, peer, rank)
+        v = tl.load(device.translate(p, rank, peers, heap_bases), mask=m, other=0.0)
+        tl.store(x + offs, v, mask=m)
     else:
         tl.static_assert(OP == "translate")
         tl.store(x, tl.load(device.translate(x + shift, rank, peer, heap_bases)))
@@ -172,7 +176,7 @@ def section_debug(heap: FakeHeap) -> dict:
     outside = torch.zeros(64, dtype=torch.float32)  # not on any heap
     result = {
         "valid": {op: run(op) for op in ("load", "store", "get", "put", "copy", "atomic_add", "atomic_cas",
-                                         "free_store", "translate")},
+                                         "free_store", "translate", "translate_lanes")},
         "bad_peer": run("load", peer=77),
         "negative_peer": run("atomic_add", peer=-1),
         "free_bad_peer": run("free_store", peer=5),
@@ -180,6 +184,8 @@ def section_debug(heap: FakeHeap) -> dict:
         "past_heap_end": run("get", shift=far),
         "cas_past_heap_end": run("atomic_cas", shift=far),
         "translate_past_heap_end": run("translate", shift=far),
+        "lanes_bad_peer": run("translate_lanes", peer=77),
+        "lanes_past_heap_end": run("translate_lanes", shift=far),
         "masked_past_end_is_fine": run("load", shift=far - 11, n=8),
         "context_mismatch": run("load", rank=1),
         "first_bad_offset": 1024 + far * 4,
@@ -201,7 +207,7 @@ def section_off_heap(heap: FakeHeap) -> dict:
     outside = torch.zeros(64, dtype=torch.float32)  # not on any heap
     return {
         "valid": {op: run(op) for op in ("load", "store", "get", "put", "copy", "atomic_add", "atomic_cas",
-                                         "free_store", "translate")},
+                                         "free_store", "translate", "translate_lanes")},
         "plain_tensor_store": run("store", pointer=outside),
         "plain_tensor_atomic": run("atomic_add", pointer=outside),
         "plain_tensor_own_rank": run("store", pointer=outside, peer=0),  # not translated: allowed
@@ -209,6 +215,8 @@ def section_off_heap(heap: FakeHeap) -> dict:
         "masked_past_end_is_fine": run("load", shift=far - 11, n=8),
         "bad_peer": run("load", peer=77),
         "negative_peer": run("free_store", peer=-1),
+        "lanes_bad_peer": run("translate_lanes", peer=77),
+        "lanes_past_heap_end": run("translate_lanes", shift=far),
         "first_bad_offset": 1024 + far * 4,
     }
 

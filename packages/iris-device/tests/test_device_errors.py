@@ -12,7 +12,8 @@ import pytest
 from device_test_tables import ERROR_CASES, ERROR_EXPECT
 from iris_device_testlib import child_env, run_json_script
 
-DEBUG_VALID_OPS = ("load", "store", "get", "put", "copy", "atomic_add", "atomic_cas", "free_store", "translate")
+DEBUG_VALID_OPS = ("load", "store", "get", "put", "copy", "atomic_add", "atomic_cas", "free_store", "translate",
+                   "translate_lanes")
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +130,19 @@ def test_debug_context_mismatch(interpreted_debug):
     assert result["raised"], result
     assert "DeviceContext.initialize(rank=1, world_size=2)" in result["message"]
     assert "(rank 0, world_size 2)" in result["message"]
+
+
+@pytest.mark.parametrize("mode", ["default", "debug"])
+def test_a_block_of_peers_is_checked_lane_by_lane(interpreted, interpreted_debug, mode):
+    # translate() with a rank per lane (even lanes the peer, odd lanes this rank): the lanes bound
+    # for another rank are checked as a scalar peer's would be, and the bad peer is the one named
+    results = interpreted["off_heap"] if mode == "default" else interpreted_debug["debug"]
+    head = ("" if mode == "default" else "iris debug: ") + "iris.device.translate: rank 0, peer "
+    bad = results["lanes_bad_peer"]
+    assert bad["raised"] and bad["type"] == "IrisUsageError", bad
+    assert bad["message"].startswith(f"{head}77: a rank is outside [0, 2)"), bad
+    past = results["lanes_past_heap_end"]
+    assert past["raised"] and past["type"] == "NotOnHeapError", past
+    assert past["message"].startswith(f"{head}1: "), past
+    if mode == "default":  # this rank's lanes are not translated: only the peer's 8 of 16 count
+        assert past["message"].startswith(f"{head}1: 8 address(es) outside the symmetric heap"), past

@@ -75,12 +75,19 @@ def _print_prefix(call, what):
 
 @triton.constexpr_function
 def _raise_rank_error(ok, call, rank, peer, num_ranks):
-    # Interpreter only: the arguments are concrete there.
-    if not host_scalar(ok):
-        from ._heap_check import rank_message  # host code: in the body, out of the compiler's sight
+    # Interpreter only: the arguments are concrete there. ``peer`` (and ``ok``) may be a block of
+    # ranks, one per lane: the first lane that fails is named.
+    import numpy as np  # host code: in the body, out of the compiler's sight
 
-        raise IrisUsageError(rank_message(call, host_scalar(rank), host_scalar(peer), host_scalar(num_ranks),
-                                          debug=True))
+    lanes = np.asarray(getattr(getattr(ok, "handle", None), "data", ok)).reshape(-1)
+    if lanes.all():
+        return
+    from ._heap_check import rank_message
+
+    first = int(np.argmin(lanes))
+    peers = np.asarray(getattr(getattr(peer, "handle", None), "data", peer)).reshape(-1)
+    raise IrisUsageError(rank_message(call, host_scalar(rank), int(peers[first if peers.size > 1 else 0]),
+                                      host_scalar(num_ranks), debug=True))
 
 
 @triton.constexpr_function
@@ -96,13 +103,15 @@ def _raise_address_error(n_bad, call, rank, peer, offset, heap_size, base):
 
 @triton.jit
 def check_ranks(from_rank, to_rank, heap_bases, call: tl.constexpr = None):
-    """Fail unless both ranks lie in ``[0, num_ranks)``. Per call (scalar ranks)."""
+    """Fail unless both ranks lie in ``[0, num_ranks)``. Per call: scalar ranks, or a block of
+    peers (``to_rank``), one per lane of a translated pointer block."""
     num_ranks = tl.load(heap_bases - _NUM_RANKS_BEFORE_BASES)
     ok = (from_rank >= 0) & (from_rank < num_ranks) & (to_rank >= 0) & (to_rank < num_ranks)
     if INTERPRETER:
         _raise_rank_error(ok, call, from_rank, to_rank, num_ranks)
     else:
-        if not ok:
+        # every lane (a scalar is a block of one here): the branch needs one condition
+        if tl.min(tl.ravel(ok.to(tl.int32) + tl.zeros([1], tl.int32)), axis=0) == 0:
             tl.device_print(_print_prefix(call, "rank, peer, num_ranks"), from_rank, to_rank, num_ranks)
         tl.device_assert(ok, _rank_message(call))
 

@@ -88,11 +88,25 @@ def off_heap_error(call, rank, peer, count, offset, heap_size, address: int, deb
 def check_reach(pointer, from_rank, to_rank, heap_bases, mask, call) -> None:
     """Interpreter only (concrete values): fail unless both ranks are in ``[0, num_ranks)`` and,
     when ``to_rank`` is another rank, every unmasked address of ``pointer`` lies in ``from_rank``'s
-    heap or the signal pad after it. Per translated block: host code, a few numpy operations.
+    heap or the signal pad after it. ``to_rank`` may be a block of ranks, one per lane of the
+    pointer block: then the lanes bound for another rank are checked. Per translated block: host
+    code, a few numpy operations.
     Kernels reach it through ``iris.device._translate``'s constexpr function."""
     table = _scalar(heap_bases)
     num_ranks = _word(table + 8 * _NUM_RANKS_AT)
-    rank, peer = _scalar(from_rank), _scalar(to_rank)
+    rank = _scalar(from_rank)
+    peers = np.asarray(_data(to_rank))
+    if peers.size != 1:  # a block of peers, one per lane of the pointer block: each lane checked as one
+        bad = peers[(peers < 0) | (peers >= num_ranks)]
+        if not (0 <= rank < num_ranks) or bad.size:
+            raise IrisUsageError(rank_message(call, rank, int(bad.flat[0]) if bad.size else 0, num_ranks))
+        elsewhere = peers != rank
+        if elsewhere.any():
+            active = _data(mask)
+            check_reach(pointer, from_rank, int(peers[elsewhere].flat[0]), heap_bases,
+                        elsewhere if active is None else elsewhere & active, call)
+        return
+    peer = int(peers.item())
     if not (0 <= rank < num_ranks and 0 <= peer < num_ranks):
         raise IrisUsageError(rank_message(call, rank, peer, num_ranks))
     if rank == peer:

@@ -40,7 +40,16 @@ SM90 = GPUTarget("cuda", 90, 32)
 
 def compile_ptx(fn, signature: dict, constexprs: dict | None = None, aligned=(), options: dict | None = None,
                 target: GPUTarget = SM90) -> str:
-    """The PTX of the ``@triton.jit`` function ``fn`` for ``target`` (default sm_90), no GPU needed.
+    """The PTX of the ``@triton.jit`` function ``fn`` for ``target`` (default sm_90), no GPU needed
+    (:func:`compile_for`'s ``asm["ptx"]``)."""
+    return compile_for(fn, signature, constexprs, aligned, options, target).asm["ptx"]
+
+
+def compile_for(fn, signature: dict, constexprs: dict | None = None, aligned=(), options: dict | None = None,
+                target: GPUTarget = SM90):
+    """The ``@triton.jit`` function ``fn`` compiled for ``target`` (default sm_90), no GPU needed:
+    Triton's compiled kernel, whose ``asm`` holds the PTX and whose ``metadata.shared`` the shared
+    memory a launch needs (bytes; a launch fails where the card has less).
 
     ``signature`` maps each runtime argument to its Triton type (``"*fp32"``, ``"i32"``, ...) in
     the order of ``fn``'s parameters; ``constexprs`` gives the compile-time ones their values.
@@ -65,7 +74,7 @@ def compile_ptx(fn, signature: dict, constexprs: dict | None = None, aligned=(),
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     source = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     options = {"debug": bool(triton.knobs.runtime.debug), **(options or {})}
-    return triton.compile(source, target=target, options=options).asm["ptx"]
+    return triton.compile(source, target=target, options=options)
 
 
 # The tokens memory_order keeps, found anywhere in a line (inline-asm blocks hold several).
@@ -150,4 +159,4 @@ def memory_order(ptx: str) -> list[str]:
     return out
 
 
-__all__ = ["SM90", "compile_ptx", "memory_order"]
+__all__ = ["SM90", "compile_for", "compile_ptx", "memory_order"]

@@ -63,31 +63,34 @@ SPIN_POLLS: tl.constexpr = tl.constexpr(64)
 def _dot_tile(ctx, acc, a_shard, staged, row0, rows, M_LOCAL, stride_am, stride_ak, K, b, cols, N, stride_bk, stride_bn,
               BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, WAIT: tl.constexpr = False, flags=None, epoch=0,
               ready=0):
-    """``acc + A[rows] @ B``, A's rows read from the shards they lie in: a run-time loop over the
-    ranks ``p`` whose shard holds some of the tile's rows (one, or a few when the shards are
-    shorter than a tile), each adding its rows' products (the others add exact zeros). This
-    rank's shard is read from ``a_shard``, a peer's from its staging (weak loads through
-    translated pointers), which the caller acquired (entry barrier), or, with ``WAIT``, this
-    function does unless bit ``p`` of ``ready`` is set: it waits for ``p``'s ``ENTER`` count at
-    ``flags + p`` to reach ``epoch`` (acquire, system scope). Per program.
+    """``acc + A[rows] @ B`` with A's rows read from the shards they lie in, in one K loop: each
+    row through its owner's staging (this rank's too, where the host copied ``a_shard`` before the
+    launch), a translated pointer per row, weak loads; rows past the last shard add exact zeros.
+    The caller acquired the peers' shards (entry barrier), or, with ``WAIT``, this function waits
+    for each peer ``p`` whose shard the tile touches, unless bit ``p`` of ``ready`` is set, until
+    its ``ENTER`` count at ``flags + p`` reaches ``epoch`` (acquire, system scope). One rank reads
+    ``a_shard`` (no staging copy). Per program.
 
-    The loop is not unrolled over the world size: the kernel holds two K loops (this rank's
-    strides, a peer's) whatever the world size, where one per rank made an 8-rank kernel's
-    compilation take minutes."""
-    first = row0 // M_LOCAL
-    last = tl.minimum((row0 + rows.shape[0] - 1) // M_LOCAL, ctx.world_size - 1)
-    for p in range(first, last + 1):
-        local = rows - p * M_LOCAL
-        holds = (local >= 0) & (local < M_LOCAL)
-        if p == ctx.rank:
-            acc = dot_k(acc, a_shard, local, holds, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
-                        PRECISION)
-        else:
-            if WAIT:
-                if ((ready >> p) & 1) == 0:
+    One K loop whatever the world size or the raggedness: a loop per rank, unrolled, made an
+    8-rank kernel's compilation take minutes, and loops under run-time branches lost the software
+    pipeline of the K loop or held one per branch in shared memory."""
+    if ctx.world_size == 1:
+        acc = dot_k(acc, a_shard, rows, rows < M_LOCAL, stride_am, stride_ak, b, cols, N, K, stride_bk, stride_bn,
+                    BLOCK_K, PRECISION)
+    else:
+        holds = rows < M_LOCAL * ctx.world_size
+        owner = tl.where(holds, rows // M_LOCAL, ctx.rank)
+        local = tl.where(holds, rows - owner * M_LOCAL, 0)
+        if WAIT:
+            last = tl.minimum((row0 + rows.shape[0] - 1) // M_LOCAL, ctx.world_size - 1)
+            for p in range(row0 // M_LOCAL, last + 1):
+                if (p != ctx.rank) & (((ready >> p) & 1) == 0):
                     wait_at_least(flags + p, epoch, CALL_C, "entered", ctx.rank, p, -1, ctx.heap_bases)
-            peer_rows = translate(staged, ctx.rank, p, ctx.heap_bases)
-            acc = dot_k(acc, peer_rows, local, holds, K, 1, b, cols, N, K, stride_bk, stride_bn, BLOCK_K, PRECISION)
+        # each row's staging, translated to its owner (a block of peers: one translation, and the
+        # K loop's software pipeline stays, which a select between translated pointers lost)
+        shard_of_row = translate(staged + tl.zeros_like(owner), ctx.rank, owner, ctx.heap_bases)
+        acc = dot_k(acc, shard_of_row[:, None], local, holds, K, 1, b, cols, N, K, stride_bk, stride_bn, BLOCK_K,
+                    PRECISION)
     return acc
 
 
