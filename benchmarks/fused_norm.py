@@ -68,7 +68,12 @@ def parse_args(argv=None):
     p.add_argument("--no-peer", action="store_true", help="skip torch's symmetric-memory all-reduces")
     p.add_argument("--torch-two-shot-max-ranks", type=int, default=4, metavar="W",
                    help="with more ranks sharing a GPU, torch's two-shot all-reduce is not timed: it stalled with 8 "
-                        "ranks on one H200 (docs/performance.md)")
+                        "ranks on one H200 (docs/performance.md), and its one-shot only up to "
+                        "--torch-shared-one-shot-max-bytes")
+    p.add_argument("--torch-shared-one-shot-max-bytes", type=int, default=16 << 10, metavar="BYTES",
+                   help="with more ranks sharing a GPU than --torch-two-shot-max-ranks, torch's one-shot all-reduce "
+                        "is timed only up to this message size: at 8 ranks on one H100 it ran at 16 KiB and spun "
+                        "for ever at 256 KiB (docs/performance.md)")
     p.add_argument("--no-compile", action="store_true", help="skip the compiled norms")
     p.add_argument("--quick", action="store_true", help="tiny shapes, one timed call (runs on the cpu backend)")
     p.add_argument("--out", default=None, help="folder for the JSON, Markdown and PNG (default: results/ on a GPU)")
@@ -91,14 +96,20 @@ def add_norm(s, residual, weight):
 class Peers:
     """torch's symmetric-memory all-reduces over the same ranks, or why not."""
 
-    def __init__(self, ctx, enabled: bool, two_shot_max_ranks: int = 4):
+    def __init__(self, ctx, enabled: bool, two_shot_max_ranks: int = 4, shared_one_shot_max_bytes: int = 16 << 10):
         self.reason = None
+        #: the largest message torch's one-shot is timed at (None: any), and why
+        self.one_shot_max_bytes, self.one_shot_reason = None, None
         #: why torch's two-shot is not timed, or None
         self.two_shot_reason = None
         if ctx.ranks_on_device > two_shot_max_ranks:
             self.two_shot_reason = (f"torch's two_shot_all_reduce_ not timed with {ctx.ranks_on_device} ranks "
                                     f"sharing a GPU (it stalled there; --torch-two-shot-max-ranks "
                                     f"{two_shot_max_ranks})")
+            self.one_shot_max_bytes = shared_one_shot_max_bytes
+            self.one_shot_reason = (f"torch's one_shot_all_reduce_out timed only up to {shared_one_shot_max_bytes} "
+                                    f"bytes with {ctx.ranks_on_device} ranks sharing a GPU (it spun for ever at "
+                                    f"256 KiB with 8; --torch-shared-one-shot-max-bytes)")
         if not enabled:
             self.reason = "disabled with --no-peer"
         elif ctx.device.type != "cuda":
@@ -134,6 +145,8 @@ class Peers:
         calls = {"torch1": (one_shot, lambda: buf.copy_(partial)), "torch2": (two_shot, lambda: buf.copy_(partial))}
         if self.two_shot_reason:
             del calls["torch2"]
+        if self.one_shot_max_bytes is not None and partial.numel() * partial.element_size() > self.one_shot_max_bytes:
+            del calls["torch1"]
         return calls
 
 
@@ -299,14 +312,14 @@ def run(args) -> dict:
     biggest = max(M * H for M, H in shapes) * dtype.itemsize
     ctx = iris.runtime.iris(heap_size=6 * biggest + (256 << 20))
     timer = Timer(ctx, args.time_per_point, args.quick, max_iters=1000)
-    peers = Peers(ctx, not args.no_peer, args.torch_two_shot_max_ranks)
+    peers = Peers(ctx, not args.no_peer, args.torch_two_shot_max_ranks, args.torch_shared_one_shot_max_bytes)
     compiled_norm, notes = None, []
     if not args.no_compile:
         compiled_norm = torch.compile(add_norm, backend="inductor" if ctx.device.type == "cuda" else "aot_eager")
     if peers.reason:
         notes.append(f"torch columns: {peers.reason}")
     elif peers.two_shot_reason:
-        notes.append(peers.two_shot_reason)
+        notes += [peers.two_shot_reason, peers.one_shot_reason]
     if ctx.device.type != "cuda":
         notes.append("cpu backend (Triton's interpreter): times show that the code paths run, not performance")
     result = {"world_size": ctx.world_size, "ranks_per_gpu": ctx.ranks_on_device, "backend": ctx.device.type,
