@@ -311,3 +311,20 @@ def test_registration_on_the_fly_is_decided_by_the_message_all_gathers_being_its
         ccl.all_gather(ctx, big, small)
     assert len(seen["tensors"]) == 1 and seen["tensors"][0] is small, "the peers read the input"
     assert seen["message"] is big, "the output's size is the message's"
+
+
+def test_the_p2p_default_grid_shares_the_sms_among_every_rank_on_the_gpu(monkeypatch):
+    # one send and one receive per rank sharing the GPU, each a program per SM at most: the job's
+    # own ranks, or IRIS_GPU_RANKS (every job's, as resident_grid counts) where that is more; a
+    # suite's jobs side by side otherwise size their waiting kernels for their own ranks alone
+    from iris.collectives.ccl import _p2p
+
+    ctx = types.SimpleNamespace(device=torch.device("cuda", 0), ranks_on_device=2, get_cu_count=lambda: 132)
+    monkeypatch.delenv("IRIS_GPU_RANKS", raising=False)
+    assert _p2p._default_grid(ctx) == 33
+    monkeypatch.setenv("IRIS_GPU_RANKS", "24")
+    assert _p2p._default_grid(ctx) == 2
+    monkeypatch.setenv("IRIS_GPU_RANKS", "1")  # fewer than the job's own: the job's own count
+    assert _p2p._default_grid(ctx) == 33
+    cpu = types.SimpleNamespace(device=torch.device("cpu"), ranks_on_device=2, get_cu_count=lambda: 2)
+    assert _p2p._default_grid(cpu) == 2

@@ -51,6 +51,7 @@ import torch
 from iris.device import IrisError
 from iris.device._watchdog import MESSAGE_DTYPES, message_header
 from iris.runtime import Group, HeapExhaustedError, IrisUsageError
+from iris.runtime._residency import gpu_sharers
 
 from .. import _workspace
 from .._agree import agree
@@ -112,11 +113,13 @@ def _default_grid(ctx) -> int:
     # at most one program per SM (the residency rule of iris.runtime.Iris.resident_grid); the
     # interpreter runs programs one after another.
     # On a group, every rank of the context on the device counts, not only the members: the other
-    # ranks may be sending on groups of their own at the same time.
+    # ranks may be sending on groups of their own at the same time. And so do the ranks of other
+    # jobs on the GPU that IRIS_GPU_RANKS counts, as in resident_grid (a test suite's jobs side
+    # by side): their waiting kernels hold SMs too.
     if ctx.device.type != "cuda":
         return 2
     sharing = ctx.ctx.ranks_on_device if isinstance(ctx, Group) else ctx.ranks_on_device
-    return max(1, ctx.get_cu_count() // (2 * max(1, sharing)))
+    return max(1, ctx.get_cu_count() // (2 * max(1, sharing, gpu_sharers())))
 
 
 def _positive(call: str, name: str, value, power_of_two=False) -> int:
@@ -140,7 +143,10 @@ def init_p2p(ctx, tags: int = 4, slots: int | None = None, chunk_bytes: int | No
     A message larger than an inbox flows through it in chunks. ``block_bytes`` (default 16 KiB,
     4 KiB on the cpu backend; a power of two dividing ``chunk_bytes``): what one program moves at a
     time. ``grid``: most programs per send or receive (default: the device's SMs shared out among
-    a send and a receive of every rank on it; the ranks agree on the smallest).
+    a send and a receive of every rank on it, or of the ``IRIS_GPU_RANKS`` ranks of every job
+    sharing it where that is more; the ranks agree on the smallest). More sends and receives in
+    flight at once per rank (``isend``/``irecv`` on several tags or peers) each hold that many
+    programs while they wait for their peers: pass a smaller ``grid`` for those.
 
     Calling it again frees the mailboxes and allocates new ones (every rank, once no message is in
     flight), with fresh counters; so does ``ccl.clear_workspaces`` followed by ``init_p2p``.
