@@ -303,6 +303,12 @@ def test_watchdog_report_names_the_tag_of_a_message_and_a_size_mismatch():
         assert text in recv, (text, recv)
     send = describe(words(1, "iris.collectives.ccl.send", "credit", 0, 3, 0, 2, 3), world_size=4, timeout_s=3)
     assert "Rank 3 did not make the matching recv from rank 0 with tag 0" in send, send
+    # a send that waits for its receive names the exchange that waits both ways, and the fix
+    for flag in ("credit", "request", "done"):
+        text = describe(words(1, "iris.collectives.ccl.send", flag, 0, 1, 0, 0, 5), world_size=2, timeout_s=3)
+        assert "ranks that send each other such messages before receiving wait for each other" in text, text
+        assert "ccl.batch_isend_irecv" in text, text
+    assert "batch_isend_irecv" not in recv, recv
     sent = device_watchdog.message_header(10, "bfloat16")
     expected = device_watchdog.message_header(12, "float32")
     mismatch = describe(words(device_watchdog.STATE_SIZE_MISMATCH, "iris.collectives.ccl.recv", "message size", 1, 0,

@@ -105,6 +105,12 @@ def describe(words: list[int], world_size: int, timeout_s: float, behind: int = 
             matching = f"recv from rank {r['rank']}" if call.endswith(".send") else f"send to rank {r['rank']}"
             cause = (f"Rank {r['peer']} did not make the matching {matching} with tag {r['index']} (the calls of a "
                      f"peer and tag pair up in the order they are made)")
+            if call.endswith(".send") and flag in ("credit", "request", "done"):
+                # a send that waits for its receive: two ranks sending each other such messages before
+                # either receives wait for each other, a common way to get here
+                cause += ("; a message larger than an inbox waits for its receive, so ranks that send each other "
+                          "such messages before receiving wait for each other: receive first on one of them, or "
+                          "use ccl.batch_isend_irecv (on the cpu backend an isend completes before it returns)")
         else:
             cause = ("A rank did not make the matching call (every rank must call each collective for the same tiles, "
                      "in the same order, with the same grid)")
