@@ -70,11 +70,11 @@ def translate(pointer, from_rank, to_rank, heap_bases, hint: tl.constexpr = None
     Granularity: per element of the pointer block (or one scalar pointer); no memory access but
     two loads of ``heap_bases`` (per program). ``to_rank`` is a rank, or a block of ranks that
     broadcasts with the pointer block (each lane translated to its own rank: a gather of
-    ``heap_bases``, as when a tile's rows lie in different ranks' shards). Memory semantics and scope: none, it only
-    computes addresses. ``pointer`` must point into the symmetric heap (checked under Triton's
-    interpreter for another rank, and everywhere with ``IRIS_DEBUG=1``). ``hint`` (int or tuple,
-    one entry per dimension) adds ``tl.multiple_of`` and ``tl.max_contiguous`` on the result; it
-    is rarely needed, the alignment is kept anyway.
+    ``heap_bases``, as when a tile's rows lie in different ranks' shards). Memory semantics and
+    scope: none, it only computes addresses. ``pointer`` must point into the symmetric heap
+    (checked under Triton's interpreter for another rank, and everywhere with ``IRIS_DEBUG=1``).
+    ``hint`` (int or tuple, one entry per dimension) adds ``tl.multiple_of`` and
+    ``tl.max_contiguous`` on the result; it is rarely needed, the alignment is kept anyway.
 
     Example::
 
