@@ -80,7 +80,8 @@ def test_four_byte_inputs_take_a_shorter_k_block_on_the_gpu():
     fp32 = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", None, itemsize=4)
     assert bf16.block_k == 64 and fp32.block_k == 32, (bf16, fp32)
     # fp64 at 32 needed 288 KiB of shared memory (test_ops_compile checks what the defaults compile to)
-    assert _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", None, itemsize=8).block_k == 16
+    fp64 = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", None, itemsize=8)
+    assert (fp64.block_k, fp64.block_n) == (16, 128), fp64
     assert (fp32.block_m, fp32.block_n, fp32.num_stages) == (bf16.block_m, bf16.block_n, bf16.num_stages)
     forced = _config.choose("matmul_reduce_scatter", 4096, 8192, 2048, 4, "cuda", ops.Config(block_k=64), itemsize=4)
     assert forced.block_k == 64  # what the caller sets stays

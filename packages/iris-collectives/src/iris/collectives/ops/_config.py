@@ -202,9 +202,11 @@ def choose(op: str, M: int, N: int, K: int, world_size: int, backend: str, confi
     """The complete :class:`Config` for one call: ``config``'s fields where set, the table's elsewhere.
 
     ``itemsize``: bytes per input element. On the GPU, 4-byte inputs take at most a ``block_k`` of
-    32 and 8-byte inputs 16 unless the caller set it: the bf16 tiles' pipeline, in fp32, needs more
-    shared memory than an H200 has (288 KiB for 128 x 256 x 64 in 3 stages, of 227 KiB), and fp64
-    at 32 as much again (a launch then fails with Triton's ``OutOfResources``).
+    32 and 8-byte inputs 16 and a ``block_n`` of 128 unless the caller set them: the bf16 tiles'
+    pipeline, in fp32, needs more shared memory than an H200 has (288 KiB for 128 x 256 x 64 in 3
+    stages, of 227 KiB), fp64 at 32 as much again, and a 128 x 256 fp64 tile 256 KiB in the
+    epilogue that Triton 3.6 converts through shared memory (a launch then fails with Triton's
+    ``OutOfResources``).
     fp32 inputs (``itemsize`` 4) multiply at torch's fp32 matmul precision of the moment unless the
     caller set ``input_precision`` (:func:`torch_multiplies_fp32_as_tf32`, read per call), and
     take the strategy of :data:`FP32_INPUTS` when the caller names no variant and asks for no
@@ -252,6 +254,10 @@ def _choose(op: str, shape: str, world_size: int, backend: str, config: Config |
     if backend == "cuda" and itemsize >= 4 and "block_k" in fields:
         # the same bytes per K step as the bf16 tiles': 8-byte inputs take a quarter of their block_k
         fields["block_k"] = min(fields["block_k"], 32 if itemsize == 4 else 16)
+        if itemsize >= 8 and "block_n" in fields:
+            # and half the columns: a 128 x 256 fp64 accumulator alone is 256 KiB where an epilogue
+            # converts it through shared memory (Triton 3.6)
+            fields["block_n"] = min(fields["block_n"], 128)
     fields.setdefault("variant", VARIANTS[op][0])
     fields.setdefault("input_precision", fp32 or "tf32")
     fields.setdefault("flatten", False)
