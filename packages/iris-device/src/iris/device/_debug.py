@@ -79,13 +79,13 @@ def _raise_rank_error(ok, call, rank, peer, num_ranks):
     # ranks, one per lane: the first lane that fails is named.
     import numpy as np  # host code: in the body, out of the compiler's sight
 
-    lanes = np.asarray(getattr(getattr(ok, "handle", None), "data", ok)).reshape(-1)
+    from ._heap_check import _data, rank_message
+
+    lanes = np.asarray(_data(ok)).reshape(-1)
     if lanes.all():
         return
-    from ._heap_check import rank_message
-
     first = int(np.argmin(lanes))
-    peers = np.asarray(getattr(getattr(peer, "handle", None), "data", peer)).reshape(-1)
+    peers = np.asarray(_data(peer)).reshape(-1)
     raise IrisUsageError(rank_message(call, host_scalar(rank), int(peers[first if peers.size > 1 else 0]),
                                       host_scalar(num_ranks), debug=True))
 
