@@ -419,26 +419,48 @@ def _blocking(ctx, direction: str, tensor, peer, tag) -> None:
 
 def _start(ctx, direction: str, tensor, peer, tag, plan=None) -> Work:
     plan = plan or _planned(ctx, direction, tensor, peer, tag)
-    if ctx.device.type != "cuda":
-        plan(tensor)  # the interpreter runs the kernel now
-        return Work()
-    streams = _STREAMS.get(ctx)
-    if streams is None:
-        streams = _STREAMS[ctx] = _Streams()
-    channel = (direction, peer, tag)
-    side = streams.streams.get(channel)
-    if side is None:
-        side = streams.streams[channel] = torch.cuda.Stream(ctx.device)
-    side.wait_stream(torch.cuda.current_stream(ctx.device))  # the tensor's producers first
-    with torch.cuda.stream(side):
-        plan(tensor)
+    return _start_all([(ctx, (direction, peer, tag), tensor, plan)])[0]
+
+
+def _start_all(items) -> list[Work]:
+    # ``items``: (ctx, channel, tensor, plan), each on the side stream of its channel, in three
+    # passes: every side stream waits for the current stream, then every kernel is launched, then
+    # every completion event is recorded. Streams share the GPU's hardware work queues (fewer per
+    # process under MPS, whose clients share one pool): in a shared queue, a wait or an event
+    # record behind a send that spins for its receiver holds back what follows it, the receive
+    # of the same batch among them. With no such command between them, a batch's kernels start
+    # side by side.
+    if items[0][0].device.type != "cuda":
+        for _, _, tensor, plan in items:
+            plan(tensor)  # the interpreter runs the kernel now
+        return [Work() for _ in items]
+    device = items[0][0].device
+    sides = []
+    for ctx, channel, _, _ in items:
+        streams = _STREAMS.get(ctx)
+        if streams is None:
+            streams = _STREAMS[ctx] = _Streams()
+        if channel not in streams.streams:
+            streams.streams[channel] = torch.cuda.Stream(ctx.device)
+        sides.append(streams)
+    produced = torch.cuda.Event()
+    produced.record(torch.cuda.current_stream(device))  # the tensors' producers, once for the batch
+    for streams, (_, channel, _, _) in zip(sides, items):
+        streams.streams[channel].wait_event(produced)
+    for streams, (_, channel, tensor, plan) in zip(sides, items):
+        with torch.cuda.stream(streams.streams[channel]):
+            plan(tensor)
     capturing = torch.cuda.is_current_stream_capturing()
-    if not capturing:
-        tensor.record_stream(side)  # the caching allocator keeps it until the side stream is past it
-    event = torch.cuda.Event()
-    event.record(side)
-    streams.pending[channel] = (event, capturing)
-    return Work(event, ctx.device)
+    works = []
+    for streams, (_, channel, tensor, _) in zip(sides, items):
+        side = streams.streams[channel]
+        if not capturing:
+            tensor.record_stream(side)  # the caching allocator keeps it until the side stream is past it
+        event = torch.cuda.Event()
+        event.record(side)
+        streams.pending[channel] = (event, capturing)
+        works.append(Work(event, device))
+    return works
 
 
 # --- the calls -----------------------------------------------------------------------------------------
@@ -544,7 +566,7 @@ def batch_isend_irecv(ctx, ops) -> list[Work]:
         on = ctx if item.group is None else on_group(ctx, item.group, f"{call}(ops[{i}])")
         planned.append((direction, item, _planned(on, direction, item.tensor, item.peer, item.tag), on))
     if ctx.device.type == "cuda":
-        return [_start(on, d, op.tensor, op.peer, op.tag, plan) for d, op, plan, on in planned]
+        return _start_all([(on, (d, op.peer, op.tag), op.tensor, plan) for d, op, plan, on in planned])
     _interleave(planned)
     return [Work() for _ in planned]
 
