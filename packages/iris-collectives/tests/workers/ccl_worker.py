@@ -1412,8 +1412,11 @@ def scenario_cuda_graph(ctx):
                 ccl.send(ctx, x, nxt)
             for work in (ccl.isend(ctx, x, nxt, tag=1), ccl.irecv(ctx, q, prev, tag=1)):
                 work.wait()
-            for work in (ccl.isend(ctx, big_x, nxt, tag=0), ccl.irecv(ctx, big_q, prev, tag=0),  # pulled
-                         ccl.isend(ctx, big_y, nxt, tag=1), ccl.irecv(ctx, big_p, prev, tag=1)):  # pushed
+            # large messages wait for their receiver: ordered as docs/ccl.md says for GPUs whose
+            # hardware queues the side streams may share (many MPS clients, as in the GPU suite)
+            sends = lambda: [ccl.isend(ctx, big_x, nxt, tag=0), ccl.isend(ctx, big_y, nxt, tag=1)]
+            recvs = lambda: [ccl.irecv(ctx, big_q, prev, tag=0), ccl.irecv(ctx, big_p, prev, tag=1)]
+            for work in (sends() + recvs() if r % 2 == 0 else recvs() + sends()):  # pulled, pushed
                 work.wait()
 
     def fill(k):
