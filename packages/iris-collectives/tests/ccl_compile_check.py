@@ -110,7 +110,7 @@ def cases():
                          "counted": "*i32", "mode": "*i32", "n": "i32", "slots": "i32", "programs": "i32",
                          "stop": "i32", "inbox_offset": "i64", "peer": "i32", "rank": "i32"}
             yield (f"direct_copy/{side}/{dt}", P.direct_copy_kernel, signature,
-                   dict(SEND=send, DIRECT_BLOCK=4 * block), ("t", "inbox", "n"))
+                   dict(SEND=send, DIRECT_BLOCK=block), ("t", "inbox", "n"))
             signature = {"context": "*i64", "ready": "*i32", "credit": "*i32", "counted": "*i32", "mode": "*i32",
                          "units": "i32", "first": "i32", "stop": "i32", "peer": "i32", "tag": "i32", "rank": "i32"}
             yield (f"direct_done/{side}/{dt}", P.direct_done_kernel, signature, dict(SEND=send), ())
