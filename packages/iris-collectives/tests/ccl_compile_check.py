@@ -100,10 +100,20 @@ def cases():
             signature.update({k: "i32" for k in ("chunk", "slots", "programs", "first", "stop")})
             if name == "recv_large":
                 signature["post"] = "i32"
-            signature.update({"src_offset" if name == "send_large" else "dst_offset": "i64", "inbox_offset": "i64"})
+            signature["src_offset" if name == "send_large" else "dst_offset"] = "i64"
             signature.update({k: "i32" for k in ("peer", "tag", "rank")})
-            yield (f"{name}/{dt}", kernel, signature, dict(BLOCK=block, DIRECT_BLOCK=4 * block),
-                   (data, "inbox", "n", "chunk"))
+            yield (f"{name}/{dt}", kernel, signature, dict(BLOCK=block), (data, "inbox", "n", "chunk"))
+        # a large message's single copy (a push or a pull) and the signal after it
+        for send in (True, False):
+            side = "send" if send else "recv"
+            signature = {"context": "*i64", "t": PTR[dt], "inbox": PTR[dt], "headers": "*i64", "requests": "*i64",
+                         "counted": "*i32", "mode": "*i32", "n": "i32", "slots": "i32", "programs": "i32",
+                         "stop": "i32", "inbox_offset": "i64", "peer": "i32", "rank": "i32"}
+            yield (f"direct_copy/{side}/{dt}", P.direct_copy_kernel, signature,
+                   dict(SEND=send, DIRECT_BLOCK=block), ("t", "inbox", "n"))
+            signature = {"context": "*i64", "ready": "*i32", "credit": "*i32", "counted": "*i32", "mode": "*i32",
+                         "units": "i32", "first": "i32", "stop": "i32", "peer": "i32", "tag": "i32", "rank": "i32"}
+            yield (f"direct_done/{side}/{dt}", P.direct_done_kernel, signature, dict(SEND=send), ())
     yield ("barrier", K.barrier_kernel, sig("flags", "fp32", "call_fp rank"), dict(world_size=2), ())
     yield from norm_cases()
     yield from exchange_cases()

@@ -44,7 +44,8 @@ def test_every_ccl_kernel_takes_the_rank_at_run_time_unspecialised(report):
     assert set(ranks) == {"_kernels.all_reduce_kernel", "_kernels.reduce_scatter_kernel", "_kernels.reduce_kernel",
                           "_kernels.pull_kernel", "_kernels.barrier_kernel", "_p2p_kernels.send_kernel",
                           "_p2p_kernels.recv_kernel", "_p2p_kernels.send_large_kernel",
-                          "_p2p_kernels.recv_large_kernel", "_exchange_kernels.publish_kernel",
+                          "_p2p_kernels.recv_large_kernel", "_p2p_kernels.direct_copy_kernel",
+                          "_p2p_kernels.direct_done_kernel", "_exchange_kernels.publish_kernel",
                           "_exchange_kernels.pull_kernel", "_exchange_kernels.combine_kernel"}, ranks
     for kernel, how in ranks.items():
         assert how == {"constexpr": False, "specialised": False}, (kernel, how)
@@ -55,14 +56,15 @@ def test_every_ccl_kernel_compiles_for_sm90(compiled):
     assert not failed, "\n\n".join(f"{k}: {v}" for k, v in failed.items())
     assert {k.split("/")[0] for k in compiled} == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
                                                    "broadcast", "reduce", "gather", "scatter", "send", "recv",
-                                                   "send_large", "recv_large", "barrier", "all_reduce_rmsnorm",
+                                                   "send_large", "recv_large", "direct_copy", "direct_done", "barrier",
+                                                   "all_reduce_rmsnorm",
                                                    "all_to_all_v", "moe_dispatch", "moe_combine", "moe_routing"}
 
 
 def test_flags_are_acquired_and_released_at_system_scope(compiled):
     for key, r in compiled.items():
-        if key == "moe_routing":  # local: the routing of this rank's tokens, no flags
-            continue
+        if key == "moe_routing" or key.startswith("direct_copy/"):  # local: the routing of this rank's
+            continue  # tokens; a copy that its stream orders between a large message's waits and signals
         assert r["acquire_sys_loads"] > 0 and r["release_sys"] > 0, (key, r)
 
 
@@ -70,7 +72,8 @@ def test_messages_signal_after_a_barrier_and_wait_with_acquire(compiled):
     # point to point: the sender's remote stores, then a CTA barrier and one release add at system
     # scope per chunk (signal); the receiver's acquire polls, then its copy, then its release; the
     # same for a large message's request, offer, direct copy and credits
-    for key in ("send/fp32", "recv/fp32", "send_large/fp32", "recv_large/fp32"):
+    for key in ("send/fp32", "recv/fp32", "send_large/fp32", "recv_large/fp32", "direct_done/send/fp32",
+                "direct_done/recv/fp32"):
         r = compiled[key]
         assert r["bar_sync"] > 0 and r["release_sys"] > 0 and r["acquire_sys_loads"] > 0, (key, r)
 
@@ -92,7 +95,8 @@ def test_the_call_check_adds_no_round_trip_to_the_kernels_with_their_own_protoco
 
 def test_data_moves_in_vectors(compiled):
     for key, r in compiled.items():
-        if key not in ("barrier", "moe_routing"):  # the routing moves ids, gathered and scattered
+        # the routing moves ids, gathered and scattered; the barrier and a large message's signal no data
+        if key not in ("barrier", "moe_routing") and not key.startswith("direct_done/"):
             assert r["vector_loads"] > 0, (key, r)
 
 

@@ -59,7 +59,15 @@ from .._compiling import is_compiling, traced
 from . import _checks, _launch, _ranks
 from ._config import Config
 from ._groups import on_group
-from ._p2p_kernels import RECORD_WORDS, recv_kernel, recv_large_kernel, send_kernel, send_large_kernel
+from ._p2p_kernels import (
+    RECORD_WORDS,
+    direct_copy_kernel,
+    direct_done_kernel,
+    recv_kernel,
+    recv_large_kernel,
+    send_kernel,
+    send_large_kernel,
+)
 
 #: The mailboxes' key in the context's workspace cache.
 MAILBOXES = ("ccl.p2p",)
@@ -69,9 +77,11 @@ MAILBOXES = ("ccl.p2p",)
 #: messages), and each side's private mode of the large message in flight (the last word is spare).
 READY, RECEIVED, CREDIT, SENT, POSTED, SEND_MODE, RECV_MODE = 0, 1, 2, 3, 4, 5, 6
 COUNTERS = 8
-#: A large message's direct copy moves this many mailbox tiles per step of a program: more bytes in
-#: flight per program than the mailbox's tile, for the copy that only one side makes.
-DIRECT_TILES = 4
+#: A large message's direct copy (``direct_copy_kernel``) moves a mailbox tile per step of a
+#: program, with at most this many programs per SM on the GPU: it waits for nothing, so it may fill
+#: the GPU as a plain copy does (a 16 KiB tile takes under 64 registers a thread at 4 warps: 8
+#: programs fit an SM).
+DIRECT_PROGRAMS_PER_SM = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,7 +315,10 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
         offset = ctx.offset_of(tensor) // esize if ctx.is_symmetric(tensor) else -1
         inbox_offset = ctx.offset_of(inbox) // esize
         kernel = send_large_kernel if direction == "send" else recv_large_kernel
-        constexprs["DIRECT_BLOCK"] = block * DIRECT_TILES
+        direct_block = block
+        most = ctx.get_cu_count() * DIRECT_PROGRAMS_PER_SM if ctx.device.type == "cuda" else s.grid
+        copy_grid = max(1, min(-(-n // direct_block), most))
+        direct_constexprs = dict(SEND=direction == "send")
 
     def args(t, first, stop, post=1):
         if not large:
@@ -314,23 +327,42 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
                     first, stop, peer, tag, me)
         head = (context, t, inbox, headers, ready, credit, counted, requests, posted, mode, n, header, units, chunk,
                 s.slots, s.grid, first, stop)
-        return (*head, offset, inbox_offset, peer, tag, me) if direction == "send" else \
-            (*head, post, offset, inbox_offset, peer, tag, me)
+        return (*head, offset, peer, tag, me) if direction == "send" else (*head, post, offset, peer, tag, me)
 
-    run = _launch.launcher(ctx, ws, kernel, grid, grid, Config(num_warps=s.num_warps), args(tensor, 0, units),
-                           constexprs, fixed_grid=grid)
+    cfg = Config(num_warps=s.num_warps)
+    run = _launch.launcher(ctx, ws, kernel, grid, grid, cfg, args(tensor, 0, units), constexprs, fixed_grid=grid)
+    # a large message's single copy, then its signal to the peer (both no-ops where it moves otherwise)
+    direct = []
+    if large:
+        def copy_args(t, stop):
+            return (context, t, inbox, headers, requests, counted, mode, n, s.slots, s.grid, stop, inbox_offset, peer,
+                    me)
+
+        def done_args(t, first, stop):
+            return (context, ready, credit, counted, mode, units, first, stop, peer, tag, me)
+
+        direct = [_launch.launcher(ctx, ws, direct_copy_kernel, copy_grid, copy_grid, cfg, copy_args(tensor, units),
+                                   dict(direct_constexprs, DIRECT_BLOCK=direct_block), fixed_grid=copy_grid),
+                  _launch.launcher(ctx, ws, direct_done_kernel, grid, grid, cfg, done_args(tensor, 0, units),
+                                   direct_constexprs, fixed_grid=grid)]
 
     def launch(t, first, stop, post=1):
         try:
             run(*args(t, first, stop, post))
+            if direct and first == 0 and stop > 0:  # the step that holds the rendezvous: the copy
+                direct[0](*copy_args(t, stop))
+            if direct and ((first == 0 and stop > 0) or stop == units):  # and its signal; a pull's last wait
+                direct[1](*done_args(t, first, stop))
         except Exception as exc:
             _raise_iris_error_within(exc)
             raise
 
     def plan(t, first=0, stop=units):
         fast = run.fast
-        if fast is not None and first == 0 and stop == units:
+        if fast is not None and first == 0 and stop == units and all(step.fast is not None for step in direct):
             fast(t, t)  # the whole message: every argument fixed by the key
+            for step in direct:
+                step.fast(t, t)
             return
         # a large receive's steps of a batch (cpu backend) post no request: plan.post did, before them
         launch(t, first, stop, 1 if first == 0 and stop == units else 0)

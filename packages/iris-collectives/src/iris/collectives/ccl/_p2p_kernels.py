@@ -45,7 +45,11 @@ credits every unit: the sender waits for that before it returns, its tensor may 
 else the receiver's on the heap: *push* (the sender waits for the request, stores the message
 straight into the receiver's tensor and signals the remaining units; the receiver waits for them);
 else the mailbox: the chunks follow the offer as units ``c + 1 ..``. One copy in the first two,
-no slot and no credit per chunk. Headers that differ (a size or dtype mismatch) are refused by
+no slot and no credit per chunk, made by a kernel of its own after the rendezvous
+(:func:`direct_copy_kernel`: it waits for nothing, so its grid is as large as a copy wants where
+the waiting kernels' grid is bound by what stays resident beside the peer's), then a kernel
+that signals the peer (:func:`direct_done_kernel`): the receiver's credit after a pull, the
+sender's remaining units after a push. Headers that differ (a size or dtype mismatch) are refused by
 both ends at the offer, with no copy: the receiver credits the sender's units (so a pulling
 sender returns), a sender that waits for a request finds the mismatch in it and signals its
 remaining units, and both counts end past the sender's message. A small receiver that finds a
@@ -84,6 +88,9 @@ RECORD: tl.constexpr = tl.constexpr(RECORD_WORDS)
 HEADER: tl.constexpr = tl.constexpr(0)
 OFFSET: tl.constexpr = tl.constexpr(1)
 UNITS: tl.constexpr = tl.constexpr(2)
+#: Elements whose multiple a large message's heap offset usually is (a heap allocation's alignment
+#: or more, in elements of 8 bytes at most): the direct copy then moves whole vectors.
+VECTOR: tl.constexpr = tl.constexpr(16)
 #: How a large message moves (a program's private mode word, for the calls of its later steps).
 MAILBOX: tl.constexpr = tl.constexpr(0)
 PULL: tl.constexpr = tl.constexpr(1)
@@ -208,12 +215,11 @@ def recv_kernel(context, out, inbox, headers, ready, credit, received, requests,
 
 
 @triton.jit
-def _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, units, c, slots, programs, src_offset,
-           inbox_offset, peer, tag, rank, heap_bases, DIRECT_BLOCK: tl.constexpr):
-    # Step 0 of a large send, unit ``c``: the offer, then (the tensor not on the heap) the request,
-    # and the push where the receiver's tensor is on the heap. Returns the mode. Per program.
+def _offer(headers, ready, credit, requests, posted, header, units, c, slots, programs, src_offset, peer, tag, rank,
+           heap_bases):
+    # Step 0 of a large send, unit ``c``: the offer, then (the tensor not on the heap) the request.
+    # Returns the mode. Per program.
     p = tl.program_id(0)
-    P = tl.num_programs(0)
     slot = c % slots
     if c >= slots:  # the slot's previous unit must have been taken
         wait_at_least(credit + p, c - slots + 1, SEND_CALL, "credit", rank, peer, tag, heap_bases)
@@ -231,58 +237,49 @@ def _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, unit
     wanted = tl.load(request + HEADER)
     dst_offset = tl.load(request + OFFSET)
     how = tl.where(pull, PULL, tl.where(wanted != header, REFUSED, tl.where(dst_offset >= 0, PUSH, MAILBOX)))
-    if how == PUSH:  # straight into the receiver's tensor: inbox's heap offset translated to its offset
-        dst = inbox + (dst_offset - inbox_offset)
-        for t in range(p, tl.cdiv(n, DIRECT_BLOCK), P):
-            offsets = t * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
-            put(inp + offsets, dst + offsets, rank, peer, heap_bases, mask=offsets < n)
-    if (how == PUSH) | (how == REFUSED):  # the message is there (or refused): its other units
+    if how == REFUSED:  # the message's other units, with no copy (a push: direct_copy_kernel, direct_done_kernel)
         signal(ready + p, rank, peer, heap_bases, amount=units - 1)
     return how
 
 
-@triton.jit(do_not_specialize=["first", "stop", "src_offset", "inbox_offset", "peer", "tag", "rank"])
+@triton.jit(do_not_specialize=["first", "stop", "src_offset", "peer", "tag", "rank"])
 def send_large_kernel(context, inp, inbox, headers, ready, credit, sent, requests, posted, mode, n, header, units,
-                      chunk, slots, programs, first, stop, src_offset, inbox_offset, peer, tag, rank,
-                      BLOCK: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+                      chunk, slots, programs, first, stop, src_offset, peer, tag, rank, BLOCK: tl.constexpr):
     """Steps ``first .. stop - 1`` of sending a large message ``inp`` (``n`` elements, ``units`` =
     1 + its chunks) to rank ``peer`` on the channel of ``tag``: the rendezvous of the module
-    docstring, then a push, a pull or the chunks through the mailbox.
+    docstring, then the chunks through the mailbox; a push, and the wait for a pull's end, are
+    :func:`direct_copy_kernel` and :func:`direct_done_kernel`, launched after this one.
 
     As :func:`send_kernel`, and: ``requests`` (a ``RECORD`` per program) and ``posted`` (int32 per
     program), this rank's, where the receiver posts; ``mode`` (int32 per program), this rank's
     private word for the mode; ``src_offset``: ``inp``'s heap offset in elements (-1: not on the
-    heap); ``inbox_offset``: ``inbox``'s. Direct copies in tiles of ``DIRECT_BLOCK`` elements. Per program."""
+    heap). Per program."""
     heap_bases = context + HEAP_BASES_C
     p = tl.program_id(0)
     c0 = advance(sent + p, stop - first) - first  # this program's unit of the offer
     how = tl.load(mode + p)  # the mode step 0 chose (a call of later steps)
     if first == 0:
-        how = _offer(inp, inbox, headers, ready, credit, requests, posted, n, header, units, c0, slots, programs,
-                     src_offset, inbox_offset, peer, tag, rank, heap_bases, DIRECT_BLOCK)
+        how = _offer(headers, ready, credit, requests, posted, header, units, c0, slots, programs, src_offset, peer,
+                     tag, rank, heap_bases)
         tl.store(mode + p, how)
     if how == MAILBOX:
         for k in range(tl.maximum(first, 1), stop):
             _send_chunk(inp, inbox, headers, ready, credit, n, header, k - 1, c0 + k, chunk, slots, programs, peer,
                         tag, rank, heap_bases, BLOCK)
-    if how == PULL:
-        if stop == units:  # the receiver has read the tensor: it may change once this returns
-            wait_at_least(credit + p, c0 + units, SEND_CALL, "done", rank, peer, tag, heap_bases)
 
 
-@triton.jit(do_not_specialize=["first", "stop", "post", "dst_offset", "inbox_offset", "peer", "tag", "rank"])
+@triton.jit(do_not_specialize=["first", "stop", "post", "dst_offset", "peer", "tag", "rank"])
 def recv_large_kernel(context, out, inbox, headers, ready, credit, received, requests, posted, mode, n, header, units,
-                      chunk, slots, programs, first, stop, post, dst_offset, inbox_offset, peer, tag, rank,
-                      BLOCK: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+                      chunk, slots, programs, first, stop, post, dst_offset, peer, tag, rank, BLOCK: tl.constexpr):
     """Steps ``first .. stop - 1`` of receiving a large message of ``n`` elements (``units`` = 1 +
     its chunks) from rank ``peer`` on the channel of ``tag`` into ``out``; with ``post`` (nonzero)
-    the request first (see the module docstring).
+    the request first (see the module docstring); a pull is :func:`direct_copy_kernel` and
+    :func:`direct_done_kernel`, launched after this one.
 
     As :func:`recv_kernel`, and: ``mode`` (int32 per program), this rank's private word for the
-    mode; ``dst_offset``: ``out``'s heap offset in elements (-1: not on the heap); ``inbox_offset``:
-    ``inbox``'s. A refused offer (headers that differ) is credited with the sender's units, this
-    program's count moved past the sender's message, and reported as :func:`recv_kernel` does. Per
-    program."""
+    mode; ``dst_offset``: ``out``'s heap offset in elements (-1: not on the heap). A refused offer
+    (headers that differ) is credited with the sender's units, this program's count moved past the
+    sender's message, and reported as :func:`recv_kernel` does. Per program."""
     heap_bases = context + HEAP_BASES_C
     p = tl.program_id(0)
     P = tl.num_programs(0)
@@ -298,15 +295,6 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
         how = tl.where(offered != header, REFUSED, tl.where(src_offset >= 0, PULL,
                                                             tl.where(dst_offset >= 0, PUSH, MAILBOX)))
         tl.store(mode + p, how)
-        if how == PULL:  # straight from the sender's tensor: inbox's heap offset translated to its offset
-            src = inbox + (src_offset - inbox_offset)
-            for t in range(p, tl.cdiv(n, DIRECT_BLOCK), P):
-                offsets = t * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
-                get(src + offsets, out + offsets, peer, rank, heap_bases, mask=offsets < n)
-            signal(credit + p, rank, peer, heap_bases, amount=units)  # read: the sender's tensor is free again
-        if how == PUSH:  # the sender stores into out: wait for its other units
-            wait_at_least(ready + p, c0 + units, RECV_CALL, "ready", rank, peer, tag, heap_bases)
-            signal(credit + p, rank, peer, heap_bases, amount=units)
         if how == MAILBOX:
             signal(credit + p, rank, peer, heap_bases)  # the offer's slot
         if how == REFUSED:
@@ -319,6 +307,82 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
             _take_chunk(out, inbox, ready, k - 1, c0 + k, n, chunk, slots, peer, tag, rank, heap_bases, BLOCK)
             signal(credit + p, rank, peer, heap_bases)
 
+
+@triton.jit(do_not_specialize=["stop", "inbox_offset", "peer", "rank"])
+def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, n, slots, programs, stop, inbox_offset,
+                       peer, rank, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+    """The single copy of a large message whose :func:`send_large_kernel` (``SEND``: a push, from
+    ``t`` into the receiver's tensor) or :func:`recv_large_kernel` (a pull, from the sender's tensor
+    into ``t``) has just run on this stream for its first unit (``stop``: the step's end); nothing
+    where that chose another mode. It waits for nothing: its grid is as large as the copy wants,
+    not bound by what is resident alongside the waiting kernels.
+
+    ``t`` (``n`` elements), ``inbox``, ``headers``, ``requests``, ``counted`` and ``mode`` as given
+    to that kernel, ``inbox_offset``: ``inbox``'s heap offset in elements (the other tensor's heap
+    offset is in the request, or in the offer's record, of program 0). Tiles of ``DIRECT_BLOCK``
+    elements, a grid-stride loop. Granularity: per program; plain loads and stores (the waits of the
+    kernel before ordered them: it acquired the peer's request or offer).
+    """
+    heap_bases = context + HEAP_BASES_C
+    how = tl.load(mode)
+    if SEND:
+        if how == PUSH:
+            delta = tl.load(requests + OFFSET, volatile=True) - inbox_offset  # the receiver's tensor from inbox
+            if delta % VECTOR == 0:  # the usual case: said so, the copy moves vectors
+                _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, True, DIRECT_BLOCK)
+            else:
+                _direct(t, inbox + delta, n, rank, peer, heap_bases, True, DIRECT_BLOCK)
+    else:
+        if how == PULL:
+            c0 = tl.load(counted) - stop  # program 0's unit of the offer (its count moved past it)
+            record = headers + ((c0 % slots) * programs) * RECORD
+            delta = tl.load(record + OFFSET, volatile=True) - inbox_offset  # the sender's tensor from inbox
+            if delta % VECTOR == 0:
+                _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, False, DIRECT_BLOCK)
+            else:
+                _direct(t, inbox + delta, n, rank, peer, heap_bases, False, DIRECT_BLOCK)
+
+
+@triton.jit
+def _direct(t, there, n, rank, peer, heap_bases, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+    # The copy between this rank's ``t`` and the peer's ``there`` (this rank's address of it), a
+    # grid-stride loop over tiles: a put (``SEND``) or a get.
+    for i in range(tl.program_id(0), tl.cdiv(n, DIRECT_BLOCK), tl.num_programs(0)):
+        offsets = i * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
+        if SEND:
+            put(t + offsets, there + offsets, rank, peer, heap_bases, mask=offsets < n)
+        else:
+            get(there + offsets, t + offsets, peer, rank, heap_bases, mask=offsets < n)
+
+@triton.jit(do_not_specialize=["units", "first", "stop", "peer", "tag", "rank"])
+def direct_done_kernel(context, ready, credit, counted, mode, units, first, stop, peer, tag, rank, SEND: tl.constexpr):
+    """After :func:`direct_copy_kernel` (or alone, for a later step of a large send), on the same
+    stream, with the grid of the large kernel before it: program ``p`` and the peer's program ``p``.
+    In the step that holds the rendezvous (``first == 0``), a push (``SEND``) signals the receiver's
+    ``ready`` with the message's other units, and the receiver waits for them; after a pull or a
+    push the receiver credits the sender (``credit``: its) with every unit (a pulled tensor is free
+    again); in a pulled send's last step (``stop == units``), the sender waits for that credit
+    before its tensor may change. ``ready``, ``credit``, ``counted`` and
+    ``mode`` as given to the large kernel. Per program: a CTA barrier, then release at system scope
+    for a signal (the copy kernel ended before this one began); acquire at system scope for the wait.
+    A kernel of its own, not the large kernel's end: under the interpreter a launch's programs run
+    one after another, and a program waiting there would hold back the next one's offer or request."""
+    heap_bases = context + HEAP_BASES_C
+    p = tl.program_id(0)
+    how = tl.load(mode + p)
+    rendezvous = (first == 0) & (stop > 0)
+    if SEND:
+        if (how == PUSH) & rendezvous:
+            signal(ready + p, rank, peer, heap_bases, amount=units - 1)
+        if (how == PULL) & (stop == units):  # the receiver has read the tensor: it may change once this returns
+            c0 = tl.load(counted + p) - stop  # this program's unit of the offer
+            wait_at_least(credit + p, c0 + units, SEND_CALL, "done", rank, peer, tag, heap_bases)
+    else:
+        if (how == PUSH) & rendezvous:  # the sender stores into out: wait for its other units
+            c0 = tl.load(counted + p) - stop
+            wait_at_least(ready + p, c0 + units, RECV_CALL, "ready", rank, peer, tag, heap_bases)
+        if ((how == PULL) | (how == PUSH)) & rendezvous:
+            signal(credit + p, rank, peer, heap_bases, amount=units)
 
 @triton.constexpr_function
 def _raise_mismatch(rank, peer, tag, sent, expected):
