@@ -1414,9 +1414,10 @@ def scenario_cuda_graph(ctx):
                 work.wait()
             # large messages wait for their receiver: ordered as docs/ccl.md says for GPUs whose
             # hardware queues the side streams may share (many MPS clients, as in the GPU suite)
-            sends = lambda: [ccl.isend(ctx, big_x, nxt, tag=0), ccl.isend(ctx, big_y, nxt, tag=1)]
-            recvs = lambda: [ccl.irecv(ctx, big_q, prev, tag=0), ccl.irecv(ctx, big_p, prev, tag=1)]
-            for work in (sends() + recvs() if r % 2 == 0 else recvs() + sends()):  # pulled, pushed
+            calls = [(ccl.isend, big_x, nxt, 0), (ccl.isend, big_y, nxt, 1),  # pulled, pushed
+                     (ccl.irecv, big_q, prev, 0), (ccl.irecv, big_p, prev, 1)]
+            first = 2 * (r % 2)  # odd ranks: the receives first
+            for work in [call(ctx, t, peer, tag=tag) for call, t, peer, tag in calls[first:] + calls[:first]]:
                 work.wait()
 
     def fill(k):

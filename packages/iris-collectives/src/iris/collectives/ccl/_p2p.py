@@ -315,10 +315,8 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
         offset = ctx.offset_of(tensor) // esize if ctx.is_symmetric(tensor) else -1
         inbox_offset = ctx.offset_of(inbox) // esize
         kernel = send_large_kernel if direction == "send" else recv_large_kernel
-        direct_block = block
         most = ctx.get_cu_count() * DIRECT_PROGRAMS_PER_SM if ctx.device.type == "cuda" else s.grid
-        copy_grid = max(1, min(-(-n // direct_block), most))
-        direct_constexprs = dict(SEND=direction == "send")
+        copy_grid = max(1, min(-(-n // block), most))
 
     def args(t, first, stop, post=1):
         if not large:
@@ -332,7 +330,7 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
     cfg = Config(num_warps=s.num_warps)
     run = _launch.launcher(ctx, ws, kernel, grid, grid, cfg, args(tensor, 0, units), constexprs, fixed_grid=grid)
     # a large message's single copy, then its signal to the peer (both no-ops where it moves otherwise)
-    direct = []
+    copy_run = done_run = None
     if large:
         def copy_args(t, stop):
             return (context, t, inbox, headers, requests, counted, mode, n, s.slots, s.grid, stop, inbox_offset, peer,
@@ -341,27 +339,28 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
         def done_args(t, first, stop):
             return (context, ready, credit, counted, mode, units, first, stop, peer, tag, me)
 
-        direct = [_launch.launcher(ctx, ws, direct_copy_kernel, copy_grid, copy_grid, cfg, copy_args(tensor, units),
-                                   dict(direct_constexprs, DIRECT_BLOCK=direct_block), fixed_grid=copy_grid),
-                  _launch.launcher(ctx, ws, direct_done_kernel, grid, grid, cfg, done_args(tensor, 0, units),
-                                   direct_constexprs, fixed_grid=grid)]
+        send_side = dict(SEND=direction == "send")
+        copy_run = _launch.launcher(ctx, ws, direct_copy_kernel, copy_grid, copy_grid, cfg, copy_args(tensor, units),
+                                    dict(send_side, DIRECT_BLOCK=block), fixed_grid=copy_grid)
+        done_run = _launch.launcher(ctx, ws, direct_done_kernel, grid, grid, cfg, done_args(tensor, 0, units),
+                                    send_side, fixed_grid=grid)
 
     def launch(t, first, stop, post=1):
         try:
             run(*args(t, first, stop, post))
-            if direct and first == 0 and stop > 0:  # the step that holds the rendezvous: the copy
-                direct[0](*copy_args(t, stop))
-            if direct and ((first == 0 and stop > 0) or stop == units):  # and its signal; a pull's last wait
-                direct[1](*done_args(t, first, stop))
+            if large and first == 0 and stop > 0:  # the step that holds the rendezvous: the copy
+                copy_run(*copy_args(t, stop))
+            if large and ((first == 0 and stop > 0) or stop == units):  # and its signal; a pull's last wait
+                done_run(*done_args(t, first, stop))
         except Exception as exc:
             _raise_iris_error_within(exc)
             raise
 
+    steps = (run, copy_run, done_run) if large else (run,)
+
     def plan(t, first=0, stop=units):
-        fast = run.fast
-        if fast is not None and first == 0 and stop == units and all(step.fast is not None for step in direct):
-            fast(t, t)  # the whole message: every argument fixed by the key
-            for step in direct:
+        if first == 0 and stop == units and all(step.fast is not None for step in steps):
+            for step in steps:  # the whole message: every argument fixed by the key
                 step.fast(t, t)
             return
         # a large receive's steps of a batch (cpu backend) post no request: plan.post did, before them
@@ -467,25 +466,24 @@ def _start_all(items) -> list[Work]:
             plan(tensor)  # the interpreter runs the kernel now
         return [Work() for _ in items]
     device = items[0][0].device
-    sides = []
+    sides = []  # per item: its context's streams and its side stream
     for ctx, channel, _, _ in items:
         streams = _STREAMS.get(ctx)
         if streams is None:
             streams = _STREAMS[ctx] = _Streams()
         if channel not in streams.streams:
             streams.streams[channel] = torch.cuda.Stream(ctx.device)
-        sides.append(streams)
+        sides.append((streams, streams.streams[channel]))
     produced = torch.cuda.Event()
     produced.record(torch.cuda.current_stream(device))  # the tensors' producers, once for the batch
-    for streams, (_, channel, _, _) in zip(sides, items):
-        streams.streams[channel].wait_event(produced)
-    for streams, (_, channel, tensor, plan) in zip(sides, items):
-        with torch.cuda.stream(streams.streams[channel]):
+    for _, side in sides:
+        side.wait_event(produced)
+    for (_, side), (_, _, tensor, plan) in zip(sides, items):
+        with torch.cuda.stream(side):
             plan(tensor)
     capturing = torch.cuda.is_current_stream_capturing()
     works = []
-    for streams, (_, channel, tensor, _) in zip(sides, items):
-        side = streams.streams[channel]
+    for (streams, side), (_, channel, tensor, _) in zip(sides, items):
         if not capturing:
             tensor.record_stream(side)  # the caching allocator keeps it until the side stream is past it
         event = torch.cuda.Event()

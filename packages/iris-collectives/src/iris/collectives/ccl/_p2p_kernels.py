@@ -325,23 +325,19 @@ def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, n, s
     """
     heap_bases = context + HEAP_BASES_C
     how = tl.load(mode)
-    if SEND:
-        if how == PUSH:
-            delta = tl.load(requests + OFFSET, volatile=True) - inbox_offset  # the receiver's tensor from inbox
-            if delta % VECTOR == 0:  # the usual case: said so, the copy moves vectors
-                _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, True, DIRECT_BLOCK)
-            else:
-                _direct(t, inbox + delta, n, rank, peer, heap_bases, True, DIRECT_BLOCK)
-    else:
-        if how == PULL:
-            c0 = tl.load(counted) - stop  # program 0's unit of the offer (its count moved past it)
-            record = headers + ((c0 % slots) * programs) * RECORD
-            delta = tl.load(record + OFFSET, volatile=True) - inbox_offset  # the sender's tensor from inbox
-            if delta % VECTOR == 0:
-                _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, False, DIRECT_BLOCK)
-            else:
-                _direct(t, inbox + delta, n, rank, peer, heap_bases, False, DIRECT_BLOCK)
-
+    if SEND:  # the receiver's tensor: its heap offset in the request
+        moving = how == PUSH
+        offset_at = requests + OFFSET
+    else:  # the sender's: in the offer's record, program 0's unit (its count moved past it)
+        moving = how == PULL
+        c0 = tl.load(counted) - stop
+        offset_at = headers + ((c0 % slots) * programs) * RECORD + OFFSET
+    if moving:
+        delta = tl.load(offset_at, volatile=True) - inbox_offset  # the other tensor, from inbox
+        if delta % VECTOR == 0:  # the usual case: said so, the copy moves vectors
+            _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, SEND, DIRECT_BLOCK)
+        else:
+            _direct(t, inbox + delta, n, rank, peer, heap_bases, SEND, DIRECT_BLOCK)
 
 @triton.jit
 def _direct(t, there, n, rank, peer, heap_bases, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
