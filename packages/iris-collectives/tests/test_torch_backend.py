@@ -63,6 +63,20 @@ def test_backend_under_mpirun(nranks):
     check_run(proc, nranks, "mpi")
 
 
+@pytest.mark.multirank
+@pytest.mark.once
+@pytest.mark.skipif(ON_GPU, reason="on the GPU every scenario runs at each of IRIS_TEST_WORLD_SIZES (2 and 4)")
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_sub_groups_of_four_ranks(launcher):
+    # tensor x data parallel groups (2 x 2) need 4 ranks; the launches above run at 2 (groups of one)
+    run = run_torchrun if launcher == "torchrun" else run_ranks
+    proc = run(4, WORKER, "iris", "sub_groups", "new_group", timeout=600, env=ENV)
+    out = proc.stdout + proc.stderr
+    assert re.findall(r"^PASS (\w+) \(", proc.stdout, re.M) == ["sub_groups", "new_group"], out
+    assert "CHECK sub-groups tp 2 dp 2 ddp bit-identical" in proc.stdout, out
+    assert f", 4 ranks, cpu, {'torch' if launcher == 'torchrun' else 'mpi'})" in proc.stdout, out
+
+
 # --- pieces, no launch ----------------------------------------------------------------------------------
 
 def test_heap_size_from_options_and_environment(monkeypatch):
@@ -109,7 +123,7 @@ def test_any_dtype_moves_as_words():
         assert torch.equal(back, t)
 
 
-def test_registered_once_and_subgroups_refused(monkeypatch):
+def test_registered_once_and_groups_of_some_ranks_know_their_members(monkeypatch):
     assert "IRIS" in dist.Backend._plugins and dist.Backend.IRIS == "iris"
     idist.register()  # again: nothing happens (older torch raised on a second registration)
     assert dist.Backend.backend_capability["iris"] == ["cpu", "cuda"]
@@ -120,11 +134,17 @@ def test_registered_once_and_subgroups_refused(monkeypatch):
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
-    expect_error(lambda: _backend.create(BackendOptions(), None), IrisUnsupportedError,
-                 "new_group(ranks=[0, 2], backend='iris')", "sub-groups", "backend='gloo'")
+    some = _backend.create(BackendOptions(), None)
+    assert isinstance(some, idist.IrisProcessGroup) and some._members == (0, 2) and some.size() == 2
+    # its context is made over the members through the group's store: without one, a clear error
+    expect_error(lambda: _context.make_member_context(None, (0, 2), 0, None, None, "call"), IrisUsageError,
+                 "ranks [0, 2]", "no store")
     BackendOptions.global_ranks_in_group = [0, 1, 2, 3]
     group = _backend.create(BackendOptions(), idist.Options(heap_size=1 << 20))
     assert isinstance(group, idist.IrisProcessGroup) and group.size() == 2 and group.getBackendName() == "iris"
+    assert group._members is None  # all ranks: the default group's context
+    group._set_group_name("7")  # torch names it; destroy_process_group(group) reads it back
+    assert group.group_name == "7"
 
 
 def test_rendezvous_from_mpi_only_when_an_mpi_launcher_left_it_out():

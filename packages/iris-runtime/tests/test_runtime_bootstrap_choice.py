@@ -143,3 +143,20 @@ def test_mpi4py_of_another_mpi_is_an_error():
     assert proc.returncode == 0, out
     assert "RAISED iris.runtime.iris(): mpi4py's MPI (" in proc.stdout, out
     assert "sees a world of 1, but the launcher set" in proc.stdout and "=4: mpi4py was built for" in proc.stdout, out
+
+
+def test_a_gloo_group_made_by_hand_is_the_torch_bootstrap_of_its_ranks():
+    # what the iris backend of torch.distributed passes for a group of some of the ranks (torch made
+    # it on them alone): the context's ranks and host collectives are the group's
+    import datetime
+
+    import torch.distributed as dist
+
+    group = dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30))
+    with pytest.raises(IrisUsageError, match=r"comm=.*bootstrap='mpi'\): comm is a torch.distributed process group"):
+        iris.runtime.iris(heap_size=1 << 20, comm=group, bootstrap="mpi")
+    with iris.runtime.iris(heap_size=1 << 20, comm=group) as ctx:
+        assert (ctx.rank, ctx.world_size, ctx.bootstrap) == (0, 1, "torch") and ctx.process_group is group
+        assert ctx.comm.allgather({"x": [1, 2]}) == [{"x": [1, 2]}] and ctx.comm.bcast("b") == "b"
+        assert ctx.comm.gather(3) == [3] and ctx.comm.allreduce(5, "max") == 5
+        assert ctx.zeros(4).sum().item() == 0

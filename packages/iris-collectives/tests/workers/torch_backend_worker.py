@@ -382,12 +382,15 @@ def scenario_new_group(ctx):
     dist.all_reduce(t, group=group, op=dist.ReduceOp.MAX)
     same(t, torch.full((8,), float(W - 1)), "new_group all ranks")
     if W > 1:
-        # a strict subset: the ranks in it raise (torch does not ask the others), naming what is missing
+        # some of the ranks: torch makes the group on them alone (the others get NON_GROUP_MEMBER)
+        alone = dist.new_group(ranks=[0], backend="iris")
         if r == 0:
-            expect_error(lambda: dist.new_group(ranks=[0], backend="iris"), IrisUnsupportedError, "sub-groups",
-                         "backend='gloo'")
+            t = torch.full((4,), 3.0, device=dev)
+            dist.all_reduce(t, group=alone)
+            same(t, torch.full((4,), 3.0, device=dev), "new_group of rank 0 alone")
+            assert idist.context_of(alone).world_size == 1
         else:
-            assert dist.new_group(ranks=[0], backend="iris") == dist.GroupMember.NON_GROUP_MEMBER
+            assert alone == dist.GroupMember.NON_GROUP_MEMBER
     expect_error(lambda: dist.new_group(backend="iris", pg_options=object()), IrisUsageError, "pg_options must be")
     # ccl calls on the context of the group interleave with the group's calls
     from iris.collectives import ccl
@@ -586,6 +589,98 @@ def scenario_ddp(ctx):
         assert all(row == everyone[0] for row in everyone), "DDP parameters differ between ranks"
     if r == 0:
         print(f"CHECK ddp {'bit-identical' if exact else 'close'} to gloo", flush=True)
+
+
+def scenario_sub_groups(ctx):
+    """Groups of some of the ranks, as a tensor x data parallel program makes them: every rank
+    calls new_group for every group in the same order (torch's rule), each rank runs collectives
+    on its two groups and on the default group, interleaved; point to point inside a group (ranks
+    named as torch names them, by their default-group rank); DDP over the data-parallel group
+    against DDP over a gloo group of the same ranks; destroying a group closes its context.
+    ``tp`` ranks per tensor-parallel group: 2 from 4 ranks, else 1 (groups of one rank)."""
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    from iris.collectives import ccl
+
+    tp = 2 if W >= 4 and W % 2 == 0 else 1
+    tp_lists = [list(range(start, start + tp)) for start in range(0, W, tp)]
+    dp_lists = [list(range(first, W, tp)) for first in range(tp)]
+    heap = 8 << 20
+    tp_groups = [dist.new_group(ranks, backend="iris", pg_options=idist.Options(heap_size=heap))
+                 for ranks in tp_lists]
+    dp_groups = [dist.new_group(ranks, backend="iris") for ranks in dp_lists]
+    gloo_dp = [dist.new_group(ranks, backend="gloo") for ranks in dp_lists]
+    my_tp, my_dp = tp_lists[r // tp], dp_lists[r % tp]
+    tp_group, dp_group, dp_gloo = tp_groups[r // tp], dp_groups[r % tp], gloo_dp[r % tp]
+    for k, group in enumerate(tp_groups):  # non-members hold no group
+        assert (group == dist.GroupMember.NON_GROUP_MEMBER) == (k != r // tp)
+    for group, members in ((tp_group, my_tp), (dp_group, my_dp)):
+        if len(members) == W:
+            assert idist.context_of(group) is ctx, "a group of all ranks shares the default group's context"
+            continue
+        own = idist.context_of(group)
+        assert (own.rank, own.world_size) == (members.index(r), len(members)), (own, members)
+        assert own is not ctx and own.device == dev
+    if tp < W:
+        assert idist.context_of(tp_group).heap_size == heap  # the group's Options
+    for step in range(2):  # twice: the cached plans of every group
+        t = torch.full((1000,), float(r + step), device=dev)
+        dist.all_reduce(t, group=tp_group)
+        same(t, torch.full((1000,), float(sum(m + step for m in my_tp)), device=dev), f"tp all_reduce {step}")
+        gathered = torch.empty(len(my_dp) * 6, device=dev)
+        dist.all_gather_into_tensor(gathered, pattern((6,), r, torch.float32, dev, seed=step), group=dp_group)
+        same(gathered, torch.cat([pattern((6,), m, torch.float32, dev, seed=step) for m in my_dp]),
+             f"dp all_gather {step}")
+        whole = torch.full((8,), 1.0, device=dev)
+        dist.all_reduce(whole)  # the default group between the groups' calls
+        same(whole, torch.full((8,), float(W), device=dev), f"world all_reduce {step}")
+        x = pattern((len(my_dp) * 4,), r, torch.float32, dev, seed=step)
+        out = torch.empty(4, device=dev)
+        dist.reduce_scatter_tensor(out, x, group=dp_group)
+        part = my_dp.index(r)
+        expected = sum(pattern((len(my_dp) * 4,), m, torch.float32, dev, seed=step) for m in my_dp)
+        same(out, expected[part * 4:(part + 1) * 4], f"dp reduce_scatter {step}")
+        b = torch.full((5,), float(r), device=dev)
+        dist.broadcast(b, src=my_tp[-1], group=tp_group)  # src: a default-group rank, as torch takes it
+        same(b, torch.full((5,), float(my_tp[-1]), device=dev), f"tp broadcast {step}")
+    if len(my_dp) > 1:
+        # point to point on the group's context: torch turns the default-group ranks into group ranks
+        ccl.init_p2p(idist.context_of(dp_group))
+        after, before = my_dp[(my_dp.index(r) + 1) % len(my_dp)], my_dp[my_dp.index(r) - 1]
+        got = torch.empty(300, device=dev)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((300,), float(r), device=dev), after,
+                                                   dp_group),
+                                        dist.P2POp(dist.irecv, got, before, dp_group)])
+        for work in works:
+            work.wait()
+        same(got, torch.full((300,), float(before), device=dev), "dp ring exchange")
+    # DDP over the data-parallel group: the same parameters as over gloo's group of those ranks
+    results = []
+    for group in (dp_group, dp_gloo):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+        with torch.no_grad():
+            for k, p in enumerate(model.parameters()):
+                p.copy_(torch.round(torch.randn(p.shape) * 4) / 8 + k / 16)
+        model = model.to(dev)
+        inputs = [pattern((4, 6), r, torch.float32, dev, seed=s) / 4 for s in range(2)]
+        targets = [pattern((4, 3), r + 1, torch.float32, dev, seed=s) / 2 for s in range(2)]
+        results.append(_train(model, group, inputs, targets, 2, dev))
+    exact = len(my_dp) & (len(my_dp) - 1) == 0 and dev.type != "cuda"
+    for k, (a, b) in enumerate(zip(*results)):
+        if exact:
+            assert torch.equal(a.cpu(), b.cpu()), f"DDP over the dp group, parameter {k}: iris {a} != gloo {b}"
+        else:
+            assert torch.allclose(a.cpu(), b.cpu(), rtol=1e-6, atol=1e-7), f"DDP over the dp group, parameter {k}"
+    # destroying a group closes its own context (collective over its members), and the default
+    # group's context stays open
+    owned = [idist.context_of(g) for g, members in ((tp_group, my_tp), (dp_group, my_dp)) if len(members) < W]
+    for groups in (tp_groups, dp_groups):
+        for group in groups:
+            if group != dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(group)
+    assert all(c._closed for c in owned) and not ctx._closed
+    if r == 0:
+        print(f"CHECK sub-groups tp {tp} dp {len(my_dp)} ddp {'bit-identical' if exact else 'close'}", flush=True)
 
 
 # --- the run --------------------------------------------------------------------------------------------

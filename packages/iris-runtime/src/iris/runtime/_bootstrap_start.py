@@ -14,6 +14,7 @@ import torch
 
 from . import _launcher
 from ._bootstrap import Bootstrap, install_abort_on_exception
+from ._errors import IrisUsageError
 
 
 def group_initialised() -> bool:
@@ -24,12 +25,26 @@ def group_initialised() -> bool:
 
 def start_bootstrap(requested: str | None = None, comm=None, backend: str = "cpu") -> Bootstrap:
     """The bootstrap of this process: ``requested`` is ``"auto"``, ``"mpi"`` or ``"torch"``
-    (None reads ``IRIS_BOOTSTRAP``, default auto); ``comm`` an mpi4py communicator (MPI only);
+    (None reads ``IRIS_BOOTSTRAP``, default auto); ``comm`` an mpi4py communicator (MPI), or a
+    gloo process group of some of the ranks that the program made by hand (torch: ranks and host
+    collectives are the group's, :class:`~._bootstrap_torch.GroupBootstrap`);
     ``backend`` the Iris backend (which torch backend a default group made here gets).
     Collective. Installs :func:`~._bootstrap.install_abort_on_exception` when there are several
     ranks."""
     if requested is None:
         requested = os.environ.get("IRIS_BOOTSTRAP", "auto")
+    if is_torch_group(comm):
+        _launcher.check_request(requested, False)
+        if requested == "mpi":
+            raise IrisUsageError(
+                f"iris.runtime.iris(comm={comm!r}, bootstrap='mpi'): comm is a torch.distributed process group, "
+                f"which the MPI bootstrap does not use; pass bootstrap='torch' (or 'auto'), or an mpi4py communicator")
+        from ._bootstrap_torch import GroupBootstrap
+
+        boot = GroupBootstrap.over(comm)
+        if boot.world_size > 1:
+            install_abort_on_exception(boot)
+        return boot
     kind = _launcher.choose_bootstrap(requested, os.environ, group_initialised(), comm is not None)
     if kind == "torch":
         from ._bootstrap_torch import TorchBootstrap
@@ -42,3 +57,14 @@ def start_bootstrap(requested: str | None = None, comm=None, backend: str = "cpu
     if boot.world_size > 1:
         install_abort_on_exception(boot)
     return boot
+
+
+def is_torch_group(comm) -> bool:
+    """Whether ``comm`` is a torch.distributed process group or backend object (not an mpi4py
+    communicator)."""
+    if comm is None or not torch.distributed.is_available():
+        return False
+    c10d = torch.distributed
+    kinds = tuple(k for k in (getattr(c10d, "ProcessGroup", None), getattr(torch._C._distributed_c10d, "Backend", None))
+                  if isinstance(k, type))
+    return isinstance(comm, kinds)

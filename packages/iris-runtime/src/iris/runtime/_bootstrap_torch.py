@@ -27,6 +27,7 @@ import functools
 import gc
 import operator
 import os
+import pickle
 import socket
 import sys
 
@@ -110,16 +111,20 @@ class TorchBootstrap(Bootstrap):
         dist = _dist()
         self._group = group
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        # Ranks of one host share a node, like MPI's COMM_TYPE_SHARED split; torchrun numbers
-        # them consecutively, so local_rank equals its LOCAL_RANK (checked below).
-        hosts = self.allgather(socket.gethostname())
-        self._node_ranks = [r for r, host in enumerate(hosts) if host == hosts[self.rank]]
-        self.local_rank, self.local_size = self._node_ranks.index(self.rank), len(self._node_ranks)
-        self.num_nodes = len(set(hosts))
+        hosts = self._find_node()
+        # torchrun numbers the ranks of a host consecutively, so local_rank equals its LOCAL_RANK
         announced = os.environ.get("LOCAL_RANK")
         if announced is not None and announced != str(self.local_rank):
             logger.warning("LOCAL_RANK=%s but rank %d is local rank %d among the ranks on host %s; Iris uses %d",
                            announced, self.rank, self.local_rank, hosts[self.rank], self.local_rank)
+
+    def _find_node(self) -> list:
+        # Ranks of one host share a node, like MPI's COMM_TYPE_SHARED split. Returns every rank's host.
+        hosts = self.allgather(socket.gethostname())
+        self._node_ranks = [r for r, host in enumerate(hosts) if host == hosts[self.rank]]
+        self.local_rank, self.local_size = self._node_ranks.index(self.rank), len(self._node_ranks)
+        self.num_nodes = len(set(hosts))
+        return hosts
 
     @classmethod
     def start(cls, backend: str = "cpu") -> TorchBootstrap:
@@ -182,3 +187,52 @@ class TorchBootstrap(Bootstrap):
 
     def __repr__(self) -> str:
         return f"TorchBootstrap(rank={self.rank}, world_size={self.world_size}, gloo group)"
+
+
+class GroupBootstrap(TorchBootstrap):
+    """Host collectives over a gloo process group of some of the job's ranks that the program made
+    by hand (``dist.ProcessGroupGloo(store, rank, size, timeout)``, which torch.distributed does
+    not list: its object collectives cannot take it), e.g. the members of a group that torch made
+    on them alone. Ranks are the group's; objects travel as pickled bytes through the group's
+    own tensor collectives. Made by ``iris.runtime.iris(comm=group)``."""
+
+    def __init__(self, group):
+        self._group = group
+        self.rank, self.world_size = group.rank(), group.size()
+        self._find_node()
+
+    @classmethod
+    def over(cls, group) -> GroupBootstrap:
+        return cls(group)
+
+    @property
+    def process_group(self):
+        return self._group
+
+    def _allgather_bytes(self, data: bytes) -> list[bytes]:
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        sizes = [torch.empty_like(size) for _ in range(self.world_size)]
+        self._group.allgather([sizes], [size]).wait()
+        longest = max(int(s) for s in sizes)
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else mine[:0]
+        rows = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
+        self._group.allgather([rows], [mine]).wait()
+        return [row[:int(n)].numpy().tobytes() for row, n in zip(rows, sizes)]
+
+    def allgather(self, obj) -> list:
+        return [pickle.loads(b) for b in self._allgather_bytes(pickle.dumps(obj))]
+
+    def gather(self, obj, root: int = 0) -> list | None:
+        # host objects are few and small: an allgather, kept on the root
+        everyone = self.allgather(obj)
+        return everyone if self.rank == root else None
+
+    def bcast(self, obj, root: int = 0):
+        return self.allgather(obj if self.rank == root else None)[root]
+
+    def barrier(self) -> None:
+        self._group.barrier().wait()
+
+    def __repr__(self) -> str:
+        return f"GroupBootstrap(rank={self.rank}, world_size={self.world_size}, gloo group of some ranks)"

@@ -512,7 +512,9 @@ def iris(heap_size: int = DEFAULT_HEAP_SIZE, backend: str | None = None, **optio
     ``bootstrap`` (how the ranks find each other: ``"auto"``, the default, or ``IRIS_BOOTSTRAP``,
     uses torch.distributed when a default process group exists or torchrun started the process,
     MPI under an MPI launcher, else a world of one; ``"mpi"``; ``"torch"``), ``comm`` (an mpi4py
-    communicator, MPI only), ``verify`` (check allocation order at each barrier), ``log_level``,
+    communicator, for MPI; or a gloo process group of some of the ranks made by hand,
+    ``dist.ProcessGroupGloo(store, rank, size, timeout)``, for torch: the context's ranks are the
+    group's), ``verify`` (check allocation order at each barrier), ``log_level``,
     ``timeout_s`` (the watchdog's bound on every wait of iris.collectives and every host
     collective of the context, in seconds: default ``IRIS_TIMEOUT_S`` or 60; 0 switches it off).
     When a wait runs out, the ranks print what they waited for and the job ends (``MPI_Abort``;

@@ -15,16 +15,20 @@ the group's first call (heap size: ``pg_options=Options(heap_size=...)`` or
 
 - ``all_reduce`` (SUM, AVG, MAX, MIN, PRODUCT), ``all_gather`` and ``all_gather_into_tensor``,
   ``reduce_scatter`` and ``reduce_scatter_tensor``, ``broadcast``, ``all_to_all_single`` and
-  ``all_to_all`` with equal splits, ``barrier``; the coalesced forms, one call per tensor;
+  ``all_to_all`` with equal splits, ``all_to_all_single`` with split sizes, ``reduce``,
+  ``gather``, ``scatter``, ``send``/``recv`` (after ``ccl.init_p2p`` on the group's context),
+  ``barrier``; the coalesced forms, one call per tensor;
 - works complete on the stream (``async_op=True`` returns one; ``wait()`` orders the current
   stream after the call), ``get_future()`` for DDP, CUDA graphs of the calls after a first call;
-- ``DistributedDataParallel`` all-reduces its gradient buckets with ``ccl.all_reduce``.
+- ``DistributedDataParallel`` all-reduces its gradient buckets with ``ccl.all_reduce``;
+- ``new_group(ranks=[...])`` of some of the ranks: each such group runs on a context of its
+  members (made over them alone: torch calls the backend on the members only).
 
 Not here yet, each raising :class:`iris.runtime.IrisUnsupportedError` that says so (or, with
-``"cuda:iris,cpu:gloo"``, done by gloo for CPU tensors): all-to-all with uneven splits,
-``send``/``recv``, ``reduce``/``gather``/``scatter``, bitwise reductions, groups of some of the
-ranks (``new_group(ranks=[...])``; a group of all ranks works). docs/torch-backend.md has the
-details.
+``"cuda:iris,cpu:gloo"``, done by gloo for CPU tensors): the list form of ``all_to_all`` with
+tensors of different sizes (``all_to_all_single`` with split sizes works), ``recv`` from any
+source, bitwise reductions and ``PREMUL_SUM``, reductions of dtypes ``ccl`` does not reduce.
+docs/torch-backend.md has the details.
 
 Why a module of iris-collectives and not a package of its own: it is a thin adapter over
 ``ccl`` (like ``functional`` and ``nn``) that needs nothing ccl does not already need, and it is

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from iris.runtime import IrisUnsupportedError
-
 from ._context import check_options
 from ._group import BACKEND, IrisProcessGroup
 
@@ -15,19 +13,13 @@ def create(backend_options, pg_options):
     """Make the process group of the ``iris`` backend that torch asks for (``init_process_group``,
     ``new_group``): ``backend_options`` is torch's ``_DistributedBackendOptions`` (store, group
     rank and size, timeout, the global ranks of a sub-group), ``pg_options`` what the program
-    passed as ``pg_options`` (None or an :class:`Options`). A strict subset of the ranks raises
-    on the ranks in it (torch does not call here on the others): sub-groups are not in
-    iris.collectives yet."""
+    passed as ``pg_options`` (None or an :class:`Options`). A group of some of the ranks (torch
+    calls here on those ranks only) runs on a context of its members (:mod:`._context`)."""
     options = check_options(pg_options)
-    ranks = list(backend_options.global_ranks_in_group)
-    if ranks and dist.is_initialized() and ranks != list(range(dist.get_world_size())):
-        raise IrisUnsupportedError(
-            f"torch.distributed.new_group(ranks={ranks}, backend='iris'): a group of some of the ranks needs "
-            f"sub-groups, which iris.collectives does not have yet (another change adds them); make this group "
-            f"with backend='gloo' (or 'nccl' with one rank per GPU), or a group of all {dist.get_world_size()} "
-            f"ranks with backend='iris'")
+    ranks = tuple(backend_options.global_ranks_in_group)
+    some = bool(ranks) and dist.is_initialized() and ranks != tuple(range(dist.get_world_size()))
     return IrisProcessGroup(backend_options.group_rank, backend_options.group_size, options, backend_options.store,
-                            backend_options.timeout)
+                            backend_options.timeout, members=ranks if some else None)
 
 
 def register() -> None:

@@ -21,6 +21,7 @@ import os
 import re
 
 import torch
+import torch.distributed as dist
 
 import iris.runtime
 from iris.runtime import IrisBootstrapError, IrisUsageError
@@ -82,28 +83,34 @@ def bootstrap_choice() -> str | None:
     through torch.distributed (the default group); ``IRIS_BOOTSTRAP``, when set, decides."""
     if os.environ.get("IRIS_BOOTSTRAP"):
         return None
+    return _launched_by()
+
+
+def _launched_by() -> str:
     if _rendezvous.FILLED_FROM_MPI or (_rendezvous._launcher.mpi_launched(os.environ)
                                        and not _rendezvous._launcher.torchrun_launched(os.environ)):
         return "mpi"
     return "torch"
 
 
-def make_context(options: Options | None, rank: int, size: int, call: str):
+def make_context(options: Options | None, rank: int, size: int, call: str, members: tuple | None = None,
+                 store=None, timeout=None):
     """The context of a group of ranks ``rank`` of ``size`` (see the module doc); returns
-    ``(context, made_here)``. Collective when it makes one."""
+    ``(context, made_here)``. Collective when it makes one. ``members``: the default group's
+    ranks of a group of some of the ranks (None for a group of all), whose context is made over
+    them alone (:func:`make_member_context`; ``store`` and ``timeout`` are the group's)."""
     if options is not None and options.context is not None:
         ctx, made = options.context, False
+    elif members is not None:
+        _refuse_capture(call)
+        ctx, made = make_member_context(options, members, rank, store, timeout, call), True
     else:
         ctx = _made[0]
         if ctx is not None and (getattr(ctx, "_closed", True) or ctx.world_size != size):
             ctx = None
         made = ctx is None
         if made:
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                raise IrisUsageError(
-                    f"{call}: the iris backend's first call on a group makes its Iris context (a heap, shared "
-                    f"with the peers), which cannot happen while a CUDA graph is captured; make one call (or "
-                    f"iris.collectives.distributed.context_of(group)) before the capture")
+            _refuse_capture(call)
             ctx = iris.runtime.iris(heap_size=heap_size_of(options), bootstrap=bootstrap_choice())
             _made[0] = ctx
     if not hasattr(ctx, "get_device_context") or getattr(ctx, "_closed", False):
@@ -116,6 +123,48 @@ def make_context(options: Options | None, rank: int, size: int, call: str):
             f"torchrun or mpirun and let the backend make the context, or pass a context of the same ranks "
             f"(Options(context=...))")
     return ctx, made
+
+
+def _refuse_capture(call: str) -> None:
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise IrisUsageError(
+            f"{call}: the iris backend's first call on a group makes its Iris context (a heap, shared "
+            f"with the peers), which cannot happen while a CUDA graph is captured; make one call (or "
+            f"iris.collectives.distributed.context_of(group)) before the capture")
+
+
+def make_member_context(options: Options | None, members: tuple, rank: int, store, timeout, call: str):
+    """A new context over ``members`` alone (the default group's ranks of a group of some of the
+    ranks, in group order; this process is ``members[rank]``), collective over the members only.
+
+    Why a context of its own and not a group of the default group's context
+    (:meth:`iris.runtime.Iris.new_group`): torch calls the backend only on the ranks of a new
+    group, while a group of a context is made by every rank of the context (each reserves the
+    group's workspace, so that the heap stays symmetric). So each group of some of the ranks gets
+    a heap of its own, as each NCCL group gets a communicator of its own; its size is the group's
+    ``Options(heap_size=...)``, else ``IRIS_DIST_HEAP_SIZE``, else the runtime's default.
+
+    Under MPI the members' communicator is made with ``MPI_Comm_create_group`` (collective over
+    the members alone) from their ``MPI.COMM_WORLD`` ranks, which they exchange through the
+    group's store (torch's ranks need not be MPI's). Under torchrun the context's host
+    collectives run on a gloo group of the members made from the same store."""
+    heap_size = heap_size_of(options)
+    if store is None:
+        raise IrisUsageError(f"{call}: this group of ranks {list(members)} has no store to meet its members through")
+    choice = os.environ.get("IRIS_BOOTSTRAP") or "auto"
+    if (_launched_by() if choice == "auto" else choice) == "mpi":
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        store.set(f"iris-mpi-rank/{rank}", str(world.Get_rank()))
+        mpi_ranks = [int(store.get(f"iris-mpi-rank/{r}")) for r in range(len(members))]
+        group = world.Get_group().Incl(mpi_ranks)
+        comm = world.Create_group(group)
+        group.Free()
+        return iris.runtime.iris(heap_size=heap_size, comm=comm, bootstrap="mpi")
+    host = dist.ProcessGroupGloo(dist.PrefixStore("iris-host/", store), rank, len(members),
+                                 timeout or dist.constants.default_pg_timeout)
+    return iris.runtime.iris(heap_size=heap_size, comm=host, bootstrap="torch")
 
 
 def forget(ctx) -> None:

@@ -40,11 +40,14 @@ _GLOO_NAMES = {"all_gather_single": "_allgather_base", "reduce_scatter_single": 
 class IrisProcessGroup(dist.ProcessGroup):
     """A process group of the ``iris`` backend: ranks ``rank`` of ``size``, its Iris context made
     or adopted on the first call (:mod:`._context`). ``store`` and ``timeout`` are the group's,
-    for the gloo group that CPU tensors go to when the backend string says ``cpu:gloo``."""
+    for the gloo group that CPU tensors go to when the backend string says ``cpu:gloo`` (and, with
+    ``members``, the default group's ranks of a group of some of them, for the members' own
+    context)."""
 
-    def __init__(self, rank: int, size: int, options=None, store=None, timeout=None):
+    def __init__(self, rank: int, size: int, options=None, store=None, timeout=None, members: tuple | None = None):
         super().__init__(rank, size)
         self._options, self._store, self._timeout = options, store, timeout
+        self._members = members  # the default group's ranks of a group of some of them (else None)
         self._ctx = None  # the Iris context, from the first call on
         self._owns_ctx = False
         self._gloo = None  # gloo for CPU tensors (cpu:gloo, context on the GPU)
@@ -56,6 +59,19 @@ class IrisProcessGroup(dist.ProcessGroup):
     # --- names ---------------------------------------------------------------------------------------
     def getBackendName(self) -> str:
         return BACKEND
+
+    # torch names each group (_set_group_name) and reads the name back (.group_name) when the program
+    # destroys one group, which torch's C++ side answers from the group's registered backends; a
+    # process group written in Python registers none ("ProcessGroup name not set"): kept here too.
+    _name = None
+
+    def _set_group_name(self, name: str) -> None:
+        super()._set_group_name(name)
+        self._name = name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
 
     def __repr__(self) -> str:
         where = "no context yet" if self._ctx is None else repr(self._ctx)
@@ -70,7 +86,9 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._ctx
 
     def _setup(self, call: str) -> None:
-        ctx, made = _context.make_context(self._options, self.rank(), self.size(), call)
+        ctx, made = _context.make_context(self._options, self.rank(), self.size(), call, self._members,
+                                          None if self._store is None else dist.PrefixStore("iris-ctx/", self._store),
+                                          self._timeout)
         on_gpu = ctx.device.type == "cuda"
         try:
             config = str(dist.get_backend_config(self))
