@@ -269,6 +269,17 @@ MUTATIONS = [
              [("pytest", "packages/iris-collectives/tests/test_ccl_host.py::"
                "test_each_card_gets_its_own_table_else_one_of_its_compute_capability_else_the_fallback")],
              expect="AssertionError"),
+    Mutation("sub-context-own-gpu", "a context of some of the job's ranks binds the GPU the process has in the job",
+             [(f"{RUNTIME}/_heap_cuda.py", "local_rank, local_size = boot.node_slot()",
+               "local_rank, local_size = boot.local_rank, boot.local_size", 1)],
+             [("pytest", "packages/iris-runtime/tests/test_runtime_bootstrap_choice.py::"
+               "test_a_context_of_some_ranks_takes_the_gpu_the_process_has_in_the_job")],
+             expect="AssertionError"),
+    Mutation("torch-sub-group-shares-world", "a torch group of some of the ranks runs on a context of its members",
+             [(f"{COLL}/distributed/_backend.py", "members=ranks if some else None", "members=None", 1)],
+             [("pytest", "packages/iris-collectives/tests/test_torch_backend.py::"
+               "test_registered_once_and_groups_of_some_ranks_know_their_members")],
+             expect="AssertionError"),
     Mutation("fp32-precision-always-tf32", "fp32 inputs multiply at torch's fp32 precision by default",
              [(f"{COLL}/ops/_config.py", 'fields.setdefault("input_precision", fp32 or "tf32")',
                'fields.setdefault("input_precision", "tf32")', 1)],

@@ -160,3 +160,56 @@ def test_a_gloo_group_made_by_hand_is_the_torch_bootstrap_of_its_ranks():
         assert ctx.comm.allgather({"x": [1, 2]}) == [{"x": [1, 2]}] and ctx.comm.bcast("b") == "b"
         assert ctx.comm.gather(3) == [3] and ctx.comm.allreduce(5, "max") == 5
         assert ctx.zeros(4).sum().item() == 0
+
+
+@pytest.mark.parametrize(("env", "slot"), [
+    ({}, None),
+    ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8"}, (3, 8)),                           # torchrun
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, (1, 4)),  # Open MPI
+    ({"MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "4"}, (2, 4)),                         # Hydra
+    ({"LOCAL_RANK": "3"}, None),                                                        # half a pair
+    ({"LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "4"}, None),                               # not a place
+])
+def test_the_jobs_place_on_the_node_from_the_launcher(env, slot):
+    from iris.runtime._launcher import node_slot
+
+    assert node_slot(env) == slot
+
+
+def test_a_context_of_some_ranks_takes_the_gpu_the_process_has_in_the_job(monkeypatch):
+    # ranks 2 and 3 of 4 on a node of 4 GPUs: their context's own local ranks are 0 and 1, but their
+    # GPUs are 2 and 3, which no other rank of the job shares
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from iris.runtime import _heap_cuda
+    from iris.runtime._bootstrap_torch import GroupBootstrap
+
+    boot = GroupBootstrap(dist.ProcessGroupGloo(dist.HashStore(), 0, 1, datetime.timedelta(seconds=30)))
+    assert (boot.local_rank, boot.local_size) == (0, 1)
+    bound = []
+
+    class Runtime:
+        @staticmethod
+        def cudaSetDevice(index):
+            bound.append(index)
+            return (0,)
+
+    monkeypatch.setattr(_heap_cuda, "_cuda", lambda: (None, Runtime))
+    monkeypatch.setattr(_heap_cuda, "wait_for_device", lambda driver, index: None)
+    monkeypatch.setattr(_heap_cuda, "_check", lambda result, call: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _heap_cuda.bind_device(boot) == (torch.device("cuda", 2), 1) and bound == [2]
+    # 8 ranks on 2 GPUs: local rank 5 is on GPU 1 with 3 others of the job (ranks_on_device 4)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert _heap_cuda.bind_device(boot) == (torch.device("cuda", 1), 4)
+    # a bootstrap of the whole job keeps its own local ranks
+    boot.some_of_the_job = False
+    assert boot.node_slot() == (0, 1)

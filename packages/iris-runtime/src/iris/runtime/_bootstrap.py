@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import sys
 import traceback
 from typing import NoReturn
 
 import numpy as np
+
+from . import _launcher
 
 #: Names of the reductions :meth:`Bootstrap.allreduce` takes.
 REDUCTIONS = ("sum", "min", "max")
@@ -45,6 +48,21 @@ class Bootstrap(abc.ABC):
     local_rank: int
     local_size: int
     num_nodes: int
+
+    #: Whether the ranks are some of the job's (a context of some of them): their own local ranks
+    #: then see only each other, so the GPU is chosen by the job's place on the node (:meth:`node_slot`).
+    some_of_the_job = False
+
+    def node_slot(self) -> tuple[int, int]:
+        """This rank's (local rank, local size) among all of the job's processes on its node,
+        which decides its GPU (local rank modulo the device count) and how many processes share
+        it: the bootstrap's own, or for ranks that are some of the job's the launcher's
+        (:func:`._launcher.node_slot`) where it announced one."""
+        if self.some_of_the_job:
+            slot = _launcher.node_slot(os.environ)
+            if slot is not None:
+                return slot
+        return self.local_rank, self.local_size
 
     @property
     @abc.abstractmethod

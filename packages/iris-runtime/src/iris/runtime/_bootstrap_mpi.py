@@ -53,7 +53,9 @@ class MpiBootstrap(Bootstrap):
             library = " ".join(MPI.Get_library_version().split("\n")[0].split()) if comm.Get_size() == 1 else ""
             _launcher.check_mpi_world(comm.Get_size(), os.environ, library)
         node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-        return cls(comm, node_comm)
+        boot = cls(comm, node_comm)
+        boot.some_of_the_job = comm.Get_size() < MPI.COMM_WORLD.Get_size()
+        return boot
 
     @property
     def comm(self):

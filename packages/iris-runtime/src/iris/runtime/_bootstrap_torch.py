@@ -196,6 +196,8 @@ class GroupBootstrap(TorchBootstrap):
     on them alone. Ranks are the group's; objects travel as pickled bytes through the group's
     own tensor collectives. Made by ``iris.runtime.iris(comm=group)``."""
 
+    some_of_the_job = True  # its GPU is the one the process has in the job (Bootstrap.node_slot)
+
     def __init__(self, group):
         self._group = group
         self.rank, self.world_size = group.rank(), group.size()

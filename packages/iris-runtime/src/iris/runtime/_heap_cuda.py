@@ -114,15 +114,17 @@ def wait_for_device(driver, index: int) -> None:
 def bind_device(boot: Bootstrap) -> tuple[torch.device, int]:
     """Make this rank's GPU (local rank modulo the device count) current for torch and the CUDA
     runtime, waiting while MPS reports it unavailable. Returns it and how many local ranks share
-    it, this one included."""
+    it, this one included. Local ranks are the job's (``boot.node_slot()``): for a context of
+    some of the job's ranks, the GPU the process has in the job and every process sharing it."""
     driver, runtime = _cuda()
     count = torch.cuda.device_count()
-    index = boot.local_rank % count
+    local_rank, local_size = boot.node_slot()
+    index = local_rank % count
     device = torch.device("cuda", index)
     wait_for_device(driver, index)
     torch.cuda.set_device(device)
     _check(runtime.cudaSetDevice(index), f"cudaSetDevice({index})")
-    return device, len(range(index, boot.local_size, count))  # local ranks r with r % count == index
+    return device, len(range(index, local_size, count))  # local ranks r with r % count == index
 
 
 def _pinned_word() -> torch.Tensor:

@@ -143,3 +143,20 @@ def torch_env_missing(env: Mapping[str, str]) -> IrisBootstrapError:
         f"iris.runtime.iris(bootstrap='torch'): torch.distributed has no default process group, and {missing} "
         f"{'is' if ',' not in missing else 'are'} missing from the environment for init_method='env://'; "
         f"{FIX_TORCH} (torchrun --nproc-per-node 1 runs a world of one).{hint}")
+
+
+#: Pairs of variables that launchers set to a process's place among the job's processes on its
+#: node: torchrun (and the iris backend of torch.distributed under mpirun), Open MPI, MPICH's Hydra.
+NODE_SLOT_VARS = (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                  ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"))
+
+
+def node_slot(env: Mapping[str, str]) -> tuple[int, int] | None:
+    """This process's (local rank, local size) among all the job's processes on its node, as the
+    launcher announced them, or None. A context of some of the job's ranks picks its GPU and
+    counts the ranks sharing it by this, not by its own ranks (which see only the members)."""
+    for rank_name, size_name in NODE_SLOT_VARS:
+        rank, size = _int(env, rank_name), _int(env, size_name)
+        if rank is not None and size is not None and 0 <= rank < size:
+            return rank, size
+    return None
