@@ -147,6 +147,20 @@ def test_registered_once_and_groups_of_some_ranks_know_their_members(monkeypatch
     assert group.group_name == "7"
 
 
+def test_a_member_that_never_comes_is_named_within_the_limit(monkeypatch):
+    # the members of a group of some of the ranks meet through the group's store first: a member
+    # that skips the group's first call is named after IRIS_TIMEOUT_S, not waited for forever
+    from iris.runtime import IrisBootstrapError
+
+    store = dist.HashStore()
+    store.set("iris-member/1", "7")  # group rank 1 (default-group rank 2) came; rank 2 (5) did not
+    monkeypatch.setenv("IRIS_TIMEOUT_S", "0.5")
+    expect_error(lambda: _context.meet(store, (0, 2, 5), 0, "3", "the call"), IrisBootstrapError,
+                 "the call", "0.5 s", "ranks [0, 2, 5]", "rank(s) [5]")
+    store.set("iris-member/2", "9")
+    assert _context.meet(store, (0, 2, 5), 0, "3", "the call") == ["3", "7", "9"]
+
+
 def test_rendezvous_from_mpi_only_when_an_mpi_launcher_left_it_out():
     assert not _rendezvous.needs_mpi({})  # plain python
     assert not _rendezvous.needs_mpi({"PMI_RANK": "0", "PMI_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"})

@@ -17,6 +17,7 @@ makes it at once, e.g. before capturing CUDA graphs.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import re
 
@@ -152,19 +153,43 @@ def make_member_context(options: Options | None, members: tuple, rank: int, stor
     if store is None:
         raise IrisUsageError(f"{call}: this group of ranks {list(members)} has no store to meet its members through")
     choice = os.environ.get("IRIS_BOOTSTRAP") or "auto"
-    if (_launched_by() if choice == "auto" else choice) == "mpi":
+    mpi = (_launched_by() if choice == "auto" else choice) == "mpi"
+    if mpi:
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD
-        store.set(f"iris-mpi-rank/{rank}", str(world.Get_rank()))
-        mpi_ranks = [int(store.get(f"iris-mpi-rank/{r}")) for r in range(len(members))]
-        group = world.Get_group().Incl(mpi_ranks)
+    # every member here, or an error naming who is not, before anything that waits without a limit
+    mpi_ranks = meet(store, members, rank, str(world.Get_rank()) if mpi else "", call)
+    if mpi:
+        group = world.Get_group().Incl([int(r) for r in mpi_ranks])
         comm = world.Create_group(group)
         group.Free()
         return iris.runtime.iris(heap_size=heap_size, comm=comm, bootstrap="mpi")
     host = dist.ProcessGroupGloo(dist.PrefixStore("iris-host/", store), rank, len(members),
                                  timeout or dist.constants.default_pg_timeout)
     return iris.runtime.iris(heap_size=heap_size, comm=host, bootstrap="torch")
+
+
+def meet(store, members: tuple, rank: int, value: str, call: str) -> list[str]:
+    """Every member's ``value``, in group order, through the group's ``store``: the members'
+    first step together. Waits at most the watchdog's limit (``IRIS_TIMEOUT_S``, 0: no limit),
+    then raises :class:`IrisBootstrapError` naming the members that did not come (a rank that
+    skipped the group's first call)."""
+    from iris.device._watchdog import timeout_from_env
+
+    store.set(f"iris-member/{rank}", value)
+    keys = [f"iris-member/{r}" for r in range(len(members))]
+    limit = timeout_from_env()
+    if limit:
+        try:
+            store.wait(keys, datetime.timedelta(seconds=limit))
+        except Exception as exc:  # torch's store raises its own error types on a timeout
+            missing = [members[r] for r, key in enumerate(keys) if not store.check([key])]
+            raise IrisBootstrapError(
+                f"{call}: waited {limit:g} s (IRIS_TIMEOUT_S) for the group of ranks {list(members)} to make its first "
+                f"call together; rank(s) {missing} (default-group ranks) did not come ({type(exc).__name__}): every "
+                f"member must make the same calls on the group, in the same order") from exc
+    return [store.get(key).decode() for key in keys]
 
 
 def forget(ctx) -> None:
