@@ -41,7 +41,7 @@ def start_bootstrap(requested: str | None = None, comm=None, backend: str = "cpu
                 f"which the MPI bootstrap does not use; pass bootstrap='torch' (or 'auto'), or an mpi4py communicator")
         from ._bootstrap_torch import GroupBootstrap
 
-        boot = GroupBootstrap.over(comm)
+        boot = GroupBootstrap(comm)
         if boot.world_size > 1:
             install_abort_on_exception(boot)
         return boot
@@ -64,7 +64,4 @@ def is_torch_group(comm) -> bool:
     communicator)."""
     if comm is None or not torch.distributed.is_available():
         return False
-    c10d = torch.distributed
-    kinds = tuple(k for k in (getattr(c10d, "ProcessGroup", None), getattr(torch._C._distributed_c10d, "Backend", None))
-                  if isinstance(k, type))
-    return isinstance(comm, kinds)
+    return isinstance(comm, (torch.distributed.ProcessGroup, torch._C._distributed_c10d.Backend))

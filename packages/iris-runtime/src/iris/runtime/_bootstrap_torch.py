@@ -203,10 +203,6 @@ class GroupBootstrap(TorchBootstrap):
         self.rank, self.world_size = group.rank(), group.size()
         self._find_node()
 
-    @classmethod
-    def over(cls, group) -> GroupBootstrap:
-        return cls(group)
-
     @property
     def process_group(self):
         return self._group
@@ -217,7 +213,7 @@ class GroupBootstrap(TorchBootstrap):
         self._group.allgather([sizes], [size]).wait()
         longest = max(int(s) for s in sizes)
         mine = torch.zeros(longest, dtype=torch.uint8)
-        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else mine[:0]
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)  # a pickle is never empty
         rows = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world_size)]
         self._group.allgather([rows], [mine]).wait()
         return [row[:int(n)].numpy().tobytes() for row, n in zip(rows, sizes)]
