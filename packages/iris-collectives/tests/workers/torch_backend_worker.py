@@ -504,15 +504,27 @@ def scenario_point_to_point(ctx):
             torch.cuda.current_stream(dev).synchronize()
         assert work.is_completed()
     same(got, torch.full((8,), float(prev)), "isend/irecv on tag 1")
-    # torch's batch_isend_irecv: a ring shift, every rank sending first (messages that fit an inbox:
-    # on the cpu backend, where a send runs when it is made, a larger one waits for a receive that
-    # its peer makes after its own send; ccl.batch_isend_irecv interleaves them)
-    ring = torch.zeros(500, device=dev)
-    ops = [dist.P2POp(dist.isend, torch.full((500,), float(r), device=dev), nxt),
-           dist.P2POp(dist.irecv, ring, prev)]
-    for work in dist.batch_isend_irecv(ops):
+    # torch's batch_isend_irecv: ring shifts in which every rank sends first, and every rank
+    # receives first, of messages in one inbox and of 8 inboxes' worth (on the cpu backend the
+    # backend keeps a batch's operations and runs them by turns at the first wait: sent one by one,
+    # each send of a large message would wait for a receive its peer has not made)
+    for n, order in ((500, "send first"), (16000, "send first"), (16000, "receive first")):
+        ring = torch.zeros(n, device=dev)
+        ops = [dist.P2POp(dist.isend, torch.full((n,), float(r), device=dev), nxt),
+               dist.P2POp(dist.irecv, ring, prev)]
+        for work in dist.batch_isend_irecv(ops if order == "send first" else ops[::-1]):
+            work.wait()
+        same(ring, torch.full((n,), float(prev)), f"batch_isend_irecv ring of {n}, {order}")
+    # a batch nobody has waited for yet runs before the group's next call
+    ring = torch.zeros(16000, device=dev)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((16000,), float(r), device=dev), prev),
+                                    dist.P2POp(dist.irecv, ring, nxt)])
+    total = torch.ones(4, device=dev)
+    dist.all_reduce(total)
+    same(total, torch.full((4,), float(W)), "all_reduce after an unwaited batch")
+    for work in works:
         work.wait()
-    same(ring, torch.full((500,), float(prev)), "batch_isend_irecv ring")
+    same(ring, torch.full((16000,), float(nxt)), "batch_isend_irecv ring, waited after an all_reduce")
     expect_error(lambda: dist.send(t, nxt, tag=5), IrisUsageError, "tag=5", "tags 0 .. 1")
     expect_error(lambda: dist.recv(t), IrisUnsupportedError, "any source")
 

@@ -13,7 +13,9 @@ through one flat buffer. A CPU tensor goes to gloo where the group was configure
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
 
 import torch
 import torch.distributed as dist
@@ -54,7 +56,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         # where each kind of tensor goes, decided on the first call: True for iris
         self._cuda_to_iris = self._cpu_to_iris = False
         self._stream_of = None  # the current stream's key (on the GPU), for works
-        self._fast = None
+        self._fast = self._fast_path = None
+        self._pending = []  # point-to-point operations kept on the cpu backend (_defer)
 
     # --- names ---------------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -107,10 +110,13 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._stream_of = (lambda: stream_key(index)) if on_gpu else None
         self._ctx, self._owns_ctx = ctx, made
         # what all_reduce's common case reads, in one attribute of this (pybind) object
-        self._fast = (ctx, self._cuda_to_iris, self._cpu_to_iris, self._stream_of)
+        self._fast = self._fast_path = (ctx, self._cuda_to_iris, self._cpu_to_iris, self._stream_of)
 
-    def _ctx_for(self, t: torch.Tensor, call: str):
-        """The Iris context when ``t`` goes to iris, None when it goes to gloo; else raises."""
+    def _ctx_for(self, t: torch.Tensor, call: str, p2p: bool = False):
+        """The Iris context when ``t`` goes to iris, None when it goes to gloo; else raises. Runs
+        the kept point-to-point operations first, unless the call is one of them (``p2p``)."""
+        if self._pending and not p2p:
+            self._run_pending()
         ctx = self._ctx if self._ctx is not None else self.context(call)
         if self._cuda_to_iris if t.is_cuda else self._cpu_to_iris:
             return ctx
@@ -463,6 +469,8 @@ class IrisProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         """``dist.barrier``: ``ccl.barrier`` on the stream; the work's ``wait()`` (which torch calls
         unless ``async_op=True``) also waits on the host, as torch's barrier promises."""
+        if self._pending:
+            self._run_pending()
         ctx = self.context("torch.distributed.barrier(backend='iris')")
         ccl.barrier(ctx)
         return self._work(ctx, [], blocking=True)
@@ -548,7 +556,7 @@ class IrisProcessGroup(dist.ProcessGroup):
     def _p2p(self, name: str, tensors, peer: int, tag: int):
         call = f"torch.distributed.{name}(backend='iris')"
         t = self._one(tensors, call)
-        ctx = self._ctx_for(t, call)
+        ctx = self._ctx_for(t, call, p2p=True)
         if ctx is None:
             return None, None, call
         settings = ccl.p2p_settings(ctx)
@@ -567,18 +575,48 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def send(self, tensors, dst, tag=0):
         """``dist.send`` / ``dist.isend``: ``ccl.isend`` to ``dst`` (a group rank); needs the
-        context's mailboxes (``ccl.init_p2p`` on ``context_of(group)``, every rank, once)."""
+        context's mailboxes (``ccl.init_p2p`` on ``context_of(group)``, every rank, once). Inside
+        torch's ``batch_isend_irecv`` on the cpu backend: kept (:meth:`_defer`)."""
         ctx, t, _ = self._p2p("send", tensors, dst, tag)
         if ctx is None:
             return self._to_gloo("send", tensors, dst, tag)
+        if ctx.device.type != "cuda" and _in_torch_batch():
+            return self._defer(ccl.isend, tensors, t, dst, tag)
         return IrisWork(tensors, inner=ccl.isend(ctx, t, dst, tag))
 
     def recv(self, tensors, src, tag=0):
-        """``dist.recv`` / ``dist.irecv``: ``ccl.irecv`` from ``src`` (a group rank) into the tensor."""
+        """``dist.recv`` / ``dist.irecv``: ``ccl.irecv`` from ``src`` (a group rank) into the
+        tensor. Inside torch's ``batch_isend_irecv`` on the cpu backend: kept (:meth:`_defer`)."""
         ctx, t, _ = self._p2p("recv", tensors, src, tag)
         if ctx is None:
             return self._to_gloo("recv", tensors, src, tag)
+        if ctx.device.type != "cuda" and _in_torch_batch():
+            return self._defer(ccl.irecv, tensors, t, src, tag)
         return IrisWork(tensors, inner=ccl.irecv(ctx, t, src, tag))
+
+    # On the cpu backend a ccl send or receive runs when it is made (Triton's interpreter runs a
+    # launch on the host), so a message larger than an inbox waits there for its peer's matching
+    # call. torch's batch_isend_irecv issues a Python backend's operations one by one, and in a
+    # ring every rank sends first: each send would wait for a receive its peer has not made yet.
+    # So the operations that torch's batch_isend_irecv issues are kept until one of their works
+    # is waited for or tested, or the group's next other call, and then run together through
+    # ccl.batch_isend_irecv, which moves every message an inbox at a time by turns. Operations
+    # outside a batch still run when made: a batch by turns would wait in its receive for a peer
+    # that receives first, while a send made alone is taken by that receive. While some are
+    # kept, all_reduce's fast path is off, so that every other call goes through _ctx_for, which
+    # runs them first. On the GPU a send and a receive are enqueued on their streams when made
+    # and nothing waits on the host.
+    def _defer(self, op, tensors, t: torch.Tensor, peer: int, tag: int) -> IrisWork:
+        if not self._pending:
+            self._fast = None
+        self._pending.append(ccl.P2POp(op, t, peer, tag))
+        return IrisWork(tensors, inner=_Deferred(self))
+
+    def _run_pending(self) -> None:
+        ops, self._pending = self._pending, []
+        if ops:
+            self._fast = self._fast_path
+            ccl.batch_isend_irecv(self._ctx, ops)
 
     def recv_anysource(self, tensors, tag=0):
         call = "torch.distributed.recv(src=None, backend='iris')"
@@ -601,6 +639,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         """At ``dist.destroy_process_group()``: the context the backend made for this group is
         closed (collective: every rank destroys its groups together), and a later group makes a
         new one; a context the program passed stays open."""
+        if self._pending:  # operations nobody waited for still run: no message is lost
+            self._run_pending()
         ctx, self._ctx, self._fast = self._ctx, None, None
         if ctx is not None and self._owns_ctx:
             _context.forget(ctx)
@@ -608,3 +648,39 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def abort(self) -> None:
         self.shutdown()
+
+
+#: The code of torch's batch_isend_irecv (under its logging wrapper), to recognise its calls.
+_BATCH_CODE = getattr(inspect.unwrap(getattr(dist.distributed_c10d, "batch_isend_irecv", lambda: None)), "__code__",
+                      None)
+
+
+def _in_torch_batch() -> bool:
+    """Whether torch's ``batch_isend_irecv`` is among the few callers above this call (the
+    backend's ``send``/``recv``, called by ``dist.isend``/``dist.irecv`` and their wrappers)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code is _BATCH_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _Deferred:
+    """What the work of a kept point-to-point operation (cpu backend) waits on: waiting for it or
+    testing it runs the group's kept operations (all done when it returns)."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: IrisProcessGroup):
+        self._group = group
+
+    def wait(self) -> bool:
+        self._group._run_pending()
+        return True
+
+    def is_completed(self) -> bool:
+        self._group._run_pending()
+        return True
