@@ -18,7 +18,7 @@ from iris.runtime.testing import run_torchrun, world_sizes
 WORKER = worker("torchrun_worker.py")
 SCENARIOS = ["ranks", "resident_grid_agrees", "heap_bases", "heap_files_unlinked", "device_context",
              "kernels_write_every_peer", "broadcast", "barrier", "verify_allocation_order", "close_and_reopen",
-             "tracing_export"]
+             "tracing_export", "groups"]
 OWN_GROUP = ["ranks", "kernels_write_every_peer", "mpi_under_torchrun_fails"]
 
 
@@ -37,6 +37,7 @@ def test_torchrun_scenarios(nranks):
     assert passed(proc.stdout) == SCENARIOS, out
     assert "CHECK ranks torch " in proc.stdout and f", {nranks} ranks, " in proc.stdout, out
     assert "CHECK groups-freed True" in proc.stdout, out  # before interpreter finalization
+    assert f"CHECK groups torch {tuple(reversed(range(nranks)))}" in proc.stdout, out
     files = re.search(r"^CHECK heap-files ?(.*)$", proc.stdout, re.M).group(1).split()
     assert not existing(files), existing(files)
 

@@ -395,6 +395,16 @@ def scenario_new_group(ctx):
     # ccl calls on the context of the group interleave with the group's calls
     from iris.collectives import ccl
 
+    # the library's own groups of the backend's context (ctx.new_group: every rank), under either
+    # launcher: numbered in the list's order
+    order = list(reversed(range(W)))
+    mine = ctx.new_group(order, workspace_size=1 << 18)
+    x = torch.arange(64, dtype=torch.float32, device=dev) + 100 * mine.rank
+    gathered = torch.empty(64 * W, device=dev)
+    ccl.all_gather(ctx, gathered, x, group=mine)
+    same(gathered, torch.cat([torch.arange(64, dtype=torch.float32) + 100 * k for k in range(W)]).to(dev),
+         "ccl.all_gather on ctx.new_group")
+
     y = torch.full((16,), 1.0, device=dev)
     ccl.all_reduce(ctx, y, y)
     dist.all_reduce(y)

@@ -94,6 +94,29 @@ def scenario_resident_grid_agrees(ctx):
     assert ctx.comm.allgather(ctx.resident_grid(3 + (ctx.rank % 2), compiled)) == [3] * ctx.world_size
 
 
+def scenario_groups(ctx):
+    # Groups under the torch bootstrap: numbered in the list's order (torch's new_group would sort
+    # them), host collectives and a barrier among the members, a group of one rank (None on the
+    # others), the group's resident grid agreed among its members
+    W, r = ctx.world_size, ctx.rank
+    order = list(reversed(range(W)))
+    g = ctx.new_group(order, workspace_size=1 << 16)
+    assert g is not None and (g.rank, g.size, g.ranks) == (order.index(r), W, tuple(order)), g
+    assert g.allgather(r) == order and g.comm.allgather(g.rank) == list(range(W))
+    g.barrier()
+    alone = ctx.new_group([W - 1], workspace_size=1 << 16)
+    assert (alone is None) == (r != W - 1), alone
+    if alone is not None:
+        assert alone.allgather("x") == ["x"] and (alone.rank, alone.size) == (0, 1)
+    compiled = None
+    if ctx.device.type == "cuda":
+        compiled = fill_local[(1,)](ctx.zeros(BLOCK, dtype=torch.float32), 1.0, BLOCK)
+    assert g.resident_grid(10 + r, compiled) == 10
+    ctx.barrier()
+    if r == 0:
+        print(f"CHECK groups torch {g.ranks}", flush=True)
+
+
 def scenario_tracing_export(ctx):
     """tracing.export gathers every rank's events through the bootstrap into one file."""
     ctx.tracing.enable(max_events=1024)

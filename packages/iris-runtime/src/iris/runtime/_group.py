@@ -17,8 +17,9 @@ needs of a context, for the group alone:
   from which the group's members carve the group's workspaces (flags, staging buffers) in the
   same order, so that they sit at the same offset on every member and no two groups share a
   flag, however their members overlap;
-- a host communicator of its members (MPI), for its agreement on calls, its barrier and the
-  allgathers that plans make.
+- a host communicator of its members, for its agreement on calls, its barrier and the
+  allgathers that plans make: an MPI communicator (``MPI_Comm_split``) under the MPI bootstrap,
+  a gloo group of the members (made from the default group's store) under torch's.
 
 ``iris.collectives`` takes a group where it takes a context (``group=``).
 """
@@ -26,6 +27,7 @@ needs of a context, for the group alone:
 from __future__ import annotations
 
 import socket
+import uuid
 
 import torch
 
@@ -94,16 +96,16 @@ class Group:
     Pass it as ``group=`` to the calls of ``iris.collectives.ccl``: inside the call, ranks and
     sizes are the group's. Only members hold one (a non-member gets None)."""
 
-    def __init__(self, ctx, ranks: tuple, comm, arena: torch.Tensor, node_comm, ranks_on_device: int):
-        from ._bootstrap_mpi import MpiBootstrap
-
+    def __init__(self, ctx, ranks: tuple, boot, arena: torch.Tensor, ranks_on_device: int):
         self.ctx, self.ranks = ctx, ranks
         self.rank, self.size = ranks.index(ctx.rank), len(ranks)
         self.world_size = self.size
         self.device, self.backend, self.heap_size = ctx.device, ctx.backend, ctx.heap_size
         #: Members that share this rank's device (this one included): what sizes resident grids.
         self.ranks_on_device = ranks_on_device
-        self.comm = comm
+        #: The members' host communicator: an mpi4py communicator (MPI bootstrap), or under the
+        #: torch bootstrap an object with its lowercase object collectives over a gloo group.
+        self.comm = boot.comm
         # The group's host collectives are not noted on the context's board of host waits
         # (iris.runtime._host_waits): the board numbers every rank's host collectives in one
         # sequence and ends the job when two ranks sit in different kinds of collective with the
@@ -111,7 +113,6 @@ class Group:
         # board of its own, of its members on this node, which the context's watchdog thread
         # reads as it reads the context's: a group's host waits have the same deadline, "still
         # waiting" line and mismatch report, among its members.
-        boot = MpiBootstrap(comm, node_comm)
         watchdog = ctx._watchdog
         if ctx._host_waits is not None and watchdog is not None:
             board = NodeBoard(boot)
@@ -292,16 +293,15 @@ def new_group(ctx, ranks, workspace_size: int = DEFAULT_WORKSPACE_SIZE):
     if isinstance(workspace_size, bool) or not isinstance(workspace_size, int) or workspace_size < smallest:
         raise GroupError(f"{call}: workspace_size={workspace_size!r}; pass a number of bytes of at least "
                          f"{smallest} (default {DEFAULT_WORKSPACE_SIZE})")
-    if ctx.bootstrap != "mpi":
-        raise IrisUnsupportedError(f"{call}: groups need the MPI bootstrap for now (this context's is "
-                                   f"{ctx.bootstrap!r}); launch with mpiexec")
     try:
         given = list(ranks)
     except TypeError:
         given = repr(ranks)
     # One allgather, before any check: every rank then checks every rank's list, so a bad list
     # raises the same error on every rank instead of leaving the others waiting.
-    rows = ctx.allgather((given, socket.gethostname(), str(ctx.device)), call)
+    # rank 0's token names the group's gloo group in the store under the torch bootstrap
+    token = uuid.uuid4().hex[:16] if ctx.rank == 0 else None
+    rows = ctx.allgather((given, socket.gethostname(), str(ctx.device), token), call)
     check_same_everywhere(ctx, ranks, [row[0] for row in rows], call)
     ranks = check_ranks(ctx, ranks, call)
     # Every rank of the context allocates the arena, members or not: the heap gives the same
@@ -316,17 +316,43 @@ def new_group(ctx, ranks, workspace_size: int = DEFAULT_WORKSPACE_SIZE):
                                  f"pass a smaller workspace_size= (the default is {DEFAULT_WORKSPACE_SIZE}) or a "
                                  f"larger heap_size= to iris.runtime.iris()") from exc
     member = ctx.rank in ranks
-    from ._bootstrap_mpi import _mpi
-
-    MPI = _mpi()
-    comm = ctx.comm.Split(0 if member else MPI.UNDEFINED, ranks.index(ctx.rank) if member else 0)
+    if ctx.bootstrap == "mpi":
+        boot = _mpi_members(ctx, ranks, member)
+    else:
+        boot = _gloo_members(ctx, ranks, rows[0][3]) if member else None
     # a peer's kernel may signal into a member's call words as soon as it runs: every rank's zero
     # fill of the arena is done first
     ctx.barrier()
     if not member:
         return None
-    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    sharing = sum(1 for r in ranks if rows[r][1:] == rows[ctx.rank][1:])
-    group = Group(ctx, ranks, comm, arena, node_comm, sharing)
+    sharing = sum(1 for r in ranks if rows[r][1:3] == rows[ctx.rank][1:3])
+    group = Group(ctx, ranks, boot, arena, sharing)
     ctx._groups.add(group)  # tracing enabled later reaches the group's context tensor too
     return group
+
+
+def _mpi_members(ctx, ranks: tuple, member: bool):
+    """The members' bootstrap under MPI: ``MPI_Comm_split`` of the context's communicator (every
+    rank of the context calls it; None on a non-member)."""
+    from ._bootstrap_mpi import MpiBootstrap, _mpi
+
+    MPI = _mpi()
+    comm = ctx.comm.Split(0 if member else MPI.UNDEFINED, ranks.index(ctx.rank) if member else 0)
+    if not member:
+        return None
+    return MpiBootstrap(comm, comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank()))
+
+
+def _gloo_members(ctx, ranks: tuple, token: str):
+    """The members' bootstrap under torch.distributed: a gloo group of the members alone, numbered
+    in the group's order (torch's ``new_group`` would sort the ranks), made from the default
+    group's store under a name that rank 0 drew for this group."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from ._bootstrap_torch import GroupBootstrap
+
+    store = dist.PrefixStore(f"iris-group/{token}/", dist.distributed_c10d._get_default_store())
+    limit = datetime.timedelta(seconds=ctx.timeout_s or 1800)
+    return GroupBootstrap(dist.ProcessGroupGloo(store, ranks.index(ctx.rank), len(ranks), limit))

@@ -245,7 +245,8 @@ class Iris(TensorFactories):
         may overlap; their calls never share a flag. Pass the group as ``group=`` to the calls of
         ``iris.collectives.ccl``. Raises :class:`RankError` for a rank outside the context and
         :class:`GroupError` for a rank listed twice or lists that differ between ranks (on every
-        rank). Needs the MPI bootstrap."""
+        rank). Under the MPI bootstrap the members' host communicator is an ``MPI_Comm_split``; under
+        torch's, a gloo group of the members made from the default group's store."""
         self._check_open("new_group()")
         return _group.new_group(self, ranks, workspace_size)
 
