@@ -535,6 +535,16 @@ def scenario_point_to_point(ctx):
     for work in works:
         work.wait()
     same(ring, torch.full((16000,), float(nxt)), "batch_isend_irecv ring, waited after an all_reduce")
+    # a send outside a batch goes after an unwaited batch's send to the same peer and tag, as made
+    first, second = torch.zeros(100, device=dev), torch.zeros(100, device=dev)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((100,), float(r), device=dev), nxt)])
+    dist.send(torch.full((100,), float(100 + r), device=dev), nxt)  # in the inbox: needs no receive yet
+    dist.recv(first, prev)
+    dist.recv(second, prev)
+    for work in works:
+        work.wait()
+    same(first, torch.full((100,), float(prev)), "the batch's message first")
+    same(second, torch.full((100,), float(100 + prev)), "the later send's message second")
     expect_error(lambda: dist.send(t, nxt, tag=5), IrisUsageError, "tag=5", "tags 0 .. 1")
     expect_error(lambda: dist.recv(t), IrisUnsupportedError, "any source")
 

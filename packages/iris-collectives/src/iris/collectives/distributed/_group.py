@@ -580,9 +580,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         ctx, t, _ = self._p2p("send", tensors, dst, tag)
         if ctx is None:
             return self._to_gloo("send", tensors, dst, tag)
-        if ctx.device.type != "cuda" and _in_torch_batch():
-            return self._defer(ccl.isend, tensors, t, dst, tag)
-        return IrisWork(tensors, inner=ccl.isend(ctx, t, dst, tag))
+        return self._start(ctx, ccl.isend, tensors, t, dst, tag)
 
     def recv(self, tensors, src, tag=0):
         """``dist.recv`` / ``dist.irecv``: ``ccl.irecv`` from ``src`` (a group rank) into the
@@ -590,9 +588,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         ctx, t, _ = self._p2p("recv", tensors, src, tag)
         if ctx is None:
             return self._to_gloo("recv", tensors, src, tag)
-        if ctx.device.type != "cuda" and _in_torch_batch():
-            return self._defer(ccl.irecv, tensors, t, src, tag)
-        return IrisWork(tensors, inner=ccl.irecv(ctx, t, src, tag))
+        return self._start(ctx, ccl.irecv, tensors, t, src, tag)
 
     # On the cpu backend a ccl send or receive runs when it is made (Triton's interpreter runs a
     # launch on the host), so a message larger than an inbox waits there for its peer's matching
@@ -606,6 +602,13 @@ class IrisProcessGroup(dist.ProcessGroup):
     # kept, all_reduce's fast path is off, so that every other call goes through _ctx_for, which
     # runs them first. On the GPU a send and a receive are enqueued on their streams when made
     # and nothing waits on the host.
+    def _start(self, ctx, op, tensors, t: torch.Tensor, peer: int, tag: int) -> IrisWork:
+        if ctx.device.type != "cuda":
+            if _in_torch_batch():
+                return self._defer(op, tensors, t, peer, tag)
+            self._run_pending()  # kept operations first: a peer and tag's messages stay in order
+        return IrisWork(tensors, inner=op(ctx, t, peer, tag))
+
     def _defer(self, op, tensors, t: torch.Tensor, peer: int, tag: int) -> IrisWork:
         if not self._pending:
             self._fast = None
@@ -641,7 +644,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         new one; a context the program passed stays open."""
         if self._pending:  # operations nobody waited for still run: no message is lost
             self._run_pending()
-        ctx, self._ctx, self._fast = self._ctx, None, None
+        ctx, self._ctx, self._fast, self._fast_path = self._ctx, None, None, None
         if ctx is not None and self._owns_ctx:
             _context.forget(ctx)
             ctx.close()
