@@ -85,3 +85,22 @@ def test_a_recorded_kernel_is_compiled_again_into_the_same_cache_entry(tmp_path)
     # The same cache entry as the first process's compilation: a launch of that kernel finds it.
     first, fresh = (set(os.listdir(tmp_path / name)) for name in ("cache-first", "cache-fresh"))
     assert first == fresh, (first, fresh)
+
+
+def test_merge_orders_the_entries_by_their_first_compilation_across_processes(tmp_path):
+    """A precompile follows the manifest's order, so the run's first kernels must come first
+    whichever process compiled them; an entry compiled by several processes counts once, at its
+    earliest time, and a line without a time (an older record) at its process's start."""
+    from iris.runtime import _kernel_manifest as manifest
+
+    def line(when, name):
+        text = json.dumps({"function": {"name": name}}, sort_keys=True)
+        return text if when is None else f"{when:.3f} {text}"
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "100.jsonl").write_text("\n".join([line(20.0, "c"), line(40.0, "e"), line(21.0, "a")]) + "\n")
+    (folder / "200.jsonl").write_text("\n".join([line(10.0, "a"), line(30.0, "d"), '{"trunc']) + "\n")
+    (folder / "300.jsonl").write_text(line(None, "old") + "\n")
+    names = [entry["function"]["name"] for entry in manifest.merge(str(folder))]
+    assert names == ["old", "a", "c", "d", "e"], names

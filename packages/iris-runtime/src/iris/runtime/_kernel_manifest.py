@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 RECORD_ENV = "IRIS_KERNEL_RECORD"
 MANIFEST_VERSION = 1
@@ -152,7 +153,9 @@ def record(src, target, options, folder: str | None = None) -> bool:
     if not folder or not hasattr(src, "fn") or not hasattr(src, "constants"):
         return False
     try:
-        line = json.dumps(entry(src, target, options), sort_keys=True)
+        # the time first: merge puts the entries of every process in the order they were first
+        # compiled, which is the order a precompile should follow (the run's first kernels first)
+        line = f"{time.time():.3f} " + json.dumps(entry(src, target, options), sort_keys=True)
     except (Unrecordable, TypeError, AttributeError):
         return False
     os.makedirs(folder, exist_ok=True)
@@ -162,25 +165,30 @@ def record(src, target, options, folder: str | None = None) -> bool:
 
 
 def merge(folder: str) -> list[dict]:
-    """Every entry recorded in ``folder``'s files, each once, in the order first recorded."""
-    seen, entries = set(), []
+    """Every entry recorded in ``folder``'s files, each once, in the order first recorded across
+    all the processes (a line without its time, as written before the time was recorded, counts
+    as recorded at its process's start)."""
+    first: dict[str, tuple[float, int, dict]] = {}
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".jsonl"):
             continue
         with open(os.path.join(folder, name)) as f:
             for line in f:
-                line = line.strip()
-                if not line:
+                when, _, text = line.strip().partition(" ")
+                try:
+                    stamp = float(when)
+                except ValueError:
+                    stamp, text = 0.0, line.strip()
+                if not text:
                     continue
                 try:
-                    data = json.loads(line)
+                    data = json.loads(text)
                 except json.JSONDecodeError:  # a process killed mid-line
                     continue
                 key = entry_key(data)
-                if key not in seen:
-                    seen.add(key)
-                    entries.append(data)
-    return entries
+                if key not in first or stamp < first[key][0]:
+                    first[key] = (stamp, first[key][1] if key in first else len(first), data)
+    return [data for _, _, data in sorted(first.values(), key=lambda item: (item[0], item[1]))]
 
 
 def write(entries: list[dict], path: str) -> None:
