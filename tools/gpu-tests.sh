@@ -122,7 +122,8 @@ manifest=tools/gpu-kernels${eight:+-eight}.json.gz
 precompile_pid=""
 if [ "${IRIS_GPU_PRECOMPILE:-0}" = 1 ] && [ -f "$manifest" ]; then
   # beside the tests: a kernel one of them needs meanwhile waits for its compile lock, not compiled twice
-  IRIS_KERNEL_RECORD="" python3 -m iris.runtime.precompile "$manifest" --jobs "$(nproc)" >"$logs/precompile.log" 2>&1 &
+  IRIS_KERNEL_RECORD="" python3 -m iris.runtime.precompile "$manifest" --jobs "${IRIS_GPU_PRECOMPILE_JOBS:-$(nproc)}" \
+    >"$logs/precompile.log" 2>&1 &
   precompile_pid=$!
 fi
 pids=()

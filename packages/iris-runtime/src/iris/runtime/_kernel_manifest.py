@@ -265,12 +265,35 @@ def source_of(data: dict):
     fn = load_function(data["function"])
     source = ASTSource(fn, decode(data["signature"]), decode(data["constants"]), decode(data["attrs"]))
     target = GPUTarget(*decode(data["target"])) if data["target"] is not None else None
-    return source, target, decode(data["options"])
+    return source, target, _local_extern_libs(decode(data["options"]))
+
+
+def _local_extern_libs(options: dict) -> dict:
+    """``options`` with each external library (``libdevice``) that is not at its recorded path taken
+    from this Triton's own copy of the same file: the recording machine's Triton may live in another
+    folder (another virtual environment), and a path that does not exist here fails the compile.
+    Triton's cache key holds the library's contents, not its path, so the entry compiled is the one
+    the program will look for."""
+    libs = options.get("extern_libs") if isinstance(options, dict) else None
+    if not libs:
+        return options
+    import triton
+
+    here = os.path.join(os.path.dirname(triton.__file__), "backends")
+    moved = []
+    for name, path in libs:
+        if not os.path.exists(path):
+            base = os.path.basename(path)
+            found = [os.path.join(root, base) for root, _, files in os.walk(here) if base in files]
+            path = found[0] if found else path
+        moved.append((name, path))
+    return {**options, "extern_libs": tuple(moved)}
 
 
 def compile_entry(data: dict) -> str:
-    """Compile one entry into Triton's cache: ``"compiled"``, or ``"stale: <why>"`` when the code
-    no longer has the function or its parameters changed."""
+    """Compile one entry into Triton's cache: ``"compiled"`` (``"compiled, launcher built"`` where
+    its C launcher was built too), or ``"stale: <why>"`` when the code no longer has the function
+    or its parameters changed."""
     import triton.compiler as compiler  # the module's attribute: with IRIS_COMPILE_LOCK, the locked one
 
     try:
@@ -278,7 +301,27 @@ def compile_entry(data: dict) -> str:
     except Exception as exc:  # a manifest older than the code: say so, go on
         return f"stale: {type(exc).__name__}: {exc}"
     try:
-        compiler.compile(source, target=target, options=options)
+        kernel = compiler.compile(source, target=target, options=options)
     except Exception as exc:  # e.g. a parameter renamed since the recording
         return f"stale: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    return "compiled"
+    return "compiled, launcher built" if _build_launcher(source, kernel) else "compiled"
+
+
+def _build_launcher(source, kernel) -> bool:
+    """Build the kernel's host launcher into Triton's cache too, where the Triton version compiles a
+    C launcher per kernel signature with the system's C compiler (Triton 3.6: a second or two of
+    ``gcc`` at a kernel's first launch, which a job would otherwise spend; later versions launch
+    through one generic launcher and have nothing to build). Needs the CUDA driver library, not a
+    GPU context; where it is missing (a machine without a GPU) the launcher is left to the first
+    launch, as without a manifest. Returns whether one was built (or found in the cache)."""
+    try:
+        from triton.backends.nvidia import driver as nvidia_driver
+    except ImportError:
+        return False
+    if not hasattr(nvidia_driver, "make_launcher") or getattr(kernel, "metadata", None) is None:
+        return False
+    try:
+        nvidia_driver.CudaLauncher(source, kernel.metadata)
+    except Exception:  # no libcuda here, or another Triton's launcher: the first launch builds it
+        return False
+    return True

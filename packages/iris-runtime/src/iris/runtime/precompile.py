@@ -43,8 +43,9 @@ def compile_all(path: str, jobs: int) -> dict:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_start_worker) as pool:
             results = list(pool.map(manifest.compile_entry, entries, chunksize=1))
-    stale = [r for r in results if r != "compiled"]
+    stale = [r for r in results if r.startswith("stale")]
     return {"kernels": len(entries), "compiled": len(results) - len(stale), "stale": stale,
+            "launchers": sum(r == "compiled, launcher built" for r in results),
             "seconds": time.perf_counter() - start, "jobs": jobs}
 
 
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     result = compile_all(args.manifest[0], args.jobs)
     print(f"precompile: {result['kernels']} kernels of {args.manifest[0]} in {result['seconds']:.0f} s on "
           f"{result['jobs']} processes: {result['compiled']} compiled or found in the cache, "
-          f"{len(result['stale'])} stale")
+          f"{len(result['stale'])} stale; {result['launchers']} C launchers built or found (Triton versions that "
+          f"compile one per signature, on a machine with the CUDA driver)")
     for reason in sorted(set(result["stale"]))[:5]:
         print(f"  {reason}")
     return 0
