@@ -1,6 +1,7 @@
 """Every example in examples/ runs on several ranks with small sizes, checks itself and says so.
 
-World sizes: ``IRIS_TEST_WORLD_SIZES`` (the GPU run sets it), else 2 and 4. An example exits
+World sizes: ``IRIS_TEST_WORLD_SIZES`` (the GPU run sets it), else 2 and 4 (on the GPU each example
+at one of them, ``IRIS_TEST_SPREAD_CASES``). An example exits
 non-zero when its own check fails, which ``run_ranks`` turns into a failure showing every
 rank's output; the report line is checked too, so an example that silently skipped its work
 fails here.
@@ -13,7 +14,7 @@ import re
 
 import pytest
 
-from iris.runtime.testing import run_ranks, run_torchrun, world_sizes
+from iris.runtime.testing import run_ranks, run_torchrun, spread, world_sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -74,9 +75,12 @@ def test_every_example_has_a_case():
     assert sorted(CASES) == example_files()
 
 
+# Every example at every world size; on the GPU (IRIS_TEST_SPREAD_CASES=1) each at one of them: an
+# example is one MPI job that compiles its kernels at start, and what the GPU adds to the cpu suite's
+# run of each example at 2 and 4 ranks is its kernels on the device, not another world size.
 @pytest.mark.multirank
-@pytest.mark.parametrize("nranks", world_sizes(default="2,4"))
-@pytest.mark.parametrize("example", sorted(CASES))
+@pytest.mark.parametrize("example, nranks", [(example, n) for n in world_sizes(default="2,4")
+                                             for example in spread(sorted(CASES), n)])
 def test_example_runs(example, nranks, tmp_path):
     args, expected = CASES[example]
     args = [str(tmp_path) if a == "{tmp}" else a for a in args]  # files go to the test's temporary folder
