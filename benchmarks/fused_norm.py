@@ -19,7 +19,10 @@ of three timed loops), eager and in a CUDA graph of ``--graph`` calls:
   written; where ranks share a GPU, a gloo group and ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``);
 - ``all_reduce``: the fastest all-reduce alone (``ccl`` or torch's), what the fused op adds to;
 - ``floor``: every rank copying twice its message at once (the fused op reads ``partial`` and
-  ``residual`` and writes ``out`` and ``residual_out``: at least that traffic).
+  ``residual`` and writes ``out`` and ``residual_out``: at least that traffic);
+- with ``--variants one_shot_buffered,two_shot``: ``fused_<variant>``, the fused op on plain tensors
+  with that strategy forced (``ops.Config(variant=...)``), beside the table's choice, to decide
+  the rule where the table's strategy loses (a variant the shape cannot take leaves its cell empty).
 
 Ratios: ``fused/pair`` (the fused op over the fastest pair; the goal is <= 0.7 at decode sizes, where
 launches dominate) and ``fused/AR`` (over the all-reduce alone; the goal is <= 1.05 at prefill size).
@@ -43,7 +46,7 @@ from common import NO_PLOT, Timer, agreed_reason, pyplot, symm_mem_group, torch_
 
 import iris.runtime  # first: picks the backend (and the interpreter on CPUs) before any kernel
 from iris.collectives import ccl, ops
-from iris.collectives.ops._norm_config import choose
+from iris.collectives.ops._norm_config import VARIANTS, choose
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -75,9 +78,14 @@ def parse_args(argv=None):
                         "is timed only up to this message size: at 8 ranks on one H100 it ran at 16 KiB and spun "
                         "for ever at 256 KiB (docs/performance.md)")
     p.add_argument("--no-compile", action="store_true", help="skip the compiled norms")
+    p.add_argument("--variants", type=lambda s: [v for v in s.split(",") if v], default=[], metavar="V,V",
+                   help=f"also time the fused op with each of these strategies forced (of {', '.join(VARIANTS)})")
     p.add_argument("--quick", action="store_true", help="tiny shapes, one timed call (runs on the cpu backend)")
     p.add_argument("--out", default=None, help="folder for the JSON, Markdown and PNG (default: results/ on a GPU)")
     args = p.parse_args(argv)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        p.error(f"--variants {','.join(unknown)}: not a strategy of the op ({', '.join(VARIANTS)})")
     if args.quick:
         args.tokens, args.prefill, args.hidden, args.graph = [3], [16], [64], 0
     return args
@@ -174,6 +182,20 @@ def measure(ctx, timer, peers, compiled_norm, M: int, H: int, args) -> dict:
         fused(p)()
         errors[name] = max(rel_error(out, expected), rel_error(residual, expected_residual))
         calls[name] = fused(p)
+    for variant in args.variants:  # the strategies forced, beside the table's choice
+        name, config = f"fused_{variant}", ops.Config(variant=variant)
+
+        def forced(config=config):
+            return ops.all_reduce_residual_rmsnorm(ctx, out, residual, partial, residual, weight, EPS, config=config)
+
+        residual.copy_(residual0)
+        try:
+            forced()
+        except Exception as exc:  # a strategy this shape cannot take
+            notes.append(f"{name} at {M}x{H}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        errors[name] = max(rel_error(out, expected), rel_error(residual, expected_residual))
+        calls[name] = forced
     s = torch.empty_like(partial)
 
     def ccl_all_reduce():
@@ -236,8 +258,15 @@ def best(times: dict, names) -> float | None:
     return min(values) if values else None
 
 
+def impls(result: dict) -> tuple:
+    """The table's columns: the implementations, then the forced strategies (``--variants``)."""
+    return IMPLS + tuple(f"fused_{v}" for v in result.get("variants", ()))
+
+
 def table(result: dict) -> str:
-    cols = " ".join(f"{n:>13}" for n in IMPLS)
+    names = impls(result)
+    width = {n: max(13, len(n)) for n in names}
+    cols = " ".join(f"{n:>{width[n]}}" for n in names)
     lines = [f"{result['world_size']} ranks ({result['ranks_per_gpu']} per GPU), {result['device']}, "
              f"{result['dtype']}, {result['date']}; us per call, slowest rank; pair = the fastest unfused pair; "
              f"AR = the fastest all-reduce alone; floor = every rank copying 2x its message at once"]
@@ -250,7 +279,7 @@ def table(result: dict) -> str:
                                    f"{'fused/pair':>10} {'fused/AR':>8} check"]
         for r in rows:
             t = r[key]
-            cells = " ".join(f"{t[n]:13.1f}" if t.get(n) else f"{'-':>13}" for n in IMPLS)
+            cells = " ".join(f"{t[n]:{width[n]}.1f}" if t.get(n) else f"{'-':>{width[n]}}" for n in names)
             pair, alone = best(t, PAIRS), best(r[ar_key], ALL_REDUCES)
             ratio = f"{t['fused'] / pair:10.2f}" if pair and t.get("fused") else f"{'-':>10}"
             over_ar = f"{t['fused'] / alone:8.2f}" if alone and t.get("fused") else f"{'-':>8}"
@@ -270,7 +299,7 @@ def plot(result: dict, path: str) -> str | None:
     fig, axes = plt.subplots(1, len(hiddens), figsize=(6 * len(hiddens), 4.5), squeeze=False)
     for ax, H in zip(axes[0], hiddens):
         rows = [r for r in result["rows"] if r["hidden"] == H]
-        for name in (*IMPLS, "all_reduce", "floor"):
+        for name in (*impls(result), "all_reduce", "floor"):
             points = [(r["tokens"], best(r["all_reduce_us"], ALL_REDUCES) if name == "all_reduce" else
                        r["floor_us"] if name == "floor" else r["eager_us"].get(name)) for r in rows]
             points = [(m, t) for m, t in points if t]
@@ -324,7 +353,7 @@ def run(args) -> dict:
         notes.append("cpu backend (Triton's interpreter): times show that the code paths run, not performance")
     result = {"world_size": ctx.world_size, "ranks_per_gpu": ctx.ranks_on_device, "backend": ctx.device.type,
               "device": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "cpu (interpreter)",
-              "dtype": args.dtype, "graph": args.graph, "torch": torch.__version__,
+              "dtype": args.dtype, "graph": args.graph, "torch": torch.__version__, "variants": args.variants,
               "date": datetime.date.today().isoformat(), "rows": [], "notes": notes,
               "command": " ".join(["benchmarks/fused_norm.py", *sys.argv[1:]])}
     for M, H in shapes:

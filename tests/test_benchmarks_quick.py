@@ -247,18 +247,22 @@ def test_tp_mlp_quick(tmp_path):
 def test_fused_norm_quick(tmp_path):
     # the fused all-reduce + residual + RMSNorm beside the unfused pairs (ccl + the norm, eager and
     # compiled; torch's symmetric-memory pairs need CUDA and say so), each checked against the fused op
-    proc = run_ranks(2, os.path.join(BENCH, "fused_norm.py"), "--quick", "--out", str(tmp_path), timeout=600)
+    # and the two-shot strategy forced beside the table's choice (--variants)
+    proc = run_ranks(2, os.path.join(BENCH, "fused_norm.py"), "--quick", "--variants", "two_shot", "--out",
+                     str(tmp_path), timeout=600)
     stem = results_file(tmp_path, "fused_norm_2ranks*_quick.json").with_suffix("")
     result = json.loads(stem.with_suffix(".json").read_text())
     assert [(r["tokens"], r["hidden"]) for r in result["rows"]] == [(3, 64), (16, 64)], result["rows"]
     for row in result["rows"]:
         assert row["correct"] and row["floor_us"] > 0 and row["all_reduce_us"]["ccl"] > 0, row
-        assert {"fused", "fused_heap", "ccl_norm", "ccl_norm_c"} <= {k for k, v in row["eager_us"].items() if v > 0}
+        assert {"fused", "fused_heap", "ccl_norm", "ccl_norm_c", "fused_two_shot"} <= {
+            k for k, v in row["eager_us"].items() if v > 0}
         assert set(row["rel_error"]) == set(row["eager_us"]), row
     if result["device"].startswith("cpu"):
         assert any("torch columns" in n for n in result["notes"]), result["notes"]
     text = stem.with_suffix(".md").read_text()
     assert "fused/pair" in proc.stdout and "fused/pair" in text and "fused/AR" in text, proc.stdout
+    assert "fused_two_shot" in text, text
     if importlib.util.find_spec("matplotlib") is not None:
         assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
