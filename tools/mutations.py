@@ -204,6 +204,11 @@ MUTATIONS = [
                "        how = tl.where(offered != offered, REFUSED,", 1)],
              [("worker", "2", "ccl_worker.py", "p2p_single_copy", "IRIS_TIMEOUT_S=10", "MPIEXEC_TIMEOUT=120")],
              expect="IrisMessageSizeError"),
+    Mutation("p2p-registered-misplaced", "a large message to or from a registered tensor is copied at its place in the "
+             "registration", [(f"{COLL}/ccl/_p2p_kernels.py",
+                               "            delta = (theirs - inbox_at) // _element_bytes(inbox.dtype) + offset",
+                               "            delta = (theirs - inbox_at) // _element_bytes(inbox.dtype) + offset + 1", 1)],
+             [("worker", "2", "ccl_worker.py", "p2p_registered")], expect="registered sender True"),
     Mutation("p2p-recv-dead-code", "inside torch.compile an unused recv still takes its message",
              [(f"{COLL}/functional/_p2p_ops.py", "    torch.fx.node.has_side_effect(torch.ops.iris.recv.default)\n",
                "    pass\n", 1)],

@@ -107,8 +107,9 @@ def cases():
         for send in (True, False):
             side = "send" if send else "recv"
             signature = {"context": "*i64", "t": PTR[dt], "inbox": PTR[dt], "headers": "*i64", "requests": "*i64",
-                         "counted": "*i32", "mode": "*i32", "n": "i32", "slots": "i32", "programs": "i32",
-                         "stop": "i32", "inbox_offset": "i64", "peer": "i32", "rank": "i32"}
+                         "counted": "*i32", "mode": "*i32", "registered": "*i64", "n": "i32", "slots": "i32",
+                         "programs": "i32", "stop": "i32", "inbox_offset": "i64", "table_ranks": "i32", "peer": "i32",
+                         "rank": "i32"}
             yield (f"direct_copy/{side}/{dt}", P.direct_copy_kernel, signature,
                    dict(SEND=send, DIRECT_BLOCK=block), ("t", "inbox", "n"))
             signature = {"context": "*i64", "ready": "*i32", "credit": "*i32", "counted": "*i32", "mode": "*i32",

@@ -786,6 +786,81 @@ def scenario_p2p_errors(ctx):
             check(out, message(12, torch.float32, 61), "the channel after a mismatch")
 
 
+def scenario_p2p_registered(ctx):
+    # Large messages to or from registered tensors (ctx.register) are copied once where they are,
+    # the registration's table giving the peer's address: plain tensors on the GPU, heap tensors
+    # elsewhere (the only ones the other backends register; a registered heap tensor takes this
+    # path too, before the heap's). Views at different offsets on the two ranks (each rank's view
+    # is its own place in the registration), in two registrations (the second's place in
+    # ctx.registrations is 1 until the first is closed, then 0: the table and the plans follow);
+    # pulled (registered sender), pushed (registered receiver) and both; the receive late and the
+    # send late; an exchange in both directions at once in a batch; a size mismatch against a
+    # registered receiver (refused, the channel goes on).
+    ccl.init_p2p(ctx, **P2P)
+    W, r, dev = ctx.world_size, ctx.rank, ctx.device
+    n, size = 1500, 4096  # 6000 B of fp32: 6 chunks, more than the inbox; two of them fit apart
+
+    def registrable():
+        return torch.zeros(size, device=dev) if ctx.backend == "cuda" else ctx.zeros(size)
+
+    first, second = ctx.register(registrable()), ctx.register(registrable())
+    assert ctx.registrations == (first, second) and ctx.registration_of(second.tensor[5:9]) is second
+    if W > 1 and r <= 1:
+        peer = 1 - r
+        at = {0: 100, 1: 300}  # each rank's view starts elsewhere in its registered tensor
+        for k, registration in enumerate((second, first)):
+            for i, (reg_send, reg_recv) in enumerate([(True, False), (False, True), (True, True)]):
+                late = i % 2
+                seed = 6000 + 100 * k + 10 * i
+                if r == late:
+                    iris.runtime.testing.busy_stream(ctx, 0.2)
+                view = registration.tensor[at[r]:at[r] + n]
+                if r == 0:
+                    x = view if reg_send else torch.empty(n, device=dev)
+                    x.copy_(message(n, torch.float32, seed).to(dev))
+                    ccl.send(ctx, x, 1, tag=1)
+                    x.fill_(-7)  # the send has returned: the tensor is the sender's again
+                else:
+                    out = poison(view if reg_recv else torch.empty(n, device=dev))
+                    ccl.recv(ctx, out, 0, tag=1)
+                    check(out, message(n, torch.float32, seed), f"registration {1 - k}: registered sender {reg_send}, "
+                                                                f"registered receiver {reg_recv}, late rank {late}")
+        # both directions at once, registered on both ends, the two ranks listing their ops in other orders
+        mine, theirs = second.tensor[:n], poison(second.tensor[size - n:])
+        mine.copy_(message(n, torch.float32, 6500 + r).to(dev))
+        ops = [ccl.P2POp(ccl.isend, mine, peer, tag=2), ccl.P2POp(ccl.irecv, theirs, peer, tag=2)]
+        for work in ccl.batch_isend_irecv(ctx, ops if r == 0 else ops[::-1]):
+            work.wait()
+        check(theirs, message(n, torch.float32, 6500 + peer), "registered exchange in both directions")
+        # a size mismatch against a registered receiver (cpu backend: on the GPU the watchdog's
+        # report ends the job): refused with no copy, the channel goes on
+        if ctx.device.type != "cuda":
+            if r == 0:
+                ccl.send(ctx, message(n + 4, torch.float32, 6600).to(dev), 1, tag=3)
+                ccl.send(ctx, message(n, torch.float32, 6601).to(dev), 1, tag=3)
+            else:
+                target = second.tensor[:n]
+                target.fill_(5)
+                expect_error(lambda: ccl.recv(ctx, target, 0, tag=3), IrisMessageSizeError,
+                             f"of {n + 4} x float32", f"expects {n} x float32")
+                assert bool((target == 5).all()), "a refused message was copied into the registered tensor"
+                ccl.recv(ctx, target, 0, tag=3)
+                check(target, message(n, torch.float32, 6601), "a registered receiver after a refused message")
+    ctx.barrier()
+    first.close()
+    assert ctx.registrations == (second,)
+    if W > 1 and r <= 1:  # the second registration is now the table's first row
+        if r == 0:
+            second.tensor[7:7 + n].copy_(message(n, torch.float32, 6700).to(dev))
+            ccl.send(ctx, second.tensor[7:7 + n], 1, tag=0)
+        else:
+            out = poison(second.tensor[11:11 + n])
+            ccl.recv(ctx, out, 0, tag=0)
+            check(out, message(n, torch.float32, 6700), "after the first registration closed")
+    ctx.barrier()
+    second.close()
+
+
 def scenario_p2p_single_copy(ctx):
     # Large messages (more than an inbox: 2 KiB here) with a heap tensor on one side or both are
     # copied once: pulled from the sender's heap tensor, or pushed into the receiver's. Between ranks

@@ -274,6 +274,11 @@ class Group:
     def registrations_generation(self) -> int:
         return self.ctx.registrations_generation
 
+    @property
+    def registrations(self) -> tuple:
+        """None of its own: a group reaches the heap in place and stages the rest."""
+        return ()
+
     def registration_of(self, tensor):
         """None: a group reaches the heap in place and stages the rest."""
         return None

@@ -384,6 +384,13 @@ class Iris(TensorFactories):
         with self._host_waits.label("iris.runtime.Iris.reach()"):
             return self._reach.reach(list(tensors))
 
+    @property
+    def registrations(self) -> tuple[Registration, ...]:
+        """The open registrations of :meth:`register`, in the order they were made: the same
+        order on every rank (registering and closing are collective), so a registration's place
+        in it names the same registration on every rank."""
+        return tuple(self._registrations)
+
     def registration_of(self, tensor: torch.Tensor) -> Registration | None:
         """The open :class:`Registration` whose tensor holds all of ``tensor``'s memory, or None."""
         for registration in self._registrations:

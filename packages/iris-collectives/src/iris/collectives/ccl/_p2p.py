@@ -2,10 +2,11 @@
 
 A small message moves in chunks through the receiver's *inbox* for the (sender, tag) pair, on the
 symmetric heap; a large one (more than an inbox holds) is copied once, straight between the two
-tensors, when either is on the heap (the protocol is in :mod:`._p2p_kernels`). The inboxes and their counters are the
-context's *mailboxes*, which :func:`init_p2p` allocates on every rank at once: a point-to-point
-call involves two ranks only, so it cannot allocate symmetric memory itself (every rank's heap
-must see the same allocations in the same order).
+tensors, when the peer can reach either where it is: on the heap, or in a tensor registered with
+``ctx.register`` (a plain tensor on the GPU; the protocol is in :mod:`._p2p_kernels`). The inboxes
+and their counters are the context's *mailboxes*, which :func:`init_p2p` allocates on every rank
+at once: a point-to-point call involves two ranks only, so it cannot allocate symmetric memory
+itself (every rank's heap must see the same allocations in the same order).
 
 Streams: ``send`` and ``recv`` are enqueued on torch's current stream and return at once, like
 every host call of this library; later work on that stream runs after the message has moved.
@@ -60,11 +61,13 @@ from . import _checks, _launch, _ranks
 from ._config import Config
 from ._groups import on_group
 from ._p2p_kernels import (
+    NOWHERE,
     RECORD_WORDS,
     direct_copy_kernel,
     direct_done_kernel,
     recv_kernel,
     recv_large_kernel,
+    registered_location,
     send_kernel,
     send_large_kernel,
 )
@@ -249,6 +252,48 @@ def _mailboxes(ctx, call: str):
     return ws, ws.meta["settings"]
 
 
+#: Registrations a large message can use in place (the first of ``ctx.registrations``; a tensor in a
+#: later one moves through the inbox).
+REGISTERED_TABLE_ROWS = 64
+# context -> (registrations generation, its table): every registered tensor of the context, every
+# rank's address of it in this process, for the direct copy of a large message (direct_copy_kernel)
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _registered_table(ctx) -> torch.Tensor:
+    """The context's table of registered tensors on its device: row ``i`` holds every rank's address
+    (in this process) of the tensor of ``ctx.registrations[i]``, zeros where none. Rebuilt when a
+    registration is made or closed (plans are then made again too: ``_launch`` keys them by the
+    registrations' generation), never while a kernel may read it: closing one waits for the
+    device."""
+    generation = ctx.registrations_generation
+    kept = _TABLES.get(ctx)
+    if kept is not None and kept[0] == generation:
+        return kept[1]
+    rows = torch.zeros(REGISTERED_TABLE_ROWS, ctx.world_size, dtype=torch.int64)
+    for i, registration in enumerate(ctx.registrations[:REGISTERED_TABLE_ROWS]):
+        rows[i] = torch.tensor(registration.addresses, dtype=torch.int64)
+    table = rows.to(ctx.device)
+    _TABLES[ctx] = (generation, table)
+    return table
+
+
+def location(ctx, tensor) -> int:
+    """Where the peer reaches ``tensor`` for a large message's single copy (the record's location
+    word, :mod:`._p2p_kernels`): in one of the first ``REGISTERED_TABLE_ROWS`` registrations (first:
+    a registered heap tensor need not be at the same offset on every rank), else its heap offset in
+    elements, else ``NOWHERE``."""
+    esize = tensor.element_size()
+    registration = ctx.registration_of(tensor)
+    if registration is not None:
+        index = ctx.registrations.index(registration)
+        if index < REGISTERED_TABLE_ROWS:
+            return registered_location(index, (tensor.data_ptr() - registration.addresses[ctx.rank]) // esize)
+    if ctx.is_symmetric(tensor):
+        return ctx.offset_of(tensor) // esize
+    return NOWHERE.value
+
+
 def peer_index(rank: int, owner: int) -> int:
     """Where ``rank``'s channels sit among those of ``owner`` (its peers in rank order, itself left out)."""
     return rank - (rank > owner)
@@ -311,9 +356,11 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
     context = ctx.get_device_context()
     constexprs = dict(BLOCK=block)
     if large:
-        # heap offsets in elements (tensors and the inbox are aligned to their dtype): -1 off the heap
-        offset = ctx.offset_of(tensor) // esize if ctx.is_symmetric(tensor) else -1
+        # where the peer reaches this rank's tensor (heap offsets in elements: tensors and the inbox
+        # are aligned to their dtype), and the registered tensors the peer's location may name
+        offset = location(ctx, tensor)
         inbox_offset = ctx.offset_of(inbox) // esize
+        registered = _registered_table(ctx)
         kernel = send_large_kernel if direction == "send" else recv_large_kernel
         most = ctx.get_cu_count() * DIRECT_PROGRAMS_PER_SM if ctx.device.type == "cuda" else s.grid
         copy_grid = max(1, min(-(-n // block), most))
@@ -333,8 +380,8 @@ def _plan(ctx, key, direction: str, tensor, peer_arg, tag):
     copy_run = done_run = None
     if large:
         def copy_args(t, stop):
-            return (context, t, inbox, headers, requests, counted, mode, n, s.slots, s.grid, stop, inbox_offset, peer,
-                    me)
+            return (context, t, inbox, headers, requests, counted, mode, registered, n, s.slots, s.grid, stop,
+                    inbox_offset, ctx.world_size, peer, me)
 
         def done_args(t, first, stop):
             return (context, ready, credit, counted, mode, units, first, stop, peer, tag, me)

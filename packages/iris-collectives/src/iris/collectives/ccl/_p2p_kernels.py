@@ -1,5 +1,5 @@
 """The device side of ``ccl.send`` and ``ccl.recv``: a small message in chunks through the receiver's
-inbox, a large one copied once where a heap tensor allows it.
+inbox, a large one copied once where a heap or registered tensor allows it.
 
 A *channel* is (sender, receiver, tag). For each, the mailboxes (``ccl.init_p2p``) hold, on the
 receiver's heap, an inbox of ``slots`` slots of ``chunk`` elements, a record per slot and
@@ -7,7 +7,7 @@ program, and per program a *ready* counter that the sender signals; on the sende
 program, a *credit* counter that the receiver signals. Each side also keeps, per program, a
 private count of the *units* (chunks, see below for large messages) it has moved on the channel.
 A slot's record is ``RECORD`` int64 words: the message's header, the heap offset of the sender's
-tensor (large messages) and the units of the message the record starts (1 for a chunk). Every
+tensor's location (large messages, see below) and the units of the message the record starts (1 for a chunk). Every
 counter only grows: nothing is reset between messages, and a CUDA graph of sends and receives
 replays correctly.
 
@@ -32,17 +32,19 @@ A *large* message (more bytes than an inbox holds; both ends decide it from thei
 they agree when the sizes agree) counts ``units = 1 + chunks`` units and starts with a
 rendezvous, whatever the tensors are:
 
-- the receiver first *posts a request* in its record on the sender's heap (its header and the
-  heap offset, in elements, of its tensor, or -1 when that is not on the heap) and raises the
+- the receiver first *posts a request* in its record on the sender's heap (its header and its
+  tensor's *location*: the heap offset in elements, ``NOWHERE`` (-1) when the peer cannot reach
+  it, or, for a tensor registered with ``ctx.register``, ``-2 - (index << 40 | offset)``: the
+  registration's place in ``ctx.registrations`` and the offset in elements into it) and raises the
   sender's *posted* word to ``c + 1`` (release);
 - the sender *offers* the message as unit ``c``: the slot's record gets its header, its tensor's
-  heap offset (or -1) and ``units``, then ready is signalled.
+  location and ``units``, then ready is signalled.
 
-Then, the same choice on both ends from the two offsets: the sender's tensor on the heap: *pull*
+Then, the same choice on both ends from the two locations: the sender's tensor reachable: *pull*
 (the sender signals every unit at once with its offer and does not read the request; the
-receiver copies the tensor straight from the sender's heap, as ``ccl.broadcast`` reads, then
-credits every unit: the sender waits for that before it returns, its tensor may change after);
-else the receiver's on the heap: *push* (the sender waits for the request, stores the message
+receiver copies the tensor straight from the sender's heap or registered tensor, as
+``ccl.broadcast`` reads, then credits every unit: the sender waits for that before it returns, its
+tensor may change after); else the receiver's reachable: *push* (the sender waits for the request, stores the message
 straight into the receiver's tensor and signals the remaining units; the receiver waits for them);
 else the mailbox: the chunks follow the offer as units ``c + 1 ..``. One copy in the first two,
 no slot and no credit per chunk, made by a kernel of its own after the rendezvous
@@ -81,8 +83,9 @@ SEND_CALL: tl.constexpr = tl.constexpr("iris.collectives.ccl.send")
 RECV_CALL: tl.constexpr = tl.constexpr("iris.collectives.ccl.recv")
 P2P_CALLS = (SEND_CALL.value, RECV_CALL.value)
 
-#: int64 words of a slot's record and of a request: the header, a heap offset (in elements; -1:
-#: not on the heap) and the units of the message the record starts.
+#: int64 words of a slot's record and of a request: the header, where the tensor is (a *location*:
+#: its heap offset in elements, ``NOWHERE`` when the peer cannot reach it, or a registered tensor's
+#: place, :func:`registered_location`) and the units of the message the record starts.
 RECORD_WORDS = 4
 RECORD: tl.constexpr = tl.constexpr(RECORD_WORDS)
 HEADER: tl.constexpr = tl.constexpr(0)
@@ -96,6 +99,20 @@ MAILBOX: tl.constexpr = tl.constexpr(0)
 PULL: tl.constexpr = tl.constexpr(1)
 PUSH: tl.constexpr = tl.constexpr(2)
 REFUSED: tl.constexpr = tl.constexpr(3)
+#: The location of a tensor the peer cannot reach (neither on the heap nor registered).
+NOWHERE: tl.constexpr = tl.constexpr(-1)
+#: A registered tensor's location is ``-2 - (index << REGISTERED_SHIFT | offset)``: the
+#: registration's place in ``ctx.registrations`` (the same on every rank) and the tensor's offset
+#: in elements from the registered tensor's start.
+REGISTERED_SHIFT: tl.constexpr = tl.constexpr(40)
+REGISTERED_MASK: tl.constexpr = tl.constexpr((1 << 40) - 1)
+
+
+def registered_location(index: int, offset: int) -> int:
+    """The location word of a tensor ``offset`` elements into registration ``index`` (host side)."""
+    if not 0 <= offset < 1 << REGISTERED_SHIFT.value:
+        raise ValueError(f"offset {offset} out of range")
+    return -2 - ((index << REGISTERED_SHIFT.value) | offset)
 
 
 @triton.jit
@@ -227,7 +244,7 @@ def _offer(headers, ready, credit, requests, posted, header, units, c, slots, pr
     store(record + HEADER, header, rank, peer, heap_bases)
     store(record + OFFSET, src_offset, rank, peer, heap_bases)
     store(record + UNITS, units, rank, peer, heap_bases)
-    pull = src_offset >= 0
+    pull = src_offset != NOWHERE
     if pull:  # the receiver reads the tensor where it is: every unit at once
         signal(ready + p, rank, peer, heap_bases, amount=units)
     else:
@@ -236,7 +253,7 @@ def _offer(headers, ready, credit, requests, posted, header, units, c, slots, pr
     request = requests + p * RECORD  # after the acquire: the receiver's request (unused when pulled)
     wanted = tl.load(request + HEADER)
     dst_offset = tl.load(request + OFFSET)
-    how = tl.where(pull, PULL, tl.where(wanted != header, REFUSED, tl.where(dst_offset >= 0, PUSH, MAILBOX)))
+    how = tl.where(pull, PULL, tl.where(wanted != header, REFUSED, tl.where(dst_offset != NOWHERE, PUSH, MAILBOX)))
     if how == REFUSED:  # the message's other units, with no copy (a push: direct_copy_kernel, direct_done_kernel)
         signal(ready + p, rank, peer, heap_bases, amount=units - 1)
     return how
@@ -252,8 +269,8 @@ def send_large_kernel(context, inp, inbox, headers, ready, credit, sent, request
 
     As :func:`send_kernel`, and: ``requests`` (a ``RECORD`` per program) and ``posted`` (int32 per
     program), this rank's, where the receiver posts; ``mode`` (int32 per program), this rank's
-    private word for the mode; ``src_offset``: ``inp``'s heap offset in elements (-1: not on the
-    heap). Per program."""
+    private word for the mode; ``src_offset``: ``inp``'s location (its heap offset in elements,
+    ``NOWHERE``, or a registered tensor's place). Per program."""
     heap_bases = context + HEAP_BASES_C
     p = tl.program_id(0)
     c0 = advance(sent + p, stop - first) - first  # this program's unit of the offer
@@ -277,7 +294,7 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
     :func:`direct_done_kernel`, launched after this one.
 
     As :func:`recv_kernel`, and: ``mode`` (int32 per program), this rank's private word for the
-    mode; ``dst_offset``: ``out``'s heap offset in elements (-1: not on the heap). A refused offer
+    mode; ``dst_offset``: ``out``'s location (as ``src_offset`` of :func:`send_large_kernel`). A refused offer
     (headers that differ) is credited with the sender's units, this program's count moved past the
     sender's message, and reported as :func:`recv_kernel` does. Per program."""
     heap_bases = context + HEAP_BASES_C
@@ -292,8 +309,8 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
         record = headers + ((c0 % slots) * programs + p) * RECORD
         offered = tl.load(record + HEADER)  # after the acquire: the sender's offer
         src_offset = tl.load(record + OFFSET)
-        how = tl.where(offered != header, REFUSED, tl.where(src_offset >= 0, PULL,
-                                                            tl.where(dst_offset >= 0, PUSH, MAILBOX)))
+        how = tl.where(offered != header, REFUSED, tl.where(src_offset != NOWHERE, PULL,
+                                                            tl.where(dst_offset != NOWHERE, PUSH, MAILBOX)))
         tl.store(mode + p, how)
         if how == MAILBOX:
             signal(credit + p, rank, peer, heap_bases)  # the offer's slot
@@ -308,9 +325,14 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
             signal(credit + p, rank, peer, heap_bases)
 
 
-@triton.jit(do_not_specialize=["stop", "inbox_offset", "peer", "rank"])
-def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, n, slots, programs, stop, inbox_offset,
-                       peer, rank, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+@triton.constexpr_function
+def _element_bytes(pointer_ty):
+    return max(pointer_ty.element_ty.primitive_bitwidth // 8, 1)
+
+
+@triton.jit(do_not_specialize=["stop", "inbox_offset", "table_ranks", "peer", "rank"])
+def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, registered, n, slots, programs, stop,
+                       inbox_offset, table_ranks, peer, rank, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
     """The single copy of a large message whose :func:`send_large_kernel` (``SEND``: a push, from
     ``t`` into the receiver's tensor) or :func:`recv_large_kernel` (a pull, from the sender's tensor
     into ``t``) has just run on this stream for its first unit (``stop``: the step's end); nothing
@@ -318,10 +340,13 @@ def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, n, s
     not bound by what is resident alongside the waiting kernels.
 
     ``t`` (``n`` elements), ``inbox``, ``headers``, ``requests``, ``counted`` and ``mode`` as given
-    to that kernel, ``inbox_offset``: ``inbox``'s heap offset in elements (the other tensor's heap
-    offset is in the request, or in the offer's record, of program 0). Tiles of ``DIRECT_BLOCK``
-    elements, a grid-stride loop. Granularity: per program; plain loads and stores (the waits of the
-    kernel before ordered them: it acquired the peer's request or offer).
+    to that kernel, ``inbox_offset``: ``inbox``'s heap offset in elements (the other tensor's
+    location is in the request, or in the offer's record, of program 0); ``registered``: the
+    context's table of registered tensors (int64, ``table_ranks`` words per registration: every
+    rank's tensor in this process's address space), read where that location is a registered
+    tensor's. Tiles of ``DIRECT_BLOCK`` elements, a grid-stride loop. Granularity: per program;
+    plain loads and stores (the waits of the kernel before ordered them: it acquired the peer's
+    request or offer).
     """
     heap_bases = context + HEAP_BASES_C
     how = tl.load(mode)
@@ -333,11 +358,24 @@ def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, n, s
         c0 = tl.load(counted) - stop
         offset_at = headers + ((c0 % slots) * programs) * RECORD + OFFSET
     if moving:
-        delta = tl.load(offset_at, volatile=True) - inbox_offset  # the other tensor, from inbox
-        if delta % VECTOR == 0:  # the usual case: said so, the copy moves vectors
-            _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, SEND, DIRECT_BLOCK)
-        else:
-            _direct(t, inbox + delta, n, rank, peer, heap_bases, SEND, DIRECT_BLOCK)
+        where = tl.load(offset_at, volatile=True)
+        if where >= 0:  # on the heap: the other tensor at its offset in this rank's heap, translated
+            delta = where - inbox_offset  # from inbox
+            if delta % VECTOR == 0:  # the usual case: said so, the copy moves vectors
+                _direct(t, inbox + tl.multiple_of(delta, VECTOR), n, rank, peer, heap_bases, SEND, DIRECT_BLOCK)
+            else:
+                _direct(t, inbox + delta, n, rank, peer, heap_bases, SEND, DIRECT_BLOCK)
+        else:  # registered: the peer's tensor where this process maps it, reached as it is
+            code = -2 - where
+            index = code >> REGISTERED_SHIFT
+            offset = code & REGISTERED_MASK
+            theirs = tl.load(registered + index * table_ranks + peer)  # the peer's registered tensor, here
+            inbox_at = tl.load(heap_bases + rank) + inbox_offset * _element_bytes(inbox.dtype)
+            delta = (theirs - inbox_at) // _element_bytes(inbox.dtype) + offset  # from inbox, in elements
+            if delta % VECTOR == 0:
+                _direct_mapped(t, inbox + tl.multiple_of(delta, VECTOR), n, SEND, DIRECT_BLOCK)
+            else:
+                _direct_mapped(t, inbox + delta, n, SEND, DIRECT_BLOCK)
 
 @triton.jit
 def _direct(t, there, n, rank, peer, heap_bases, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
@@ -349,6 +387,19 @@ def _direct(t, there, n, rank, peer, heap_bases, SEND: tl.constexpr, DIRECT_BLOC
             put(t + offsets, there + offsets, rank, peer, heap_bases, mask=offsets < n)
         else:
             get(there + offsets, t + offsets, peer, rank, heap_bases, mask=offsets < n)
+
+@triton.jit
+def _direct_mapped(t, there, n, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
+    # The copy between this rank's ``t`` and ``there``, the peer's registered tensor as this process
+    # maps it (no translation: the registration's table holds the mapped address).
+    for i in range(tl.program_id(0), tl.cdiv(n, DIRECT_BLOCK), tl.num_programs(0)):
+        offsets = i * DIRECT_BLOCK + tl.arange(0, DIRECT_BLOCK)
+        mask = offsets < n
+        if SEND:
+            tl.store(there + offsets, tl.load(t + offsets, mask=mask), mask=mask)
+        else:
+            tl.store(t + offsets, tl.load(there + offsets, mask=mask), mask=mask)
+
 
 @triton.jit(do_not_specialize=["units", "first", "stop", "peer", "tag", "rank"])
 def direct_done_kernel(context, ready, credit, counted, mode, units, first, stop, peer, tag, rank, SEND: tl.constexpr):
