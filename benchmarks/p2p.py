@@ -7,7 +7,9 @@
 Rank 0 and rank 1 exchange messages (other ranks only keep step). Microseconds, the slowest rank's
 (the median of three timed loops), fp32 tensors that are not on the heap (the user's case, column
 ``ccl``) and, beside them, tensors on the symmetric heap on both ends (column ``heap``: a message
-larger than an inbox is then copied once, pulled from the sender's tensor; ``--no-heap`` skips it):
+larger than an inbox is then copied once, pulled from the sender's tensor; ``--no-heap`` skips it)
+and, for messages larger than an inbox on the GPU, plain tensors registered on both ends (column
+``reg``, ``ctx.register``: copied once too; ``--no-registered`` skips it):
 
 - latency (``--latency-sizes``, default 4 B .. 1 MiB): a ping-pong, rank 0 sends and receives the
   answer, rank 1 receives and answers; half a round trip per message, eager and in a CUDA graph of
@@ -63,6 +65,9 @@ def parse_args(argv=None):
     p.add_argument("--num-warps", type=int, default=None, help="ccl.init_p2p(num_warps=...)")
     p.add_argument("--no-peer", action="store_true", help="skip NCCL / torch symm_mem")
     p.add_argument("--no-heap", action="store_true", help="skip the heap-tensor column")
+    p.add_argument("--no-registered", action="store_true",
+                   help="skip the registered-tensor column (bandwidth; GPU only: the other backends register heap "
+                        "tensors alone)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args(argv)
     if args.latency_sizes is None:
@@ -89,7 +94,7 @@ class Pair:
     ranks call nothing (``ccl.broadcast`` excepted: a collective). Call :meth:`close` on every rank
     (it frees the heap tensors, which every rank allocates alike)."""
 
-    def __init__(self, ctx, nbytes: int, peer, heap: bool = True):
+    def __init__(self, ctx, nbytes: int, peer, heap: bool = True, registered: bool = False):
         self.ctx, self.nbytes = ctx, nbytes
         r, dev = ctx.rank, ctx.device
         n = max(1, nbytes // 4)
@@ -131,6 +136,12 @@ class Pair:
             self.heap[0].copy_(self.x)
             self.pingpong["heap"] = pingpong(*self.heap)
             self.stream["heap"] = stream(*self.heap)
+        self.reg, self.registrations = None, []
+        if registered:  # plain tensors on both ends, registered (ctx.register: collective, every rank alike)
+            self.reg = (torch.empty(n, device=dev), torch.empty(n, device=dev))
+            self.reg[0].copy_(self.x)
+            self.registrations = [ctx.register(t) for t in self.reg]
+            self.stream["reg"] = stream(*self.reg)
         if peer.kind == "torch symm_mem":
             self.symm = peer.symmetric(self)  # collective: every rank of the group takes part
         if peer.kind is not None and active:
@@ -150,10 +161,17 @@ class Pair:
                 y.fill_(-1)
                 self.pingpong[label]()
                 ok = ok and (r > 1 or torch.equal(y, expected))
+        if self.reg is not None:  # one message from rank 0 to rank 1 between the registered tensors
+            self.reg[1].fill_(-1)
+            self.stream["reg"]()
+            ok = ok and (r != 1 or torch.equal(self.reg[1], expected))
         return self.ctx.comm.allreduce(int(not ok)) == 0
 
     def close(self) -> None:
-        """Free the heap tensors (every rank, in the same order)."""
+        """Close the registrations and free the heap tensors (every rank, in the same order)."""
+        for registration in reversed(self.registrations):
+            registration.close()
+        self.registrations, self.reg = [], None
         if self.heap is not None:
             for t in reversed(self.heap):
                 self.ctx.free(t)
@@ -269,6 +287,12 @@ def run(args) -> dict:
     settings = mailboxes(ctx, args)
     timer, peer = Timer(ctx, args.time_per_point, args.quick, max_iters=1000), Peer(ctx, not args.no_peer)
     notes = [peer.reason] if peer.reason else []
+    # plain tensors registered on both ends: the single copy of a large message without the heap
+    registered = backend == "cuda" and not args.no_registered
+    inbox_bytes = settings.slots * settings.chunk_bytes
+    if not registered:
+        notes.append("reg column: " + ("--no-registered" if args.no_registered else
+                                       "plain tensors are registered on the GPU only"))
     if backend != "cuda":
         notes.append("cpu backend (Triton's interpreter): times show the code path works, not performance")
     empty_us = empty_graph_seconds(ctx, timer, args.graph)
@@ -282,7 +306,8 @@ def run(args) -> dict:
               "notes": notes}
     for kind, sizes in (("latency", args.latency_sizes), ("bandwidth", args.bandwidth_sizes)):
         for size in sizes:
-            pair = Pair(ctx, size, peer, heap=not args.no_heap)
+            pair = Pair(ctx, size, peer, heap=not args.no_heap,
+                        registered=registered and kind == "bandwidth" and size > inbox_bytes)
             point = {"bytes": size, "eager_us": {}, "graph_us": {}, "correct": pair.check()}
             if kind == "bandwidth":
                 point["floor_us"] = copy_seconds(ctx, timer, size) * 1e6
@@ -335,19 +360,22 @@ def table(result: dict) -> str:
                                                                    _div(g.get("ccl"), empty),
                                                                    _div(g.get("heap"), empty))))
     lines += ["", "bandwidth: messages back to back; floor = one copy of the message on one rank; heap = "
-              "heap tensors on both ends (copied once from more than an inbox)",
-              f"{'size':>9} {'ccl':>8} {'graph':>8} {'GB/s':>8} {'heap':>8} {'h.graph':>8} {'peer':>8} {'bcast':>8}"
-              f" {'floor':>8} {'ccl/flr':>8} {'grph/flr':>8} {'heap/flr':>8} {'hgr/flr':>8} {'ccl/peer':>8}"]
+              "heap tensors on both ends (copied once from more than an inbox); reg = plain tensors registered on "
+              "both ends (ctx.register: copied once too)",
+              f"{'size':>9} {'ccl':>8} {'graph':>8} {'GB/s':>8} {'heap':>8} {'h.graph':>8} {'reg':>8} {'peer':>8}"
+              f" {'bcast':>8} {'floor':>8} {'ccl/flr':>8} {'grph/flr':>8} {'heap/flr':>8} {'hgr/flr':>8} {'reg/flr':>8}"
+              f" {'ccl/peer':>8}"]
     for p in result["bandwidth"]:
         e, g = p["eager_us"], p["graph_us"]
         gbps = _div(p["bytes"] / 1e3, e.get("ccl"))
         lines.append(f"{human(p['bytes']):>9} {_timed(e.get('ccl'), p['correct'])} "
-                     + " ".join(_cell(v) for v in (g.get("ccl"), gbps, e.get("heap"), g.get("heap"), e.get(peer),
-                                                   e.get("bcast"), p["floor_us"]))
+                     + " ".join(_cell(v) for v in (g.get("ccl"), gbps, e.get("heap"), g.get("heap"), e.get("reg"),
+                                                   e.get(peer), e.get("bcast"), p["floor_us"]))
                      + " " + " ".join(_cell(v, digits=2) for v in (_div(e.get("ccl"), p["floor_us"]),
                                                                    _div(g.get("ccl"), p["floor_us"]),
                                                                    _div(e.get("heap"), p["floor_us"]),
                                                                    _div(g.get("heap"), p["floor_us"]),
+                                                                   _div(e.get("reg"), p["floor_us"]),
                                                                    _div(e.get("ccl"), e.get(peer)))))
     notes = list(result["notes"]) + [f"{human(p['bytes'])}: {n}" for k in ("latency", "bandwidth")
                                      for p in result[k] for n in p.get("notes", [])]
