@@ -483,6 +483,9 @@ def run_groups(args) -> dict:
                           flush=True)
                 del on_group, on_alone
                 ctx.barrier()
+                # every call keeps its workspace: the group's arena, sized for one call of the
+                # largest size, holds one collective's at a time (HeapExhaustedError otherwise)
+                ccl.clear_workspaces(group)
                 ccl.clear_workspaces(ctx)
                 ccl.clear_workspaces(alone)
     alone.close()
