@@ -1596,11 +1596,11 @@ def group_layouts(W: int) -> dict:
     return {"tp": tp, "dp": dp, "odd": [odd]}
 
 
-def make_groups(ctx, lists: list) -> object:
+def make_groups(ctx, lists: list, workspace_size: int = 1 << 18) -> object:
     """``ctx.new_group`` for each list (every rank makes every group); this rank's group, checked."""
     mine = None
     for ranks in lists:
-        g = ctx.new_group(ranks, workspace_size=1 << 18)
+        g = ctx.new_group(ranks, workspace_size=workspace_size)
         if ctx.rank in ranks:
             assert isinstance(g, iris.runtime.Group), (ranks, g)
             assert (g.ranks, g.rank, g.size, g.world_size) == (tuple(ranks), ranks.index(ctx.rank), len(ranks),
