@@ -337,8 +337,8 @@ MUTATIONS = [
              [("worker", "2", "ops_worker.py", "argument_errors")], expect="bias must be contiguous"),
     Mutation("reduce-scatter-avg-grad-not-divided", "the gradient of reduce_scatter(op='avg') is the gathered "
              "gradient divided by the world size",
-             [(f"{COLL}/functional/_collective_ops.py", "        grad = grad / _world(ctx.handle, \"reduce_scatter\")\n",
-               "        grad = grad\n", 1)],
+             [(f"{COLL}/functional/_collective_ops.py",
+               "        grad = _divided(grad, _world(ctx.handle, \"reduce_scatter\"))\n", "        grad = grad\n", 1)],
              [("worker", "2", "torch_ops_worker.py", "gradcheck_collectives")], expect="Jacobian mismatch"),
     Mutation("watchdog-names-another-rank", "the watchdog's report names the rank that waited",
              [(f"{RUNTIME}/_watchdog.py", "                        rank=self.rank)\n",
