@@ -1673,6 +1673,70 @@ def run_group_calls(ctx, g, seed: int, dtype) -> None:
     check(got_rows[:len(expected)], expected, f"group {members} all_to_all_v")
 
 
+def scenario_group_agreed_reach(ctx):
+    # Config(register=True) on groups (on the GPU also any call from REGISTER_FROM bytes, which is
+    # what makes a group read large plain tensors in place as its context does): the members agree
+    # on how each tensor is reached and register their tensors among themselves on the fly, in a
+    # cache of the group's own, translated in group order. On the cpu backend the tensors are heap
+    # tensors at a different offset on each member (translation alone would get them wrong); on the
+    # GPU plain torch tensors. TP, DP and non-contiguous groups, each collective exact against the
+    # members' data in group order; the same tensors again register nothing; every rank allocates
+    # alike (the heap stays symmetric) and the members call.
+    W, dev = ctx.world_size, ctx.device
+    groups = {name: make_groups(ctx, lists) for name, lists in group_layouts(W).items()}
+    slabs = []
+    n, m = 150, 37
+    one_shot = ccl.Config(variant="one_shot", block=64, width=16, register=True)
+    two_shot = ccl.Config(variant="two_shot", block=64, width=16, register=True)
+    pull = ccl.Config(variant="pull", block=64, width=16, register=True)
+    for k, g in enumerate(groups.values()):
+        shift = 0 if g is None else g.rank
+        inp = rank_shifted(ctx, slabs, n, torch.float32, shift)
+        out = rank_shifted(ctx, slabs, n, torch.float32, shift)
+        big = rank_shifted(ctx, slabs, W * m, torch.bfloat16, shift)
+        if g is None or g.size == 1:
+            continue
+        G, members, seed = g.size, g.ranks, 9000 + 100 * k
+        big = big[:G * m]
+        what = f"group {list(members)}, registered on the fly"
+        for i, config in enumerate((one_shot, two_shot)):
+            for again in range(2):
+                inp.copy_(data(n, torch.float32, seed + 10 * i + again + ctx.rank))
+                target = poison(out)
+                ccl.all_reduce(ctx, target, inp, config=config, group=g)
+                check(target, reference("sum", [data(n, torch.float32, seed + 10 * i + again + q) for q in members],
+                                        torch.float32), f"{what}: all_reduce {config.variant}")
+        cache = g._reach_cache
+        assert cache is not None and len(cache) == 2, f"{what}: inp and out registered once each, not {cache}"
+        generation = cache.generation
+        ccl.all_reduce(ctx, out, inp, config=two_shot, group=g)
+        assert cache.generation == generation, f"{what}: the same tensors again must find their registrations"
+        big.copy_(data(G * m, torch.bfloat16, seed + 50 + ctx.rank))
+        part = poison(torch.empty(m, dtype=torch.bfloat16, device=dev))
+        ccl.reduce_scatter(ctx, part, big, config=pull, group=g)
+        full = reference("sum", [data(G * m, torch.bfloat16, seed + 50 + q) for q in members], torch.bfloat16)
+        check(part, full[g.rank * m:(g.rank + 1) * m], f"{what}: reduce_scatter")
+        gathered = poison(torch.empty(G * n, dtype=torch.float32, device=dev))
+        inp.copy_(data(n, torch.float32, seed + 60 + ctx.rank))
+        ccl.all_gather(ctx, gathered, inp, config=pull, group=g)
+        check(gathered, torch.cat([data(n, torch.float32, seed + 60 + q) for q in members]), f"{what}: all_gather")
+        swapped = poison(torch.empty(G * m, dtype=torch.bfloat16, device=dev))
+        ccl.all_to_all(ctx, swapped, big, config=pull, group=g)
+        check(swapped, torch.cat([data(G * m, torch.bfloat16, seed + 50 + q)[g.rank * m:(g.rank + 1) * m]
+                                  for q in members]), f"{what}: all_to_all")
+        inp.copy_(data(n, torch.float32, seed + 70 + ctx.rank))
+        ccl.broadcast(ctx, inp, G - 1, config=pull, group=g)
+        check(inp, data(n, torch.float32, seed + 70 + members[G - 1]), f"{what}: broadcast")
+        assert len(cache) == 3, f"{what}: big registered once more, not {len(cache) - 2} more"
+    ctx.barrier()
+    for g in groups.values():
+        if g is not None:
+            ccl.clear_workspaces(g)
+    ccl.clear_workspaces(ctx)
+    for slab in reversed(slabs):
+        ctx.free(slab)
+
+
 def scenario_groups(ctx):
     # TP and DP groups and a non-contiguous one, their calls interleaved back to back (no barrier
     # between groups), each result exact; then the context's own call still right

@@ -34,8 +34,10 @@ import torch
 from iris.device import _layout as layout
 
 from ._agreement import CallAgreement
-from ._errors import GroupError, HeapExhaustedError, IrisUnsupportedError, RankError
+from ._errors import GroupError, HeapExhaustedError, RankError
 from ._host_waits import HostWaits, NodeBoard, WatchedBootstrap
+from ._reach import RegistrationCache
+from ._registration import close_cuda
 from ._uids import new_uid
 
 #: Bytes of heap each group reserves for its workspaces unless ``workspace_size=`` says otherwise.
@@ -134,6 +136,13 @@ class Group:
         self._free_end = self._words_at - layout.GROUP_RING_BYTES
         self._next, self._live = 0, 0
         self._context = self._build_context()
+        # Registrations made on the fly among the members (reach): the context's heap seen in
+        # group order, this rank's heap base, and serials of the group's own
+        self._heap = _GroupHeap(ctx._heap, ranks)
+        self._base = ctx._base
+        self._registrations: list = []  # none made with ctx.register: those are the context's
+        self._serials = 0
+        self._reach_cache: RegistrationCache | None = None
         #: An int naming this group in this process (never reused; ``context_of_uid`` finds it),
         #: from the contexts' counter: torch operators name a group by it as they name a context.
         self.uid = new_uid(self)
@@ -266,9 +275,13 @@ class Group:
         """:meth:`Iris.offset_of` (the context's heap)."""
         return self.ctx.offset_of(tensor)
 
-    # Registrations are translated in the context's rank order: a group call stages a registered
-    # tensor that is not on the heap, and agrees on no registration of its own (yet).
-    quick_allgather = False
+    # Registrations made with ctx.register are the context's, translated in its rank order: a group
+    # call does not read them in place (it stages them, or registers them among its members on the
+    # fly through reach, as it does plain tensors).
+    @property
+    def quick_allgather(self) -> bool:
+        """Whether the members' host allgather costs microseconds (MPI), as :attr:`Iris.quick_allgather`."""
+        return bool(getattr(self._boot, "quick_allgather", False))
 
     @property
     def registrations_generation(self) -> int:
@@ -284,11 +297,50 @@ class Group:
         return None
 
     def reach(self, tensors):
-        raise IrisUnsupportedError("iris.collectives on a group: config=Config(register=True) is not supported on a "
-                                   "group yet; leave register unset (tensors off the heap are staged)")
+        """:meth:`Iris.reach` among the members (collective over the group): plain tensors (on the
+        cpu backend, heap tensors at different offsets) registered on the fly among the members
+        and cached, in a cache of the group's own, translated in group order."""
+        if self._reach_cache is None:
+            self._reach_cache = RegistrationCache(self)
+        with self._host_waits.label("iris.runtime.Group.reach()"):
+            return self._reach_cache.reach(list(tensors))
+
+    def _next_serial(self) -> int:
+        self._serials += 1
+        return self._serials
+
+    def _close_registration(self, registration) -> None:
+        # A cached registration closed (evicted): the members' kernels that may map the tensors are
+        # done before the mappings go, and every member has unmapped this rank's tensor after.
+        with self._host_waits.label("iris.runtime.Registration.close()"):
+            self.barrier()
+            close_cuda(registration._opened)
+            self._boot.barrier()
+        registration.closed = True
+        registration.tensor = None
+
+    def _unmap_registrations(self) -> None:
+        """The context closes: unmap the members' tensors this group registered, with no barrier of
+        the group's (the context's close brackets every group's with barriers of every rank, so no
+        order among groups is needed)."""
+        if self._reach_cache is None:
+            return
+        for registration, _ in self._reach_cache._entries.values():
+            close_cuda(registration._opened)
+            registration.closed = True
+        self._reach_cache._entries.clear()
+        self._reach_cache = None
 
     def __repr__(self) -> str:
         return f"Group(ranks={list(self.ranks)}, rank={self.rank}, size={self.size})"
+
+
+class _GroupHeap:
+    """The context's heap as a group's registrations see it: the members' bases in group order."""
+
+    def __init__(self, heap, ranks):
+        self.bases = [heap.bases[q] for q in ranks]
+        self.device_bases = [heap.device_bases[q] for q in ranks]
 
 
 def new_group(ctx, ranks, workspace_size: int = DEFAULT_WORKSPACE_SIZE):

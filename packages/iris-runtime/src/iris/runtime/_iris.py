@@ -489,6 +489,12 @@ class Iris(TensorFactories):
                 registration.close()
             self._reach.close()
             self.barrier()
+            # the groups' registrations made on the fly: every rank's kernels are done (above),
+            # each rank unmaps its groups' mappings, then every rank waits for every other before
+            # the tensors may go (no barrier per group: the groups' order differs between ranks)
+            for group in list(self._groups):
+                group._unmap_registrations()
+            self._boot.barrier()
             remove_abort_hook(self._watchdog.before_abort)
             device_calls.DESCRIBERS.pop(self._watchdog.address, None)
             self.tracing.close()
