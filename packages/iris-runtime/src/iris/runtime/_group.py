@@ -289,11 +289,12 @@ class Group:
 
     @property
     def registrations(self) -> tuple:
-        """None of its own: a group reaches the heap in place and stages the rest."""
+        """None made with ``ctx.register`` (those are the context's): a group reaches the heap in
+        place, and other tensors through :meth:`reach`'s registrations among its members or staged."""
         return ()
 
     def registration_of(self, tensor):
-        """None: a group reaches the heap in place and stages the rest."""
+        """None (see :attr:`registrations`)."""
         return None
 
     def reach(self, tensors):
