@@ -37,7 +37,7 @@ from ._agreement import CallAgreement
 from ._errors import GroupError, HeapExhaustedError, RankError
 from ._host_waits import HostWaits, NodeBoard, WatchedBootstrap
 from ._reach import RegistrationCache
-from ._registration import close_cuda
+from ._registration import close_among, close_cuda
 from ._uids import new_uid
 
 #: Bytes of heap each group reserves for its workspaces unless ``workspace_size=`` says otherwise.
@@ -311,14 +311,7 @@ class Group:
         return self._serials
 
     def _close_registration(self, registration) -> None:
-        # A cached registration closed (evicted): the members' kernels that may map the tensors are
-        # done before the mappings go, and every member has unmapped this rank's tensor after.
-        with self._host_waits.label("iris.runtime.Registration.close()"):
-            self.barrier()
-            close_cuda(registration._opened)
-            self._boot.barrier()
-        registration.closed = True
-        registration.tensor = None
+        close_among(self, registration)  # a cached registration evicted: among the members
 
     def _unmap_registrations(self) -> None:
         """The context closes: unmap the members' tensors this group registered, with no barrier of

@@ -24,7 +24,7 @@ from ._factories import TensorFactories, check_dtype, dtype_name, nbytes_of
 from ._host_waits import WatchedBootstrap
 from ._logging import configure_logging, logger
 from ._reach import Reach, RegistrationCache
-from ._registration import Registration, close_cuda, peer_addresses
+from ._registration import Registration, close_among, close_cuda, peer_addresses
 from ._residency import gpu_sharers, resident_grid
 from ._spans import address, lies_within
 from ._tracing import Tracing
@@ -399,14 +399,7 @@ class Iris(TensorFactories):
         return None
 
     def _close_registration(self, registration: Registration) -> None:
-        # Registration.close(): every rank's kernels that may map the tensors are done before the
-        # mappings go, and every peer has unmapped this rank's tensor before it may be freed.
-        with self._host_waits.label("iris.runtime.Registration.close()"):
-            self.barrier()
-            close_cuda(registration._opened)
-            self._boot.barrier()
-        registration.closed = True
-        registration.tensor = None
+        close_among(self, registration)  # Registration.close()
         if registration in self._registrations:  # else one of the collectives' cache (_reach), which counts its own
             self._registrations.remove(registration)
             self.registrations_generation += 1

@@ -176,6 +176,18 @@ def _open_cuda(handle_bytes: bytes, peer: int) -> int:
                       f"cudaIpcOpenMemHandle(rank {peer}'s registered tensor)"))
 
 
+def close_among(owner, registration: Registration) -> None:
+    """Close ``registration`` on every rank of ``owner`` (the context or group that made it;
+    collective): every rank's kernels that may map the tensors are done before the mappings go,
+    and every peer has unmapped this rank's tensor before it may be freed."""
+    with owner._host_waits.label("iris.runtime.Registration.close()"):
+        owner.barrier()
+        close_cuda(registration._opened)
+        owner._boot.barrier()
+    registration.closed = True
+    registration.tensor = None
+
+
 def close_cuda(opened: list[int]) -> None:
     """Close the CUDA IPC mappings ``opened`` (addresses :func:`peer_addresses` returned)."""
     if not opened:
