@@ -206,8 +206,8 @@ MUTATIONS = [
              expect="IrisMessageSizeError"),
     Mutation("p2p-registered-misplaced", "a large message to or from a registered tensor is copied at its place in the "
              "registration", [(f"{COLL}/ccl/_p2p_kernels.py",
-                               "            delta = (theirs - inbox_at) // _element_bytes(inbox.dtype) + offset",
-                               "            delta = (theirs - inbox_at) // _element_bytes(inbox.dtype) + offset + 1", 1)],
+                               "            delta = (theirs - inbox_at) // _pointee_bytes(inbox.dtype) + offset",
+                               "            delta = (theirs - inbox_at) // _pointee_bytes(inbox.dtype) + offset + 1", 1)],
              [("worker", "2", "ccl_worker.py", "p2p_registered")], expect="registered sender True"),
     Mutation("group-registration-world-order", "a group registers its members' tensors in group order",
              [(f"{RUNTIME}/_group.py", "        self.bases = [heap.bases[q] for q in ranks]\n",

@@ -73,6 +73,7 @@ import triton.language as tl
 from iris.device import DEBUG, INTERPRETER, atomic_max, get, put, store
 from iris.device._debug import host_scalar
 from iris.device._layout import HEAP_BASES_C
+from iris.device._translate import _pointee_bytes
 from iris.device._watchdog import WATCHDOG, mismatch_text, watchdog_report_size_mismatch, watchdog_reported
 
 from .._errors import IrisMessageSizeError
@@ -325,11 +326,6 @@ def recv_large_kernel(context, out, inbox, headers, ready, credit, received, req
             signal(credit + p, rank, peer, heap_bases)
 
 
-@triton.constexpr_function
-def _element_bytes(pointer_ty):
-    return max(pointer_ty.element_ty.primitive_bitwidth // 8, 1)
-
-
 @triton.jit(do_not_specialize=["stop", "inbox_offset", "table_ranks", "peer", "rank"])
 def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, registered, n, slots, programs, stop,
                        inbox_offset, table_ranks, peer, rank, SEND: tl.constexpr, DIRECT_BLOCK: tl.constexpr):
@@ -370,8 +366,8 @@ def direct_copy_kernel(context, t, inbox, headers, requests, counted, mode, regi
             index = code >> REGISTERED_SHIFT
             offset = code & REGISTERED_MASK
             theirs = tl.load(registered + index * table_ranks + peer)  # the peer's registered tensor, here
-            inbox_at = tl.load(heap_bases + rank) + inbox_offset * _element_bytes(inbox.dtype)
-            delta = (theirs - inbox_at) // _element_bytes(inbox.dtype) + offset  # from inbox, in elements
+            inbox_at = tl.load(heap_bases + rank) + inbox_offset * _pointee_bytes(inbox.dtype)
+            delta = (theirs - inbox_at) // _pointee_bytes(inbox.dtype) + offset  # from inbox, in elements
             if delta % VECTOR == 0:
                 _direct_mapped(t, inbox + tl.multiple_of(delta, VECTOR), n, SEND, DIRECT_BLOCK)
             else:
