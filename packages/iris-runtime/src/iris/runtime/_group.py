@@ -37,7 +37,7 @@ from ._agreement import CallAgreement
 from ._errors import GroupError, HeapExhaustedError, RankError
 from ._host_waits import HostWaits, NodeBoard, WatchedBootstrap
 from ._reach import RegistrationCache
-from ._registration import close_among, close_cuda
+from ._registration import close_among
 from ._uids import new_uid
 
 #: Bytes of heap each group reserves for its workspaces unless ``workspace_size=`` says otherwise.
@@ -281,7 +281,7 @@ class Group:
     @property
     def quick_allgather(self) -> bool:
         """Whether the members' host allgather costs microseconds (MPI), as :attr:`Iris.quick_allgather`."""
-        return bool(getattr(self._boot, "quick_allgather", False))
+        return self._boot.quick_allgather
 
     @property
     def registrations_generation(self) -> int:
@@ -317,13 +317,9 @@ class Group:
         """The context closes: unmap the members' tensors this group registered, with no barrier of
         the group's (the context's close brackets every group's with barriers of every rank, so no
         order among groups is needed)."""
-        if self._reach_cache is None:
-            return
-        for registration, _ in self._reach_cache._entries.values():
-            close_cuda(registration._opened)
-            registration.closed = True
-        self._reach_cache._entries.clear()
-        self._reach_cache = None
+        if self._reach_cache is not None:
+            self._reach_cache.unmap()
+            self._reach_cache = None
 
     def __repr__(self) -> str:
         return f"Group(ranks={list(self.ranks)}, rank={self.rank}, size={self.size})"

@@ -265,6 +265,17 @@ class RegistrationCache:
         for serial in list(self._entries):
             self._close(serial)
 
+    def unmap(self) -> None:
+        """Unmap the peers' tensors of every cached registration on this rank alone, with no barrier:
+        for an owner whose close waits for every rank before and after (a group's registrations at
+        its context's close, where the groups' order differs between ranks)."""
+        for registration, _ in self._entries.values():
+            close_cuda(registration._opened)
+            registration.closed = True
+        self._entries.clear()
+        self._by_key.clear()
+        self.generation += 1
+
 
 def _buffer_id(ptr: int) -> int:
     """CUDA's id of the allocation holding ``ptr``: unique in the process, so an allocation freed
