@@ -17,6 +17,7 @@ function or parameters no longer exist is counted as stale and left out.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import importlib
@@ -277,17 +278,21 @@ def _local_extern_libs(options: dict) -> dict:
     libs = options.get("extern_libs") if isinstance(options, dict) else None
     if not libs:
         return options
+    return {**options, "extern_libs": tuple((name, _local_library(path)) for name, path in libs)}
+
+
+@functools.cache
+def _local_library(path: str) -> str:
+    # ``path`` where it exists, else the file of its name under this Triton's backends (found once
+    # per path: a manifest's thousands of entries name the same library)
+    if os.path.exists(path):
+        return path
     import triton
 
     here = os.path.join(os.path.dirname(triton.__file__), "backends")
-    moved = []
-    for name, path in libs:
-        if not os.path.exists(path):
-            base = os.path.basename(path)
-            found = [os.path.join(root, base) for root, _, files in os.walk(here) if base in files]
-            path = found[0] if found else path
-        moved.append((name, path))
-    return {**options, "extern_libs": tuple(moved)}
+    base = os.path.basename(path)
+    found = [os.path.join(root, base) for root, _, files in os.walk(here) if base in files]
+    return found[0] if found else path
 
 
 def compile_entry(data: dict) -> str:
